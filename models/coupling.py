@@ -1,0 +1,118 @@
+r"""Probabilistic graph coupling (Van Assel, Espinasse, Chiquet & Picard, NeurIPS 2022).
+
+Hidden graphs structure the rows of the data and of the embedding through pairwise Markov random
+fields. Under the limit priors of Definition 2 (B, D or E, with edge prior :math:`\pi`), the
+posterior of the input graph is closed-form (Proposition 1),
+
+.. math:: W_X \mid X \sim \mathbb P_{\mathcal P_X}(\cdot;\ \pi \odot K_X),
+
+and the embedding is fitted by coupling the two posteriors with a cross-entropy,
+
+.. math::
+    Z \sim \text{flat prior},\qquad
+    W_Z \mid Z \sim \mathbb P_{\mathcal P_Z}(\cdot;\ \pi \odot K_Z),\quad K_{Z,ij} = k_z(\|z_i-z_j\|^2),
+    \qquad W_Z \text{ observed at } \mathbb E[W_X \mid X] \text{ (or at draws of } W_X\text{)},
+
+so that :math:`-\log p(Z \mid W_Z = \mathbb E[W_X]) = \mathcal H_{\mathcal P_X, \mathcal P_Z}(Z)`
++ const. MAP over Z gives SNE (D, D, Gaussian), t-SNE (D, E, Student), LargeVis (D, B, Student)
+and UMAP (B~, B, UMAP curve).
+
+Negative sampling (UMAP, LargeVis in practice) replaces the B law's all-pairs non-edge term by
+``negative_samples`` uniformly drawn non-neighbours per observed edge, each weighted by the edge
+weight times ``negative_weight``:
+
+.. math::
+    \sum_{(i,j)} \bar P_{ij} \log Q^B_{ij}
+    + \gamma \sum_{(i,j)} \bar P_{ij} \sum_{k \sim \mathcal U[n]}^{m} \log(1 - Q^B_{ik}),
+
+which in expectation is a B law whose non-edges are down-weighted by
+:math:`\gamma\, m\, \bar P_{i+}/n` -- the effective repulsion of umap-learn and LargeVis.
+"""
+
+from __future__ import annotations
+
+import pyro
+import pyro.distributions as dist
+import torch
+from pyro import poutine
+from torch.distributions import constraints
+
+from probdr.graphs import GraphPrior, KernelWeights, _edge_terms
+
+__all__ = ["graph_coupling_model", "flat_prior"]
+
+
+def flat_prior(n: int, q: int, dtype=torch.float32) -> dist.TorchDistribution:
+    """Improper flat prior :math:`p(Z) \\propto 1` on :math:`\\mathbb R^{n \\times q}`."""
+    return dist.ImproperUniform(constraints.real, (), (n, q))
+
+
+def graph_coupling_model(
+    W_X: torch.Tensor,
+    prior_z: GraphPrior,
+    kernel,
+    n_components: int,
+    *,
+    z_prior: dist.TorchDistribution | None = None,
+    exaggeration: float = 1.0,
+    repulsion: str = "exact",
+    negative_samples: int = 5,
+    negative_weight: float = 1.0,
+    coupling_weight: float = 1.0,
+    dtype: torch.dtype = torch.float32,
+):
+    """Pyro model of the graph coupling.
+
+    Parameters
+    ----------
+    W_X : tensor (n, n), dense or sparse COO
+        The observed input graph: the posterior mean :math:`\\mathbb E[W_X \\mid X]` or a draw.
+    prior_z : GraphPrior
+        Latent graph prior (B, D or E, with its edge prior).
+    kernel : probdr.kernels.Kernel
+        Latent kernel :math:`k_z`.
+    z_prior : distribution over (n, q), optional
+        Prior on Z; default flat (improper), as in the paper.
+    exaggeration : float
+        Early exaggeration :math:`\\alpha`: adds :math:`(\\alpha-1)` times the MRF attraction
+        :math:`\\sum W_{X,ij} \\log k_z` as a factor.
+    repulsion : {"exact", "negative_sampling"}
+        Exact all-pairs normaliser, or negative sampling (B latent prior only).
+    coupling_weight : float
+        Weight (inverse temperature) of the coupling likelihood, via ``poutine.scale``.
+    """
+    n = W_X.shape[0]
+    prior = flat_prior(n, n_components) if z_prior is None else z_prior
+    Z = pyro.sample("Z", prior)
+    K_Z = KernelWeights(Z, kernel)
+    law = prior_z.posterior(K_Z)
+    with poutine.scale(scale=coupling_weight):
+        if repulsion == "exact":
+            pyro.sample("W_Z", law, obs=W_X)
+        elif repulsion == "negative_sampling":
+            if prior_z.kind != "B":
+                raise ValueError("negative sampling is defined here for the B latent prior only.")
+            _negative_sampling_likelihood(law, W_X, negative_samples, negative_weight, n)
+        else:
+            raise ValueError(f"repulsion must be 'exact' or 'negative_sampling', got {repulsion!r}.")
+        if exaggeration != 1.0:
+            pyro.factor("exaggeration", (exaggeration - 1.0) * law.attraction(W_X))
+    return Z
+
+
+def _negative_sampling_likelihood(law, W_X, m, gamma, n):
+    rows, cols, v = _edge_terms(W_X)
+    keep = rows != cols
+    rows, cols, v = rows[keep], cols[keep], v[keep]
+    weights = law.weights
+    v = v.to(weights.Z.dtype)
+    with pyro.plate("edges", rows.numel()), poutine.scale(scale=v):
+        pyro.sample("W_Z_edges", dist.Bernoulli(logits=weights.log_at(rows, cols)),
+                    obs=torch.ones_like(v))
+    neg_rows = rows.repeat(m)
+    # uniform over the other n - 1 nodes: never the node itself
+    neg_cols = (neg_rows + torch.randint(1, n, (neg_rows.numel(),))) % n
+    scale = gamma * v.repeat(m)
+    with pyro.plate("negatives", neg_rows.numel()), poutine.scale(scale=scale):
+        pyro.sample("W_Z_negatives", dist.Bernoulli(logits=weights.log_at(neg_rows, neg_cols)),
+                    obs=torch.zeros_like(scale))

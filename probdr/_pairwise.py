@@ -1,0 +1,111 @@
+r"""Exact all-pairs reductions of a kernel matrix :math:`K_{ij} = \pi_{ij} k(\|z_i - z_j\|^2)`,
+diagonal excluded, with a hand-written gradient (about 8x faster than autograd through the
+n x n graph).
+
+``mode``:
+
+* ``"row"``      -- :math:`R_i = \log \sum_{j \ne i} K_{ij}` (D-prior normaliser),
+* ``"total"``    -- :math:`T = \log \sum_{i \ne j} K_{ij}` (E-prior normaliser),
+* ``"softplus"`` -- :math:`S = \sum_{i \ne j} \log(1 + K_{ij})` (B-prior normaliser).
+
+The gradient: with :math:`M_{ij} = \partial L / \partial d^2_{ij}`,
+:math:`\nabla_{z_i} L = 2 \sum_j (M_{ij} + M_{ji})(z_i - z_j)`.
+
+Heavy-tailed kernels without an edge prior take a direct path (:math:`k` and
+:math:`\partial \log k` in closed form, no log/exp round trip); other kernels are evaluated in
+log space with max-shifts so that nothing underflows. Rows are processed in blocks; the n x n
+intermediate is cached between forward and backward when it fits ``CACHE_BYTES``.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from .neighbors import pairwise_sq_distances
+
+CACHE_BYTES = 2**30
+BLOCK_BYTES = 2**27
+
+
+def _blocks(n: int, itemsize: int):
+    bs = max(1, min(n, BLOCK_BYTES // (itemsize * n)))
+    return [(s, min(n, s + bs)) for s in range(0, n, bs)]
+
+
+def _block(Z, s, e, kernel, log_pi, direct):
+    """Return (a, dlogk) for rows s:e: a = k (direct) or log k (log space); diagonal masked."""
+    d2 = pairwise_sq_distances(Z[s:e], Z)
+    idx = torch.arange(e - s)
+    if direct:
+        k, dk = kernel.k_and_dlog_k(d2)
+        k[idx, idx + s] = 0.0
+        return k, dk
+    f = kernel.log_k(d2)
+    if log_pi is not None:
+        f = f + log_pi[s:e].to(f.dtype)
+    f[idx, idx + s] = float("-inf")
+    dk = kernel.dlog_k(d2)
+    dk[idx, idx + s] = 0.0
+    return f, dk
+
+
+class _PairReduce(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, Z, mode, kernel, log_pi):
+        n = Z.shape[0]
+        blocks = _blocks(n, Z.element_size())
+        cache = n * n * Z.element_size() * 2 <= CACHE_BYTES
+        direct = log_pi is None and kernel.heavy_tailed
+        saved, parts = [], []
+        for s, e in blocks:
+            a, dk = _block(Z, s, e, kernel, log_pi, direct)
+            if mode == "softplus":
+                parts.append((torch.log1p(a) if direct else F.softplus(a)).sum())
+            elif direct:
+                parts.append(a.sum(1))
+            else:
+                parts.append(torch.logsumexp(a, 1))
+            if cache:
+                saved.append((a, dk))
+        if mode == "softplus":
+            out = torch.stack(parts).sum()
+        else:
+            r = torch.cat(parts)
+            if direct:
+                out = torch.log(r) if mode == "row" else torch.log(r.sum())
+            else:
+                out = r if mode == "row" else torch.logsumexp(r, 0)
+        ctx.mode, ctx.kernel, ctx.blocks, ctx.cache, ctx.direct = mode, kernel, blocks, cache, direct
+        ctx.saved = saved
+        ctx.save_for_backward(Z, out, log_pi if log_pi is not None else Z.new_empty(0))
+        return out
+
+    @staticmethod
+    def backward(ctx, g):
+        Z, out, log_pi = ctx.saved_tensors
+        log_pi = None if log_pi.numel() == 0 else log_pi
+        grad = torch.zeros_like(Z)
+        for b, (s, e) in enumerate(ctx.blocks):
+            a, dk = ctx.saved[b] if ctx.cache else _block(Z, s, e, ctx.kernel, log_pi, ctx.direct)
+            if ctx.mode == "softplus":
+                # d/dd2 log(1 + K) = K/(1+K) * dlogk
+                w = a / (1.0 + a) if ctx.direct else torch.sigmoid(a)
+                M = w.mul_(dk).mul_(g)
+            elif ctx.mode == "row":
+                w = a / torch.exp(out[s:e, None]) if ctx.direct else torch.exp(a - out[s:e, None])
+                M = w.mul_(dk).mul_(g[s:e, None])
+            else:
+                w = a * torch.exp(-out) if ctx.direct else torch.exp(a - out)
+                M = w.mul_(dk).mul_(g)
+            grad[s:e] += 2.0 * (M.sum(1, keepdim=True) * Z[s:e] - M @ Z)
+            grad += 2.0 * (M.sum(0)[:, None] * Z - M.T @ Z[s:e])
+        ctx.saved = None
+        return grad, None, None, None
+
+
+def pair_reduce(Z: torch.Tensor, mode: str, kernel, log_pi: torch.Tensor | None = None):
+    """Exact all-pairs reduction (see module docstring) with a custom backward."""
+    if mode not in ("row", "total", "softplus"):
+        raise ValueError(f"mode must be 'row', 'total' or 'softplus', got {mode!r}.")
+    return _PairReduce.apply(Z, mode, kernel, log_pi)

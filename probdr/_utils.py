@@ -1,0 +1,106 @@
+"""Input validation, random state and tensor conversion shared by every public entry point."""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+import numpy as np
+import torch
+
+DTYPES = {"float32": torch.float32, "float64": torch.float64}
+
+
+def check_random_state(random_state: int | None) -> int:
+    """Return an integer seed; ``None`` draws one from numpy's global generator."""
+    if random_state is None:
+        return int(np.random.randint(0, 2**31 - 1))
+    if isinstance(random_state, (int, np.integer)) and not isinstance(random_state, bool):
+        if random_state < 0:
+            raise ValueError(f"random_state must be a non-negative integer, got {random_state}.")
+        return int(random_state)
+    raise TypeError(f"random_state must be an int or None, got {type(random_state).__name__}.")
+
+
+def seed_everything(seed: int) -> torch.Generator:
+    """Seed torch, numpy, python and pyro from one integer; return a torch generator."""
+    import pyro
+
+    pyro.set_rng_seed(seed)  # seeds torch, numpy and random
+    random.seed(seed)
+    gen = torch.Generator()
+    gen.manual_seed(seed)
+    return gen
+
+
+def resolve_dtype(dtype: str | torch.dtype) -> torch.dtype:
+    if isinstance(dtype, torch.dtype):
+        return dtype
+    try:
+        return DTYPES[dtype]
+    except KeyError:
+        raise ValueError(f"dtype must be one of {sorted(DTYPES)}, got {dtype!r}.") from None
+
+
+def check_array(
+    X: Any,
+    *,
+    name: str = "X",
+    min_samples: int = 2,
+    min_features: int = 1,
+    dtype: torch.dtype = torch.float64,
+) -> torch.Tensor:
+    """Validate a 2-D finite numeric array and return it as a contiguous torch tensor.
+
+    Raises ``ValueError`` with a message naming the problem (shape, emptiness, NaN/inf).
+    """
+    if isinstance(X, torch.Tensor):
+        T = X.detach()
+    else:
+        try:
+            arr = np.asarray(X)
+        except Exception as exc:  # pragma: no cover - exotic inputs
+            raise TypeError(f"{name} could not be converted to an array: {exc}") from exc
+        if arr.dtype == object or not np.issubdtype(arr.dtype, np.number):
+            raise TypeError(f"{name} must be numeric, got dtype {arr.dtype}.")
+        T = torch.from_numpy(np.ascontiguousarray(arr))
+    if T.ndim != 2:
+        raise ValueError(
+            f"{name} must be a 2-D array of shape (n_samples, n_features), got {T.ndim}-D "
+            f"input of shape {tuple(T.shape)}. Reshape 1-D data with X.reshape(-1, 1)."
+        )
+    n, p = T.shape
+    if n == 0 or p == 0:
+        raise ValueError(f"{name} is empty: shape {tuple(T.shape)}.")
+    if n < min_samples:
+        raise ValueError(f"{name} has {n} samples; at least {min_samples} are needed.")
+    if p < min_features:
+        raise ValueError(f"{name} has {p} features; at least {min_features} are needed.")
+    T = T.to(dtype)
+    if not torch.isfinite(T).all():
+        bad = (~torch.isfinite(T)).sum().item()
+        raise ValueError(f"{name} contains {bad} NaN or infinite value(s); remove or impute them.")
+    return T.contiguous()
+
+
+def as_output(Z: torch.Tensor, like: Any) -> Any:
+    """numpy in -> numpy out, torch in -> torch out."""
+    if isinstance(like, torch.Tensor):
+        return Z.detach().to(like.dtype if like.is_floating_point() else Z.dtype)
+    return Z.detach().cpu().numpy()
+
+
+def dense_bytes(n: int, dtype: torch.dtype = torch.float32, copies: int = 1) -> int:
+    return n * n * torch.empty((), dtype=dtype).element_size() * copies
+
+
+def check_dense_budget(n: int, budget_gb: float | None, what: str, alternative: str) -> None:
+    """Fail before heavy work if an n x n computation would exceed the memory budget."""
+    if budget_gb is None:
+        return
+    need = dense_bytes(n, torch.float64, copies=1) / 2**30
+    if need > budget_gb:
+        raise MemoryError(
+            f"{what} needs an n x n matrix ({n} x {n}, {need:.2f} GiB in float64), more than the "
+            f"memory budget of {budget_gb:.2f} GiB. {alternative}"
+        )

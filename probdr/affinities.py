@@ -1,0 +1,137 @@
+r"""Input affinities: bandwidth calibration on neighbour lists.
+
+* :func:`entropic_affinity` -- entropic affinities (SNE / t-SNE / LargeVis input): row
+  :math:`i` is :math:`P_{ij} \propto \exp(-C_{ij}/\varepsilon_i)` with :math:`\varepsilon_i` set by
+  bisection in log space so that the Shannon perplexity :math:`\exp H(P_i)` equals the target.
+* :func:`umap_membership` -- UMAP's :math:`\rho_i, \sigma_i` calibration with
+  ``local_connectivity``: :math:`v_{j|i} = \exp(-\max(0, d_{ij} - \rho_i)/\sigma_i)`.
+* :func:`binary_knn` -- 0/1 neighbour weights.
+
+All functions take neighbour lists ``(indices, sq_distances)`` of shape ``(n, k)`` (self
+excluded), as returned by :func:`probdr.neighbors.knn`, and return per-edge values of the same
+shape, so they work on dense (k = n - 1) and sparse graphs alike.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+__all__ = ["entropic_bandwidths", "entropic_affinity", "umap_membership", "binary_knn",
+           "perplexity_of_rows"]
+
+
+def perplexity_of_rows(P: torch.Tensor) -> torch.Tensor:
+    """Shannon perplexity :math:`\\exp(-\\sum_j P_{ij} \\log P_{ij})` of each row."""
+    return torch.exp(-torch.special.xlogy(P, P).sum(-1))
+
+
+def entropic_bandwidths(
+    sq_dist: torch.Tensor, perplexity: float, tol: float = 1e-6, max_iter: int = 200
+) -> torch.Tensor:
+    r"""Bandwidths :math:`\varepsilon_i` such that row :math:`i` of
+    :math:`\mathrm{softmax}(-C_i/\varepsilon_i)` has Shannon perplexity ``perplexity``.
+
+    Bisection on :math:`\log \beta_i = -\log \varepsilon_i`, vectorised over rows, in float64.
+    The entropy is a decreasing function of :math:`\beta`, so bisection always converges; rows whose
+    target cannot be reached (fewer distinct distances than the perplexity) get the closest value.
+    """
+    C = sq_dist.to(torch.float64)
+    n, k = C.shape
+    if not 1.0 <= perplexity <= k:
+        raise ValueError(f"perplexity must lie in [1, {k}] (number of neighbours), got {perplexity}.")
+    C = C - C.min(1, keepdim=True).values  # shift: P is unchanged, exp stays bounded
+    scale = C.max(1, keepdim=True).values.clamp_min(1e-300)
+    target = math.log(perplexity)
+    lo = torch.full((n, 1), -50.0, dtype=torch.float64)  # log(beta * scale)
+    hi = torch.full((n, 1), 50.0, dtype=torch.float64)
+    Cs = C / scale
+    for _ in range(max_iter):
+        mid = 0.5 * (lo + hi)
+        logits = -torch.exp(mid) * Cs
+        logp = logits - torch.logsumexp(logits, 1, keepdim=True)
+        H = -(logp.exp() * logp).sum(1, keepdim=True)
+        too_flat = H > target  # entropy too high -> increase beta
+        lo = torch.where(too_flat, mid, lo)
+        hi = torch.where(too_flat, hi, mid)
+        if (hi - lo).max() < tol:
+            break
+    beta = torch.exp(0.5 * (lo + hi)) / scale
+    return (1.0 / beta).squeeze(1)
+
+
+def entropic_affinity(sq_dist: torch.Tensor, perplexity: float, **kw) -> torch.Tensor:
+    """Row-stochastic entropic affinities :math:`P^D_{ij}` on the given neighbour lists."""
+    eps = entropic_bandwidths(sq_dist, perplexity, **kw)
+    logits = -(sq_dist.to(torch.float64) - sq_dist.to(torch.float64).min(1, keepdim=True).values)
+    return torch.softmax(logits / eps[:, None], dim=1)
+
+
+def umap_membership(
+    sq_dist: torch.Tensor,
+    n_neighbors: int | None = None,
+    local_connectivity: float = 1.0,
+    n_iter: int = 64,
+    tol: float = 1e-5,
+    min_k_dist_scale: float = 1e-3,
+) -> torch.Tensor:
+    r"""UMAP fuzzy memberships :math:`v_{j|i}` on the neighbour lists (self excluded).
+
+    :math:`\rho_i` is the distance to the ``local_connectivity``-th nearest non-identical neighbour
+    (interpolated for fractional values); :math:`\sigma_i` solves
+    :math:`\sum_j \exp(-\max(0, d_{ij} - \rho_i)/\sigma_i) = \log_2(\text{n\_neighbors})` by
+    bisection, where ``n_neighbors`` counts the point itself as umap-learn does (so the lists
+    hold ``n_neighbors - 1`` others). :math:`\sigma_i` is floored at ``min_k_dist_scale`` times
+    the mean neighbour distance.
+    """
+    d = sq_dist.to(torch.float64).clamp_min(0).sqrt()
+    n, k = d.shape
+    n_neighbors = k + 1 if n_neighbors is None else n_neighbors
+    target = math.log2(n_neighbors)
+    # rho: local_connectivity-th smallest non-zero distance, interpolated
+    pos = d > 0
+    nz = torch.where(pos, d, torch.full_like(d, float("inf"))).sort(1).values
+    n_nz = pos.sum(1)
+    index = int(math.floor(local_connectivity))
+    interp = local_connectivity - index
+    rho = torch.zeros(n, dtype=torch.float64)
+    enough = n_nz >= local_connectivity
+    if index > 0:
+        base = nz[:, index - 1]
+        rho_full = base.clone()
+        if interp > 1e-5 and index < k:
+            rho_full = base + interp * (nz[:, index] - base)
+        rho = torch.where(enough, rho_full, rho)
+    elif interp > 1e-5:
+        rho = torch.where(enough, interp * nz[:, 0], rho)
+    few = (~enough) & (n_nz > 0)
+    if few.any():  # fewer positive distances than local_connectivity: the largest one
+        rho = torch.where(few, torch.where(pos, d, torch.zeros_like(d)).max(1).values, rho)
+
+    lo = torch.zeros(n, dtype=torch.float64)
+    hi = torch.full((n,), float("inf"), dtype=torch.float64)
+    mid = torch.ones(n, dtype=torch.float64)
+    excess = (d - rho[:, None]).clamp_min(0)
+    for _ in range(n_iter):
+        psum = torch.exp(-excess / mid[:, None]).sum(1)
+        done = (psum - target).abs() < tol
+        bigger = psum > target
+        hi = torch.where(done, hi, torch.where(bigger, mid, hi))
+        lo = torch.where(done | bigger, lo, mid)
+        new_mid = torch.where(bigger, 0.5 * (lo + hi), torch.where(torch.isinf(hi), mid * 2, 0.5 * (lo + hi)))
+        mid = torch.where(done, mid, new_mid)
+        if done.all():
+            break
+    mean_all = d.mean()
+    mean_row = d.mean(1)
+    floor = torch.where(rho > 0, min_k_dist_scale * mean_row, min_k_dist_scale * mean_all)
+    sigma = torch.maximum(mid, floor)
+    v = torch.exp(-(d - rho[:, None]).clamp_min(0) / sigma[:, None])
+    v = torch.where((d - rho[:, None] <= 0) | (sigma[:, None] == 0), torch.ones_like(v), v)
+    return v
+
+
+def binary_knn(sq_dist: torch.Tensor) -> torch.Tensor:
+    """Binary kNN weights: 1 on every listed neighbour."""
+    return torch.ones_like(sq_dist, dtype=torch.float64)

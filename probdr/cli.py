@@ -1,0 +1,110 @@
+"""The ``probdr`` command line.
+
+``probdr embed --method tsne --data digits --out emb.npy --plot emb.png`` fits a model on a
+bundled data set (or a ``.npy`` / ``.csv`` file), prints quality metrics, and writes the
+embedding and a plot.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+
+import numpy as np
+
+METHODS = ("sne", "tsne", "largevis", "umap")
+
+
+def _make(method: str, args):
+    import probdr
+
+    common = dict(n_components=args.n_components, random_state=args.random_state,
+                  verbose=args.verbose)
+    if method == "umap":
+        return probdr.UMAP(n_neighbors=args.n_neighbors, n_epochs=args.n_iter, **common)
+    cls = {"sne": probdr.SNE, "tsne": probdr.TSNE, "largevis": probdr.LargeVis}[method]
+    kw = dict(perplexity=args.perplexity, **common)
+    if args.n_iter is not None:
+        kw["n_iter"] = args.n_iter
+        if method in ("sne", "tsne"):
+            kw["early_exaggeration_iter"] = min(250, args.n_iter // 3)
+    return cls(**kw)
+
+
+def _load(data: str, pca: int | None, random_state: int):
+    from probdr import datasets
+
+    if data.endswith(".npy"):
+        X = np.load(data)
+        y = None
+    elif data.endswith(".csv"):
+        X = np.loadtxt(data, delimiter=",")
+        y = None
+    else:
+        X, y = datasets.load(data, random_state=random_state)
+    if pca is not None:
+        X = datasets._pca(np.asarray(X, dtype=np.float64), pca)
+    return X, y
+
+
+def embed(args) -> int:
+    from probdr import metrics, plotting
+
+    X, y = _load(args.data, args.pca, args.random_state or 0)
+    est = _make(args.method, args)
+    t0 = time.perf_counter()
+    Z = est.fit_transform(X)
+    elapsed = time.perf_counter() - t0
+    report = {"method": args.method, "data": args.data, "n": int(X.shape[0]),
+              "p": int(X.shape[1]), "seconds": round(elapsed, 2),
+              "trustworthiness@15": round(metrics.trustworthiness(
+                  X, Z, 15, sample_size=5000 if len(X) > 5000 else None), 4),
+              "loss": round(est.loss(Z), 4) if len(X) <= 20_000 else None}
+    if y is not None:
+        report["knn_accuracy@5"] = round(metrics.knn_accuracy(Z, y, 5), 4)
+    print(json.dumps(report, indent=2))
+    if args.out:
+        np.save(args.out, Z)
+        print(f"embedding written to {args.out}")
+    if args.plot:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+
+        ax = plotting.plot_embedding(Z, y, title=f"{args.method} on {args.data}")
+        ax.figure.savefig(args.plot, dpi=120, bbox_inches="tight")
+        plt.close(ax.figure)
+        print(f"plot written to {args.plot}")
+    return 0
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="probdr", description="Dimensionality reduction as "
+                                "probabilistic programs on Pyro.")
+    sub = p.add_subparsers(dest="command", required=True)
+    e = sub.add_parser("embed", help="fit an embedding, print metrics, write it and a plot")
+    e.add_argument("--method", choices=METHODS, default="tsne")
+    e.add_argument("--data", default="digits",
+                   help="digits, mnist5k, blobs, s_curve, swiss_roll, or a .npy/.csv file")
+    e.add_argument("--out", default=None, help="where to write the embedding (.npy)")
+    e.add_argument("--plot", default=None, help="where to write a scatter plot (.png)")
+    e.add_argument("--n-components", type=int, default=2)
+    e.add_argument("--perplexity", type=float, default=30.0)
+    e.add_argument("--n-neighbors", type=int, default=15)
+    e.add_argument("--n-iter", type=int, default=None, help="optimisation steps / epochs")
+    e.add_argument("--pca", type=int, default=None, help="project the data on k PCs first")
+    e.add_argument("--random-state", type=int, default=0)
+    e.add_argument("--verbose", action="store_true")
+    args = p.parse_args(argv)
+    try:
+        return embed(args)
+    except (ValueError, ImportError, FileNotFoundError, MemoryError) as exc:
+        print(f"probdr: error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

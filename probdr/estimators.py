@@ -1,0 +1,460 @@
+"""sklearn-style estimators for the graph-coupling family: :class:`GraphCoupling` and the presets
+:class:`SNE`, :class:`TSNE`, :class:`LargeVis`, :class:`UMAP`.
+
+A method is a choice of (input prior, latent prior, latent kernel, input affinity) -- one model
+(:func:`probdr.models.coupling.graph_coupling_model`) and one MAP driver serve them all.
+
+=========  =======  =======  ============  ===========  ==========================================
+preset     prior_x  prior_z  kernel_z      affinity     optimisation default
+=========  =======  =======  ============  ===========  ==========================================
+SNE        D        D        gaussian      entropic     exact normalisers, gains + momentum
+TSNE       D        E        student       entropic     exact normalisers, early exaggeration 12
+LargeVis   D        B        student       entropic     negative sampling (m=5, gamma=7), SGD
+UMAP       B~       B        umap_odds     umap         negative sampling (m=5, gamma=1), SGD
+=========  =======  =======  ============  ===========  ==========================================
+
+The exact objective (``repulsion="exact"``) is available for every preset; ``loss(Z)`` always
+returns the exact cross-entropy of the spec (§4.2), whatever the optimiser used.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+import torch
+
+from . import affinities
+from .base import DREstimator
+from .graphs import (
+    MAX_LOGIT,
+    GraphLaw,
+    GraphPrior,
+    KernelWeights,
+    SparseWeights,
+    check_coupling,
+    get_prior,
+)
+from .infer import Phase, run_map
+from .init import initialize
+from .kernels import find_ab_params, get_kernel
+from .models.coupling import graph_coupling_model
+from .neighbors import knn
+
+__all__ = ["GraphCoupling", "SNE", "TSNE", "LargeVis", "UMAP", "build_input_graph"]
+
+AFFINITIES = ("entropic", "umap", "binary")
+
+
+def _prior_kind(prior) -> str:
+    return prior.kind if isinstance(prior, GraphPrior) else str(prior).upper()
+
+
+def build_input_graph(
+    X: torch.Tensor,
+    prior_x: str | GraphPrior = "D",
+    affinity: str = "entropic",
+    *,
+    perplexity: float = 30.0,
+    n_neighbors: int | None = None,
+    edge_prior=None,
+    neighbors: str = "auto",
+    random_state: int = 0,
+) -> GraphLaw:
+    r"""The posterior law of the input graph, :math:`W_X \mid X \sim \mathbb P_{\mathcal P_X}
+    (\cdot; \pi \odot K_X)` (Proposition 1), on a kNN edge list.
+
+    ``affinity`` sets :math:`K_X` on the neighbour lists:
+
+    * ``"entropic"``: :math:`K_{X,ij} = \exp(-\|x_i - x_j\|^2/\varepsilon_i)`, bandwidths from the
+      perplexity; ``3 * perplexity`` neighbours unless ``n_neighbors`` is given (openTSNE's choice).
+      Under the D prior the mean is the row-stochastic :math:`P^D`.
+    * ``"umap"``: :math:`K_X = v/(1-v)` with UMAP memberships :math:`v_{j|i}` on
+      ``n_neighbors - 1`` neighbours (self counted, as umap-learn), so the B posterior has mean
+      :math:`v`; with ``prior_x="B~"`` the law is the symmetrised graph, mean the fuzzy union.
+    * ``"binary"``: 0/1 kNN graph (:math:`K_X = \infty` on neighbours).
+    """
+    n = X.shape[0]
+    kind = _prior_kind(prior_x)
+    symmetrize = kind in ("B~",)
+    if affinity == "entropic":
+        k = n_neighbors if n_neighbors is not None else int(min(n - 1, math.ceil(3 * perplexity)))
+    else:
+        k = (n_neighbors - 1) if n_neighbors is not None else min(n - 1, 14)
+    k = min(k, n - 1)
+    idx, d2 = knn(X, k, method=neighbors, random_state=random_state)
+    rows = torch.arange(n).repeat_interleave(k)
+    cols = idx.flatten()
+    if affinity == "entropic":
+        eps = affinities.entropic_bandwidths(d2, perplexity)
+        d2s = d2 - d2.min(1, keepdim=True).values  # row shift: P^D unchanged, no underflow
+        logk = -(d2s / eps[:, None])
+    elif affinity == "umap":
+        v = affinities.umap_membership(d2, n_neighbors=k + 1)
+        logk = torch.logit(v.clamp(0, 1)).clamp(-MAX_LOGIT, MAX_LOGIT)
+    elif affinity == "binary":
+        logk = torch.full_like(d2, MAX_LOGIT)
+    else:
+        raise ValueError(f"affinity must be one of {AFFINITIES}, got {affinity!r}.")
+    weights = SparseWeights(rows, cols, logk.flatten().to(torch.float64), n)
+    prior = get_prior(prior_x.replace("~", "") if isinstance(prior_x, str) else prior_x, edge_prior)
+    law = prior.posterior(weights)
+    return law.symmetrized() if symmetrize else law
+
+
+class GraphCoupling(DREstimator):
+    r"""Probabilistic graph coupling (Van Assel et al., 2022) fitted by MAP.
+
+    Parameters
+    ----------
+    prior_x : {"D", "B", "B~", "E"} or GraphPrior
+        Prior of the input graph :math:`W_X` (``"B~"``: UMAP's symmetrised B graph).
+    prior_z : {"D", "B", "E"} or GraphPrior
+        Prior of the latent graph :math:`W_Z`. The pair must have a defined cross-entropy
+        (spec Table 1); otherwise a ``ValueError`` lists the defined pairs.
+    kernel_z : str or Kernel
+        Latent kernel: ``"gaussian"``, ``"student"``, ``"umap"``, ``"umap_odds"``.
+    perplexity : float
+        Perplexity of the entropic input affinities.
+    n_components : int
+        Embedding dimension q (must be smaller than the number of features).
+    affinity : {"auto", "entropic", "umap", "binary"}
+        Input affinity; ``"auto"`` is ``"umap"`` for B/B~ input priors, else ``"entropic"``.
+    n_neighbors : int, optional
+        Neighbour count for the input graph (UMAP convention: counts the point itself).
+    kernel_params : dict, optional
+        Keyword arguments of the latent kernel (e.g. ``{"dof": 1}``, ``{"a": .., "b": ..}``).
+    edge_prior : array (n, n), sparse or None
+        Edge prior :math:`\pi` of the input graph (Proposition 1: posterior weights
+        :math:`\pi \odot K_X`).
+    repulsion : {"exact", "negative_sampling"}
+        Exact all-pairs normaliser (O(n^2) per step) or negative sampling (B latent prior).
+    negative_samples, negative_weight : int, float
+        Negatives per edge and their weight :math:`\gamma` (negative sampling only).
+    observe : {"mean", "sample"}
+        Couple with the posterior mean of :math:`W_X` (exact cross-entropy) or with a fresh
+        posterior draw at every step (Monte Carlo coupling).
+    init : {"pca", "random", "spectral", "ccpca"} or array (n, q)
+    n_iter : int
+        Total optimisation steps (including early exaggeration).
+    early_exaggeration, early_exaggeration_iter : float, int
+        Attraction multiplier and its duration.
+    learning_rate : float or "auto"
+        ``"auto"``: ``max(200, n / exaggeration)`` per phase for the gains optimiser (openTSNE's
+        rule), 1.0 decaying to 0 for SGD (umap-learn's).
+    momentum, early_momentum : float
+    optimizer : {"gains", "sgd", "adam"}
+    neighbors : {"auto", "exact", "approximate"}
+    dtype : {"float32", "float64"}
+    random_state : int or None
+    verbose : bool
+
+    Attributes
+    ----------
+    embedding_ : ndarray (n, q)
+    input_graph_ : GraphLaw
+        The law of :math:`W_X \mid X` (``.mean`` is :math:`E[W_X]`, ``.sample()`` draws a graph).
+    loss_history_ : ndarray
+        Optimised objective at every step (with exaggeration; a stochastic estimate under
+        negative sampling).
+    kernel_ : Kernel
+    """
+
+    _defaults_kernel: dict[str, Any] = {}
+
+    def __init__(
+        self,
+        prior_x="D",
+        prior_z="E",
+        kernel_z="student",
+        perplexity: float = 30.0,
+        n_components: int = 2,
+        *,
+        affinity: str = "auto",
+        n_neighbors: int | None = None,
+        kernel_params: dict | None = None,
+        edge_prior=None,
+        repulsion: str = "exact",
+        negative_samples: int = 5,
+        negative_weight: float = 1.0,
+        observe: str = "mean",
+        init="pca",
+        n_iter: int = 750,
+        early_exaggeration: float = 12.0,
+        early_exaggeration_iter: int = 250,
+        learning_rate="auto",
+        momentum: float = 0.8,
+        early_momentum: float = 0.5,
+        optimizer: str = "gains",
+        neighbors: str = "auto",
+        dtype: str = "float32",
+        random_state: int | None = None,
+        verbose: bool = False,
+    ):
+        self.prior_x = prior_x
+        self.prior_z = prior_z
+        self.kernel_z = kernel_z
+        self.perplexity = perplexity
+        self.n_components = n_components
+        self.affinity = affinity
+        self.n_neighbors = n_neighbors
+        self.kernel_params = kernel_params
+        self.edge_prior = edge_prior
+        self.repulsion = repulsion
+        self.negative_samples = negative_samples
+        self.negative_weight = negative_weight
+        self.observe = observe
+        self.init = init
+        self.n_iter = n_iter
+        self.early_exaggeration = early_exaggeration
+        self.early_exaggeration_iter = early_exaggeration_iter
+        self.learning_rate = learning_rate
+        self.momentum = momentum
+        self.early_momentum = early_momentum
+        self.optimizer = optimizer
+        self.neighbors = neighbors
+        self.dtype = dtype
+        self.random_state = random_state
+        self.verbose = verbose
+
+    # -- configuration ----------------------------------------------------------------------
+    def _affinity(self) -> str:
+        if self.affinity != "auto":
+            return self.affinity
+        return "umap" if _prior_kind(self.prior_x) in ("B", "B~") else "entropic"
+
+    def _latent_prior(self) -> GraphPrior:
+        return get_prior(self.prior_z)
+
+    def _make_kernel(self):
+        params = dict(self._defaults_kernel)
+        params.update(self.kernel_params or {})
+        return get_kernel(self.kernel_z, **params)
+
+    def _check_params(self, n: int, p: int) -> None:
+        kx, kz = _prior_kind(self.prior_x), _prior_kind(self.prior_z)
+        if not isinstance(self.prior_z, GraphPrior) or kz in ("B", "D", "E"):
+            check_coupling(kx, kz)
+        aff = self._affinity()
+        if aff not in AFFINITIES:
+            raise ValueError(f"affinity must be 'auto' or one of {AFFINITIES}, got {aff!r}.")
+        if aff == "entropic":
+            if not (isinstance(self.perplexity, (int, float)) and self.perplexity >= 1):
+                raise ValueError(f"perplexity must be a number >= 1, got {self.perplexity!r}.")
+            if self.perplexity >= n - 1:
+                raise ValueError(
+                    f"perplexity={self.perplexity} is too large for n={n} samples: it must be "
+                    f"smaller than n - 1 = {n - 1} (use a smaller perplexity or more data).")
+            if self.n_neighbors is not None and self.n_neighbors < self.perplexity:
+                raise ValueError(f"n_neighbors={self.n_neighbors} must be >= perplexity "
+                                 f"{self.perplexity}.")
+        if self.n_neighbors is not None:
+            if not (isinstance(self.n_neighbors, (int, np.integer)) and self.n_neighbors >= 2):
+                raise ValueError(f"n_neighbors must be an integer >= 2, got {self.n_neighbors!r}.")
+            limit = n if aff != "entropic" else n - 1
+            if self.n_neighbors > limit:
+                raise ValueError(
+                    f"n_neighbors={self.n_neighbors} is too large for n={n} samples (at most "
+                    f"{limit}).")
+        if self.repulsion not in ("exact", "negative_sampling"):
+            raise ValueError(f"repulsion must be 'exact' or 'negative_sampling', got "
+                             f"{self.repulsion!r}.")
+        if self.repulsion == "negative_sampling" and kz != "B":
+            raise ValueError("repulsion='negative_sampling' is implemented for the B latent prior "
+                             "(UMAP, LargeVis); use repulsion='exact' with D or E.")
+        if self.observe not in ("mean", "sample"):
+            raise ValueError(f"observe must be 'mean' or 'sample', got {self.observe!r}.")
+        if not (isinstance(self.n_iter, (int, np.integer)) and self.n_iter >= 1):
+            raise ValueError(f"n_iter must be a positive integer, got {self.n_iter!r}.")
+        if self.early_exaggeration_iter > self.n_iter:
+            raise ValueError(f"early_exaggeration_iter={self.early_exaggeration_iter} exceeds "
+                             f"n_iter={self.n_iter}.")
+        if self.learning_rate != "auto" and not (
+                isinstance(self.learning_rate, (int, float)) and self.learning_rate > 0):
+            raise ValueError(f"learning_rate must be 'auto' or positive, got {self.learning_rate!r}.")
+        self._make_kernel()  # raises on a bad kernel name
+
+    def _phases(self, n: int) -> tuple[list[Phase], float, float | None]:
+        """Optimisation schedule, loss scale and gradient clip."""
+        ee = float(self.early_exaggeration)
+        n_ee = int(self.early_exaggeration_iter) if ee != 1.0 else 0
+        n_main = int(self.n_iter) - n_ee
+        if self.optimizer == "gains":
+            def lr(alpha):
+                return max(200.0, n / alpha) if self.learning_rate == "auto" else self.learning_rate
+            phases = []
+            if n_ee:
+                phases.append(Phase(n_ee, lr(ee), self.early_momentum,
+                                    model_kwargs={"exaggeration": ee}, name="exaggeration"))
+            phases.append(Phase(n_main, lr(1.0), self.momentum, name="main"))
+            return phases, 1.0 / n, None
+        lr0 = 1.0 if self.learning_rate == "auto" else float(self.learning_rate)
+        phases = []
+        if n_ee:
+            phases.append(Phase(n_ee, lr0, 0.0, model_kwargs={"exaggeration": ee},
+                                name="exaggeration"))
+        phases.append(Phase(n_main, lr0, 0.0, final_learning_rate=0.0, name="main"))
+        clip = 4.0 if self.optimizer == "sgd" else None
+        return phases, 1.0, clip
+
+    # -- fitting ---------------------------------------------------------------------------
+    def _build_input_graph(self, X: torch.Tensor) -> GraphLaw:
+        return build_input_graph(
+            X, self.prior_x, self._affinity(), perplexity=self.perplexity,
+            n_neighbors=self.n_neighbors, edge_prior=self.edge_prior, neighbors=self.neighbors,
+            random_state=self.random_state_)
+
+    def _init_scale(self):
+        return "umap" if self.optimizer == "sgd" else 1e-4
+
+    def _fit(self, X: torch.Tensor) -> torch.Tensor:
+        n = X.shape[0]
+        gen = torch.Generator().manual_seed(self.random_state_)
+        self.input_graph_ = self._build_input_graph(X)
+        self.kernel_ = self._make_kernel()
+        dtype = self._fit_dtype
+        mean = self.input_graph_.mean
+        W_X = mean.to(dtype).coalesce() if mean.is_sparse else mean.to(dtype)
+        Z0 = initialize(self.init, X, self.n_components, graph=mean, input_graph=self.input_graph_,
+                        scale=self._init_scale(), generator=gen).to(dtype)
+        self.model_kwargs_ = dict(
+            W_X=W_X, prior_z=self._latent_prior(), kernel=self.kernel_,
+            n_components=self.n_components, repulsion=self.repulsion,
+            negative_samples=self.negative_samples, negative_weight=self.negative_weight)
+        observe = None
+        if self.observe == "sample":
+            def observe():
+                W = self.input_graph_.sample()
+                return W.to(dtype).coalesce() if W.is_sparse else W.to(dtype)
+        phases, scale, clip = self._phases(n)
+        res = run_map(graph_coupling_model, self.model_kwargs_, Z0, phases,
+                      optimizer=self.optimizer, loss_scale=scale, grad_clip=clip,
+                      observe=observe, verbose=self.verbose, desc=type(self).__name__)
+        self.loss_history_ = res.loss_history
+        self.n_iter_ = res.n_iter
+        return res.Z
+
+    # -- the objective ------------------------------------------------------------------------
+    def _check_Z(self, Z) -> torch.Tensor:
+        if not hasattr(self, "input_graph_"):
+            raise RuntimeError(f"{type(self).__name__} is not fitted: call fit(X) first.")
+        Zt = torch.as_tensor(np.asarray(Z) if not isinstance(Z, torch.Tensor) else Z,
+                             dtype=torch.float64)
+        n = self.input_graph_.n
+        if tuple(Zt.shape) != (n, self.n_components):
+            raise ValueError(f"Z must have shape ({n}, {self.n_components}), got "
+                             f"{tuple(Zt.shape)}.")
+        return Zt
+
+    def latent_law(self, Z) -> GraphLaw:
+        """The posterior law of :math:`W_Z` given Z (float64)."""
+        return self._latent_prior().posterior(KernelWeights(self._check_Z(Z), self._make_kernel()))
+
+    def loss(self, Z) -> float:
+        r"""The coupling cross-entropy :math:`\mathcal H_{\mathcal P_X,\mathcal P_Z}(Z)` of spec §4.2,
+        exactly (all ordered pairs :math:`i \ne j`, float64), from ``input_graph_.mean``."""
+        law = self.latent_law(Z)
+        P = self.input_graph_.mean
+        return float(law.cross_entropy(P.double().coalesce() if P.is_sparse else P.double()))
+
+    def log_joint(self, Z) -> float:
+        """The Pyro model's log joint density at Z (exact repulsion, no exaggeration, float64)."""
+        import pyro.poutine as poutine
+
+        Zt = self._check_Z(Z)
+        kw = dict(self.model_kwargs_)
+        P = self.input_graph_.mean
+        kw.update(W_X=P.double().coalesce() if P.is_sparse else P.double(), repulsion="exact",
+                  dtype=torch.float64)
+        tr = poutine.trace(poutine.condition(graph_coupling_model, data={"Z": Zt})).get_trace(**kw)
+        return float(tr.log_prob_sum())
+
+
+class SNE(GraphCoupling):
+    """Stochastic neighbour embedding: coupling (D, D) with a Gaussian latent kernel
+    :math:`\\exp(-\\|z_i - z_j\\|^2)`."""
+
+    def __init__(self, perplexity=30.0, n_components=2, *, kernel_z="gaussian", n_iter=750,
+                 early_exaggeration=4.0, early_exaggeration_iter=250, learning_rate="auto",
+                 init="pca", repulsion="exact", observe="mean", edge_prior=None,
+                 neighbors="auto", dtype="float32", random_state=None, verbose=False):
+        super().__init__("D", "D", kernel_z, perplexity, n_components, init=init, n_iter=n_iter,
+                         early_exaggeration=early_exaggeration,
+                         early_exaggeration_iter=early_exaggeration_iter,
+                         learning_rate=learning_rate, repulsion=repulsion, observe=observe,
+                         edge_prior=edge_prior, neighbors=neighbors, dtype=dtype,
+                         random_state=random_state, verbose=verbose)
+
+
+class TSNE(GraphCoupling):
+    """t-SNE: coupling (D, E) with the Student (Cauchy) latent kernel :math:`1/(1 + d^2)`;
+    exact normalisers, early exaggeration 12 for 250 of 750 steps, openTSNE's learning rate."""
+
+    def __init__(self, perplexity=30.0, n_components=2, *, dof=1.0, n_iter=750,
+                 early_exaggeration=12.0, early_exaggeration_iter=250, learning_rate="auto",
+                 init="pca", repulsion="exact", observe="mean", edge_prior=None,
+                 neighbors="auto", dtype="float32", random_state=None, verbose=False):
+        self.dof = dof
+        super().__init__("D", "E", "student", perplexity, n_components, init=init, n_iter=n_iter,
+                         early_exaggeration=early_exaggeration,
+                         early_exaggeration_iter=early_exaggeration_iter,
+                         learning_rate=learning_rate, repulsion=repulsion, observe=observe,
+                         edge_prior=edge_prior, neighbors=neighbors, dtype=dtype,
+                         random_state=random_state, verbose=verbose)
+
+    def _make_kernel(self):
+        return get_kernel("student", dof=self.dof)
+
+
+class LargeVis(GraphCoupling):
+    """LargeVis: coupling (D, B) with the Student latent kernel, fitted by negative sampling
+    (5 negatives per edge, weight 7, as Tang et al.) with SGD; ``repulsion="exact"`` gives the
+    exact :math:`\\mathcal H_{D,B}`."""
+
+    def __init__(self, perplexity=30.0, n_components=2, *, n_iter=500, negative_samples=5,
+                 negative_weight=7.0, learning_rate="auto", init="spectral",
+                 repulsion="negative_sampling", observe="mean", edge_prior=None,
+                 neighbors="auto", dtype="float32", random_state=None, verbose=False):
+        super().__init__("D", "B", "student", perplexity, n_components, init=init, n_iter=n_iter,
+                         early_exaggeration=1.0, early_exaggeration_iter=0,
+                         learning_rate=learning_rate, repulsion=repulsion,
+                         negative_samples=negative_samples, negative_weight=negative_weight,
+                         observe=observe, optimizer="sgd", edge_prior=edge_prior,
+                         neighbors=neighbors, dtype=dtype, random_state=random_state,
+                         verbose=verbose)
+
+
+class UMAP(GraphCoupling):
+    """UMAP: coupling (B~, B) of the symmetrised fuzzy kNN graph with UMAP's curve
+    :math:`1/(1 + a d^{2b})` as the latent edge probability (kernel ``umap_odds``), fitted by
+    negative sampling (5 per edge) with SGD, learning rate 1 decaying to 0, gradients clipped at
+    4, spectral initialisation -- umap-learn's scheme.
+
+    Attributes ``a_``, ``b_`` hold the curve fitted from ``min_dist`` and ``spread``.
+    """
+
+    def __init__(self, n_neighbors=15, n_components=2, *, min_dist=0.1, spread=1.0,
+                 n_epochs=None, negative_samples=5, negative_weight=1.0, learning_rate="auto",
+                 init="spectral", repulsion="negative_sampling", observe="mean", edge_prior=None,
+                 neighbors="auto", dtype="float32", random_state=None, verbose=False):
+        self.min_dist = min_dist
+        self.spread = spread
+        self.n_epochs = n_epochs
+        super().__init__("B~", "B", "umap_odds", 30.0, n_components, affinity="umap",
+                         n_neighbors=n_neighbors, init=init, n_iter=1, early_exaggeration=1.0,
+                         early_exaggeration_iter=0, learning_rate=learning_rate,
+                         repulsion=repulsion, negative_samples=negative_samples,
+                         negative_weight=negative_weight, observe=observe, optimizer="sgd",
+                         edge_prior=edge_prior, neighbors=neighbors, dtype=dtype,
+                         random_state=random_state, verbose=verbose)
+
+    def _make_kernel(self):
+        self.a_, self.b_ = find_ab_params(self.spread, self.min_dist)
+        return get_kernel("umap_odds", a=self.a_, b=self.b_)
+
+    def _check_params(self, n, p):
+        if self.n_epochs is not None and not (isinstance(self.n_epochs, int) and self.n_epochs > 0):
+            raise ValueError(f"n_epochs must be a positive integer or None, got {self.n_epochs!r}.")
+        self.n_iter = self.n_epochs or (500 if n <= 10_000 else 200)
+        super()._check_params(n, p)

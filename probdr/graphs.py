@@ -1,0 +1,619 @@
+r"""Graph laws B, D, E (spec §3) as Pyro distributions, and their priors (Proposition 1).
+
+A graph law over directed graphs :math:`W \in \mathbb N^{n \times n}` (no self loops) is set by
+log edge weights :math:`\log w_{ij} = \log \pi_{ij} + \log K_{ij}` (diagonal excluded):
+
+=====  ==========================================================  ==========================
+law    :math:`W \sim`                                               mean :math:`E[W_{ij}]`
+=====  ==========================================================  ==========================
+B      :math:`W_{ij} \sim \mathcal B(w_{ij}/(1+w_{ij}))` independent  :math:`w_{ij}/(1+w_{ij})`
+D      :math:`W_i \sim \mathcal M(1, w_i/w_{i+})` independent rows    :math:`w_{ij}/w_{i+}`
+E      :math:`W \sim \mathcal M(n, w/w_{++})`                         :math:`n w_{ij}/w_{++}`
+B~     :math:`\mathbb 1[W + W^\top \ge 1]`, W ~ B (UMAP's graph)      :math:`P+P^\top-P\odot P^\top`
+=====  ==========================================================  ==========================
+
+Every law writes its log-probability in one shape, which is eq. (5) of the paper:
+
+.. math::
+    \log p(W) = \underbrace{\sum_{i\ne j} W_{ij}\log w_{ij}}_{\text{attraction}}
+    - \underbrace{\mathcal N(W)}_{\text{repulsion}} + \underbrace{c(W)}_{\text{combinatorial}}
+
+with :math:`\mathcal N = \sum_i W_{i+}\log w_{i+}` (D), :math:`W_{++}\log w_{++}` (E),
+:math:`\sum_{i\ne j}\log(1+w_{ij})` (B) and :math:`c = \log n! - \sum \log W_{ij}!` (E only).
+``log_prob`` accepts an integer graph or an expected graph :math:`E[W]` (dense tensor or sparse
+COO); at an expected graph it equals the expected log-likelihood up to :math:`c`, which does not
+depend on the weights. :meth:`GraphLaw.cross_entropy` returns the spec's closed forms (§4.2).
+
+Weights come in three representations of one law: :class:`DenseWeights` (n x n),
+:class:`SparseWeights` (edge list; absent edges have weight 0) and :class:`KernelWeights`
+(implicit :math:`\log k(\|z_i-z_j\|^2)` for all pairs, with exact normalisers and a hand-written
+gradient), so the same law serves as the exact oracle and at scale.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from pyro.distributions import TorchDistribution
+from torch.distributions import constraints
+
+from ._pairwise import pair_reduce
+from .neighbors import pairwise_sq_distances
+
+__all__ = [
+    "Weights", "DenseWeights", "SparseWeights", "KernelWeights",
+    "GraphLaw", "BinaryGraph", "UnitDegreeGraph", "NEdgeGraph", "SymmetrizedBinaryGraph",
+    "GraphPrior", "BinaryPrior", "UnitDegreePrior", "NEdgePrior", "get_prior",
+    "check_coupling", "DEFINED_COUPLINGS", "laplacian", "connected_components",
+]
+
+NEG_INF = float("-inf")
+
+
+def _coo(indices, values, size):
+    """Sparse COO tensor (invariant checks off: indices are built here, in range)."""
+    return torch.sparse_coo_tensor(indices, values, size, check_invariants=False)
+#: logits are clamped here so that probability-1 edges (UMAP's nearest neighbour) stay finite
+MAX_LOGIT = 50.0
+
+
+# --------------------------------------------------------------------------------------------
+# weights
+# --------------------------------------------------------------------------------------------
+class Weights:
+    """Log edge weights of a graph law over n nodes, diagonal excluded."""
+
+    n: int
+    is_sparse = False
+
+    def log_at(self, rows: torch.Tensor, cols: torch.Tensor) -> torch.Tensor:
+        raise NotImplementedError
+
+    def dense(self) -> torch.Tensor:
+        raise NotImplementedError
+
+    def row_logsumexp(self) -> torch.Tensor:
+        return torch.logsumexp(self.dense(), 1)
+
+    def total_logsumexp(self) -> torch.Tensor:
+        return torch.logsumexp(self.dense().flatten(), 0)
+
+    def sum_softplus(self) -> torch.Tensor:
+        return torch.nn.functional.softplus(self.dense()).sum()
+
+    def with_log_prior(self, log_pi) -> Weights:
+        """Weights :math:`\\log \\pi + \\log K` (Proposition 1)."""
+        raise NotImplementedError
+
+
+def _mask_diag(M: torch.Tensor) -> torch.Tensor:
+    M = M.clone()
+    M.diagonal(dim1=-2, dim2=-1).fill_(NEG_INF)
+    return M
+
+
+class DenseWeights(Weights):
+    """Dense ``(n, n)`` log-weights; the diagonal is set to ``-inf``."""
+
+    def __init__(self, log_w: torch.Tensor):
+        if log_w.ndim != 2 or log_w.shape[0] != log_w.shape[1]:
+            raise ValueError(f"log-weights must be square (n, n), got {tuple(log_w.shape)}.")
+        self.log_w = _mask_diag(log_w)
+        self.n = log_w.shape[0]
+
+    def log_at(self, rows, cols):
+        return self.log_w[rows, cols]
+
+    def dense(self):
+        return self.log_w
+
+    def with_log_prior(self, log_pi):
+        return DenseWeights(self.log_w + _as_dense_log_pi(log_pi, self.n, self.log_w))
+
+
+class SparseWeights(Weights):
+    """Edge-list log-weights: ``rows``, ``cols``, ``values`` (absent pairs have weight 0)."""
+
+    is_sparse = True
+
+    def __init__(self, rows, cols, values, n: int):
+        keep = rows != cols
+        idx = torch.stack([rows[keep], cols[keep]])
+        t = _coo(idx, values[keep], (n, n)).coalesce()
+        self.rows, self.cols = t.indices()
+        self.values = t.values()
+        self.n = n
+
+    @classmethod
+    def from_sparse(cls, S: torch.Tensor, log: bool = False):
+        S = S.coalesce()
+        v = S.values() if log else torch.log(S.values())
+        return cls(S.indices()[0], S.indices()[1], v, S.shape[0])
+
+    def log_at(self, rows, cols):  # pragma: no cover - rarely needed
+        D = self.dense()
+        return D[rows, cols]
+
+    def dense(self):
+        D = torch.full((self.n, self.n), NEG_INF, dtype=self.values.dtype)
+        D[self.rows, self.cols] = self.values
+        return D
+
+    def row_logsumexp(self):
+        m = torch.full((self.n,), NEG_INF, dtype=self.values.dtype)
+        m = m.scatter_reduce(0, self.rows, self.values, "amax")
+        m_safe = torch.where(torch.isfinite(m), m, torch.zeros_like(m))
+        s = torch.zeros(self.n, dtype=self.values.dtype).index_add(
+            0, self.rows, torch.exp(self.values - m_safe[self.rows]))
+        return torch.log(s) + m_safe
+
+    def total_logsumexp(self):
+        return torch.logsumexp(self.values, 0)
+
+    def sum_softplus(self):
+        return torch.nn.functional.softplus(self.values).sum()
+
+    def with_log_prior(self, log_pi):
+        if log_pi is None:
+            return self
+        if isinstance(log_pi, torch.Tensor) and log_pi.is_sparse:
+            lp = _sparse_lookup(log_pi.coalesce(), self.rows, self.cols, self.n)
+        else:
+            lp = _as_dense_log_pi(log_pi, self.n, self.values)[self.rows, self.cols]
+        return SparseWeights(self.rows, self.cols, self.values + lp, self.n)
+
+    def to_sparse(self, values=None):
+        v = self.values if values is None else values
+        return _coo(torch.stack([self.rows, self.cols]), v,
+                                       (self.n, self.n)).coalesce()
+
+
+class KernelWeights(Weights):
+    r"""Implicit weights :math:`\log w_{ij} = \log\pi_{ij} + \log k(\|z_i - z_j\|^2)` for all pairs.
+
+    Normalisers are exact (all pairs, blocked) with a hand-written gradient; edge terms are
+    evaluated only where the observed graph has edges.
+    """
+
+    def __init__(self, Z: torch.Tensor, kernel, log_pi: torch.Tensor | None = None):
+        self.Z, self.kernel, self.n = Z, kernel, Z.shape[0]
+        self.log_pi = log_pi
+
+    def log_at(self, rows, cols):
+        # index_select: its backward (index_add) is deterministic, unlike advanced indexing
+        d2 = (self.Z.index_select(0, rows) - self.Z.index_select(0, cols)).pow(2).sum(-1)
+        lw = self.kernel.log_k(d2)
+        if self.log_pi is not None:
+            lw = lw + self.log_pi[rows, cols].to(lw.dtype)
+        return lw
+
+    def dense(self):
+        lw = self.kernel.log_k(pairwise_sq_distances(self.Z))
+        if self.log_pi is not None:
+            lw = lw + self.log_pi.to(lw.dtype)
+        return _mask_diag(lw)
+
+    def row_logsumexp(self):
+        return pair_reduce(self.Z, "row", self.kernel, self.log_pi)
+
+    def total_logsumexp(self):
+        return pair_reduce(self.Z, "total", self.kernel, self.log_pi)
+
+    def sum_softplus(self):
+        return pair_reduce(self.Z, "softplus", self.kernel, self.log_pi)
+
+    def with_log_prior(self, log_pi):
+        if log_pi is None:
+            return self
+        lp = _as_dense_log_pi(log_pi, self.n, self.Z)
+        return KernelWeights(self.Z, self.kernel, lp if self.log_pi is None else self.log_pi + lp)
+
+
+def _as_dense_log_pi(log_pi, n, like):
+    if log_pi is None:
+        return torch.zeros((), dtype=like.dtype)
+    if isinstance(log_pi, torch.Tensor) and log_pi.is_sparse:
+        log_pi = log_pi.to_dense()
+    lp = torch.as_tensor(log_pi, dtype=like.dtype)
+    if lp.ndim != 0 and tuple(lp.shape) != (n, n):
+        raise ValueError(f"edge prior must be a scalar or ({n}, {n}), got {tuple(lp.shape)}.")
+    return lp
+
+
+def _sparse_lookup(S: torch.Tensor, rows, cols, n):
+    """Values of coalesced sparse ``S`` at (rows, cols); 0 where absent."""
+    keys = S.indices()[0] * n + S.indices()[1]
+    q = rows * n + cols
+    pos = torch.searchsorted(keys, q).clamp_max(max(keys.numel() - 1, 0))
+    hit = keys.numel() > 0 and True
+    out = torch.zeros(q.shape, dtype=S.values().dtype)
+    if hit:
+        found = keys[pos] == q
+        out[found] = S.values()[pos[found]]
+    return out
+
+
+# --------------------------------------------------------------------------------------------
+# laws
+# --------------------------------------------------------------------------------------------
+def _edge_terms(value):
+    """(rows, cols, values) of a graph given dense or sparse."""
+    if value.is_sparse:
+        v = value.coalesce()
+        return v.indices()[0], v.indices()[1], v.values()
+    r, c = torch.nonzero(value, as_tuple=True)
+    return r, c, value[r, c]
+
+
+class GraphLaw(TorchDistribution):
+    """Base class of the B, D and E graph laws (see module docstring)."""
+
+    arg_constraints: dict = {}
+    support = constraints.independent(constraints.nonnegative_integer, 2)
+    has_enumerate_support = False
+    prior = "?"
+
+    def __init__(self, weights: Weights, validate_args=None):
+        if not isinstance(weights, Weights):
+            weights = DenseWeights(torch.as_tensor(weights))
+        self.weights = weights
+        self.n = weights.n
+        super().__init__(torch.Size(), torch.Size((self.n, self.n)), validate_args=False)
+
+    # the three pieces of eq. (5) -------------------------------------------------------------
+    def attraction(self, value) -> torch.Tensor:
+        r""":math:`\sum_{i \ne j} W_{ij} \log w_{ij}` (0 where :math:`W_{ij} = 0`)."""
+        r, c, v = _edge_terms(value)
+        keep = r != c
+        r, c, v = r[keep], c[keep], v[keep]
+        lw = self.weights.log_at(r, c)
+        return torch.where(v > 0, v.to(lw.dtype) * lw, torch.zeros_like(lw)).sum()
+
+    def normaliser(self, value) -> torch.Tensor:
+        raise NotImplementedError
+
+    def log_combinatorial(self, value) -> torch.Tensor:
+        return torch.zeros(())
+
+    def in_support(self, value) -> bool:
+        return True
+
+    def log_prob(self, value):
+        lp = self.attraction(value) - self.normaliser(value) + self.log_combinatorial(value)
+        return lp
+
+    def cross_entropy(self, P) -> torch.Tensor:
+        r""":math:`-\mathbb E_{W\sim P}[\log p(W)]` as the spec's §4.2 writes it, from the expected
+        graph ``P`` (the multinomial coefficient, constant in the weights, is not included)."""
+        return -(self.attraction(P) - self.normaliser(P))
+
+    # helpers ----------------------------------------------------------------------------------
+    def _mean_values(self):  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def expand(self, batch_shape, _instance=None):  # pragma: no cover - graphs are unbatched
+        if tuple(batch_shape) != ():
+            raise NotImplementedError("graph laws are not batched; use sample(sample_shape).")
+        return self
+
+    def __repr__(self):
+        kind = "sparse" if self.weights.is_sparse else "dense"
+        return f"{type(self).__name__}(n={self.n}, {kind})"
+
+
+def _row_sums(value, n):
+    r, _, v = _edge_terms(value)
+    return torch.zeros(n, dtype=v.dtype).index_add(0, r, v)
+
+
+def _total(value):
+    return value.coalesce().values().sum() if value.is_sparse else value.sum()
+
+
+class BinaryGraph(GraphLaw):
+    r"""B law: independent Bernoulli edges :math:`W_{ij} \sim \mathcal B(w_{ij}/(1+w_{ij}))`."""
+
+    prior = "B"
+
+    def normaliser(self, value):
+        # log prod (1 + w_ij): does not depend on the graph
+        return self.weights.sum_softplus()
+
+    def in_support(self, value):
+        r, c, v = _edge_terms(value)
+        return bool(((v == 0) | (v == 1)).all())
+
+    @property
+    def mean(self):
+        w = self.weights
+        if w.is_sparse:
+            return w.to_sparse(torch.sigmoid(w.values))
+        return torch.sigmoid(w.dense())
+
+    def sample(self, sample_shape=torch.Size()):
+        w = self.weights
+        with torch.no_grad():
+            if w.is_sparse:
+                N = int(torch.Size(sample_shape).numel())
+                p = torch.sigmoid(w.values.clamp(-MAX_LOGIT, MAX_LOGIT))
+                draws = torch.bernoulli(p.expand(N, -1))
+                return _stack_sparse(w.rows, w.cols, draws, w.n, sample_shape)
+            p = torch.sigmoid(w.dense().clamp(max=MAX_LOGIT))
+            return torch.bernoulli(p.expand(*sample_shape, *p.shape)).to(torch.long)
+
+    def symmetrized(self) -> SymmetrizedBinaryGraph:
+        """The law of :math:`\\tilde W = \\mathbb 1[W + W^\\top \\ge 1]` (UMAP's input graph)."""
+        return SymmetrizedBinaryGraph(self)
+
+
+class SymmetrizedBinaryGraph(GraphLaw):
+    r"""B~ law: :math:`\tilde W = \mathbb 1[W + W^\top \ge 1]` with W ~ B; symmetric,
+    :math:`\tilde W_{ij} \sim \mathcal B(P_{ij} + P_{ji} - P_{ij}P_{ji})` independently for i<j."""
+
+    prior = "B"
+
+    def __init__(self, base: BinaryGraph):
+        self.base = base
+        P = base.mean
+        if P.is_sparse:
+            PT = P.t().coalesce()
+            Pt = (P + PT - P * PT).coalesce()
+            lw = torch.logit(Pt.values().clamp(0, 1)).clamp(-MAX_LOGIT, MAX_LOGIT)
+            weights = SparseWeights(Pt.indices()[0], Pt.indices()[1], lw, base.n)
+        else:
+            Pt = P + P.T - P * P.T
+            weights = DenseWeights(torch.logit(Pt).clamp(-MAX_LOGIT, MAX_LOGIT))
+        super().__init__(weights)
+
+    def normaliser(self, value):
+        return self.weights.sum_softplus()
+
+    @property
+    def mean(self):
+        return BinaryGraph(self.weights).mean
+
+    def sample(self, sample_shape=torch.Size()):
+        W = self.base.sample(sample_shape)
+        if W.is_sparse:
+            WT = W.transpose(-1, -2).coalesce()
+            S = (W + WT).coalesce()
+            S = _coo(S.indices(), (S.values() >= 1).to(torch.long), S.shape)
+            return S.coalesce()
+        return ((W + W.transpose(-1, -2)) >= 1).to(torch.long)
+
+
+class UnitDegreeGraph(GraphLaw):
+    r"""D law: each row has exactly one out-edge, :math:`W_i \sim \mathcal M(1, w_i/w_{i+})`."""
+
+    prior = "D"
+
+    def normaliser(self, value):
+        return (_row_sums(value, self.n).to(self._dtype()) * self.weights.row_logsumexp()).sum()
+
+    def _dtype(self):
+        w = self.weights
+        return (w.values if w.is_sparse else w.Z if isinstance(w, KernelWeights) else w.log_w).dtype
+
+    def in_support(self, value):
+        rs = _row_sums(value, self.n)
+        return bool(torch.all(rs == 1))
+
+    @property
+    def mean(self):
+        w = self.weights
+        if w.is_sparse:
+            lse = w.row_logsumexp()
+            return w.to_sparse(torch.exp(w.values - lse[w.rows]))
+        return torch.softmax(w.dense(), 1)
+
+    def sample(self, sample_shape=torch.Size()):
+        w = self.weights
+        N = int(torch.Size(sample_shape).numel())
+        with torch.no_grad():
+            if w.is_sparse:
+                g = w.values + _gumbel((N, w.values.numel()), w.values.dtype)
+                key = w.rows + w.n * torch.arange(N)[:, None]
+                best = torch.full((N * w.n,), NEG_INF, dtype=g.dtype).scatter_reduce(
+                    0, key.flatten(), g.flatten(), "amax")
+                win = (g.flatten() == best[key.flatten()]).to(torch.long).view(N, -1)
+                return _stack_sparse(w.rows, w.cols, win, w.n, sample_shape)
+            L = w.dense()
+            idx = torch.distributions.Categorical(logits=L).sample((N,))  # (N, n)
+            W = torch.zeros(N, w.n, w.n, dtype=torch.long)
+            W.scatter_(2, idx[:, :, None], 1)
+            return W.view(*sample_shape, w.n, w.n)
+
+
+class NEdgeGraph(GraphLaw):
+    r"""E law: n edges in total, :math:`W \sim \mathcal M(n, w / w_{++})` over all off-diagonal
+    cells (multi-edges allowed)."""
+
+    prior = "E"
+
+    def normaliser(self, value):
+        return _total(value) * self.weights.total_logsumexp()
+
+    def log_combinatorial(self, value):
+        r, c, v = _edge_terms(value)
+        v = v.to(torch.float64)
+        return math.lgamma(self.n + 1) - torch.lgamma(v + 1).sum()
+
+    def in_support(self, value):
+        return bool(_total(value) == self.n)
+
+    @property
+    def mean(self):
+        w = self.weights
+        if w.is_sparse:
+            return w.to_sparse(self.n * torch.exp(w.values - w.total_logsumexp()))
+        L = w.dense()
+        return self.n * torch.exp(L - torch.logsumexp(L.flatten(), 0))
+
+    def sample(self, sample_shape=torch.Size()):
+        w = self.weights
+        N = int(torch.Size(sample_shape).numel())
+        with torch.no_grad():
+            logits = w.values if w.is_sparse else w.dense().flatten()
+            probs = torch.softmax(logits.to(torch.float64), 0)
+            draws = torch.multinomial(probs.expand(N, -1), self.n, replacement=True)
+            counts = torch.zeros(N, probs.numel(), dtype=torch.long)
+            counts.scatter_add_(1, draws, torch.ones_like(draws))
+            if w.is_sparse:
+                return _stack_sparse(w.rows, w.cols, counts, w.n, sample_shape)
+            return counts.view(*sample_shape, w.n, w.n)
+
+
+def _gumbel(shape, dtype):
+    u = torch.rand(shape, dtype=torch.float64).clamp(1e-300, 1.0)
+    return (-torch.log(-torch.log(u))).to(dtype)
+
+
+def _stack_sparse(rows, cols, draws, n, sample_shape):
+    """Sparse COO graphs from per-edge draws (N, nnz); drops zero entries."""
+    N = draws.shape[0]
+    b, e = torch.nonzero(draws, as_tuple=True)
+    vals = draws[b, e].to(torch.long)
+    if tuple(sample_shape) == ():
+        return _coo(torch.stack([rows[e], cols[e]]), vals, (n, n)).coalesce()
+    idx = torch.stack([b, rows[e], cols[e]])
+    S = _coo(idx, vals, (N, n, n)).coalesce()
+    return S if len(sample_shape) == 1 else S.to_dense().view(*sample_shape, n, n)
+
+
+# --------------------------------------------------------------------------------------------
+# priors (Definition 2 at alpha = 1) and the posterior limits of Proposition 1
+# --------------------------------------------------------------------------------------------
+class GraphPrior:
+    r"""A graph prior :math:`\mathcal P \in \{B, D, E\}` with edge prior :math:`\pi`.
+
+    ``posterior(K)`` returns the limit posterior :math:`\mathbb P_\mathcal P(\cdot; \pi \odot K)`
+    of Proposition 1 for the kernel (log-)weights ``K``.
+
+    Parameters
+    ----------
+    edge_prior : None, array-like (n, n) or torch sparse
+        :math:`\pi`; ``None`` means all ones. Sparse entries that are absent mean :math:`\pi=1`
+        (neutral). Zeros forbid edges.
+    """
+
+    kind = "?"
+    law: type[GraphLaw]
+
+    def __init__(self, edge_prior=None):
+        self.edge_prior = edge_prior
+
+    def log_edge_prior(self):
+        pi = self.edge_prior
+        if pi is None:
+            return None
+        if isinstance(pi, torch.Tensor) and pi.is_sparse:
+            pi = pi.coalesce()
+            return _coo(pi.indices(), torch.log(pi.values().double()),
+                                           pi.shape).coalesce()
+        pi = torch.as_tensor(pi, dtype=torch.float64)
+        if (pi < 0).any():
+            raise ValueError("edge_prior must be non-negative.")
+        return torch.log(pi)
+
+    def posterior(self, K: Weights) -> GraphLaw:
+        return self.law(K.with_log_prior(self.log_edge_prior()))
+
+    def __repr__(self):
+        return f"{type(self).__name__}(edge_prior={'None' if self.edge_prior is None else '...'})"
+
+
+class BinaryPrior(GraphPrior):
+    """B prior: simple graphs with any number of edges."""
+
+    kind, law = "B", BinaryGraph
+
+
+class UnitDegreePrior(GraphPrior):
+    """D prior: every node has exactly one out-edge."""
+
+    kind, law = "D", UnitDegreeGraph
+
+
+class NEdgePrior(GraphPrior):
+    """E prior: exactly n edges in total, multi-edges allowed."""
+
+    kind, law = "E", NEdgeGraph
+
+
+def get_prior(prior, edge_prior=None) -> GraphPrior:
+    if isinstance(prior, GraphPrior):
+        return prior
+    table = {"B": BinaryPrior, "D": UnitDegreePrior, "E": NEdgePrior}
+    key = str(prior).upper().replace("~", "")
+    if key not in table:
+        raise ValueError(f"Unknown graph prior {prior!r}; choose 'B', 'D', 'E' (or 'B~' on the "
+                         "input side for UMAP's symmetrised graph).")
+    return table[key](edge_prior)
+
+
+#: (input prior, latent prior) pairs whose cross-entropy is defined (spec §4.4):
+#: supp(P_X) must lie in supp(P_Z)
+DEFINED_COUPLINGS = {("B", "B"): "UMAP (with B~)", ("B~", "B"): "UMAP", ("D", "B"): "LargeVis",
+                     ("D", "D"): "SNE", ("D", "E"): "t-SNE / symmetric SNE",
+                     ("E", "E"): "Remark 4 (fails at outliers)"}
+
+
+def check_coupling(prior_x: str, prior_z: str) -> str:
+    """Raise a clear error if the cross-entropy of (prior_x, prior_z) is undefined."""
+    key = (str(prior_x).upper(), str(prior_z).upper())
+    if key not in DEFINED_COUPLINGS:
+        ok = ", ".join(f"{a}->{b} ({m})" for (a, b), m in DEFINED_COUPLINGS.items())
+        raise ValueError(
+            f"The coupling prior_x={prior_x!r}, prior_z={prior_z!r} is undefined: the support of "
+            f"the input graph law is not contained in the latent law's (spec §4.4, Table 1), so "
+            f"the cross-entropy is infinite. Defined pairs: {ok}."
+        )
+    return DEFINED_COUPLINGS[key]
+
+
+# --------------------------------------------------------------------------------------------
+# graph utilities
+# --------------------------------------------------------------------------------------------
+def laplacian(W: torch.Tensor, symmetrize: bool = True) -> torch.Tensor:
+    r"""Graph Laplacian :math:`L(\bar W)` of Definition 1, with :math:`\bar W = W + W^\top` when
+    ``symmetrize``. Dense or sparse in, same out."""
+    if W.is_sparse:
+        W = W.coalesce()
+        A = (W + W.t()).coalesce() if symmetrize else W
+        deg = torch.sparse.sum(A, 1).to_dense()
+        n = W.shape[0]
+        idx = torch.arange(n)
+        D = _coo(torch.stack([idx, idx]), deg, (n, n))
+        return (D - A).coalesce()
+    A = W + W.T if symmetrize else W
+    A = A - torch.diag(torch.diagonal(A))
+    return torch.diag(A.sum(1)) - A
+
+
+def connected_components(W) -> tuple[int, torch.Tensor]:
+    """Connected components of the undirected graph :math:`W + W^\\top` (igraph).
+
+    Returns ``(n_components, membership)`` with membership an ``(n,)`` long tensor.
+    """
+    import igraph as ig
+
+    if isinstance(W, torch.Tensor):
+        if W.is_sparse:
+            W = W.coalesce()
+            r, c = W.indices()
+            keep = W.values() != 0
+            edges = torch.stack([r[keep], c[keep]], 1).tolist()
+        else:
+            edges = torch.nonzero(W).tolist()
+        n = W.shape[0]
+    else:  # scipy sparse or numpy
+        import scipy.sparse as sp
+
+        S = sp.coo_matrix(W)
+        edges = list(zip(S.row[S.data != 0].tolist(), S.col[S.data != 0].tolist(), strict=True))
+        n = S.shape[0]
+    g = ig.Graph(n=n, edges=edges, directed=False)
+    memb = g.connected_components().membership
+    m = torch.tensor(memb, dtype=torch.long)
+    return int(m.max().item()) + 1 if n else 0, m

@@ -1,0 +1,110 @@
+"""Initialisations of the embedding: random, PCA, spectral (Laplacian eigenmaps), ccPCA.
+
+Every initialiser returns an ``(n, q)`` float64 tensor; :func:`initialize` then rescales it so
+that the first coordinate has standard deviation ``scale`` (openTSNE uses 1e-4) or, with
+``scale="umap"``, to the box [0, 10] as umap-learn does.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+__all__ = ["pca", "spectral", "initialize", "INITS"]
+
+
+def pca(X: torch.Tensor, n_components: int) -> torch.Tensor:
+    """PCA scores of column-centred ``X`` (signs fixed: largest |entry| of each axis positive)."""
+    Xc = X.to(torch.float64) - X.to(torch.float64).mean(0, keepdim=True)
+    if min(Xc.shape) > 500:
+        U, S, V = torch.pca_lowrank(Xc, q=n_components + 10, center=False, niter=6)
+    else:
+        U, S, Vh = torch.linalg.svd(Xc, full_matrices=False)
+    Z = U[:, :n_components] * S[:n_components]
+    sign = torch.sign(Z.gather(0, Z.abs().argmax(0, keepdim=True)))
+    return Z * sign
+
+
+def spectral(graph: torch.Tensor, n_components: int, random_state: int = 0) -> torch.Tensor:
+    r"""Laplacian eigenmaps of a symmetric affinity graph: the eigenvectors 2..q+1 of the
+    normalised Laplacian :math:`I - D^{-1/2} A D^{-1/2}` (largest of :math:`D^{-1/2}AD^{-1/2}`),
+    mapped back by :math:`D^{-1/2}`."""
+    import scipy.sparse as sp
+    from scipy.sparse.linalg import eigsh
+
+    G = graph.coalesce() if graph.is_sparse else graph.to_sparse().coalesce()
+    r, c = G.indices().numpy()
+    A = sp.coo_matrix((G.values().double().numpy(), (r, c)), shape=G.shape).tocsr()
+    A = 0.5 * (A + A.T)
+    n = A.shape[0]
+    deg = np.asarray(A.sum(1)).ravel()
+    dinv = 1.0 / np.sqrt(np.maximum(deg, 1e-12))
+    N = sp.diags(dinv) @ A @ sp.diags(dinv)
+    k = n_components + 1
+    rng = np.random.default_rng(random_state)
+    try:
+        vals, vecs = eigsh(N, k=k, which="LA", tol=1e-6, v0=rng.standard_normal(n),
+                           maxiter=max(1000, 5 * n))
+    except Exception:  # ARPACK failure: dense fallback for small n
+        if n > 5000:
+            raise
+        vals, vecs = np.linalg.eigh(N.toarray())
+    order = np.argsort(-vals)
+    vecs = vecs[:, order[1:k]] * dinv[:, None]
+    return torch.from_numpy(np.ascontiguousarray(vecs))
+
+
+INITS = ("random", "pca", "spectral", "ccpca")
+
+
+def initialize(
+    init,
+    X: torch.Tensor,
+    n_components: int,
+    *,
+    graph=None,
+    input_graph=None,
+    scale: float | str = 1e-4,
+    generator: torch.Generator | None = None,
+    ccpca_samples: int = 100,
+) -> torch.Tensor:
+    """Initial embedding from a name in :data:`INITS` or an array of shape ``(n, q)``."""
+    n = X.shape[0]
+    if isinstance(init, (np.ndarray, torch.Tensor)):
+        Z = torch.as_tensor(np.asarray(init) if isinstance(init, np.ndarray) else init,
+                            dtype=torch.float64)
+        if tuple(Z.shape) != (n, n_components):
+            raise ValueError(f"init array must have shape ({n}, {n_components}), got "
+                             f"{tuple(Z.shape)}.")
+        if not torch.isfinite(Z).all():
+            raise ValueError("init array contains NaN or infinite values.")
+        return Z.clone()
+    if init == "random":
+        Z = torch.randn(n, n_components, dtype=torch.float64, generator=generator)
+    elif init == "pca":
+        Z = pca(X, n_components)
+    elif init == "spectral":
+        if graph is None:
+            raise ValueError("init='spectral' needs the input graph.")
+        seed = int(torch.randint(0, 2**31 - 1, (1,), generator=generator).item())
+        Z = spectral(graph, n_components, random_state=seed)
+    elif init == "ccpca":
+        if input_graph is None:
+            raise ValueError("init='ccpca' needs the input graph law.")
+        from .ccpca import ccpca_embedding
+
+        Z = ccpca_embedding(X.to(torch.float64), input_graph, n_components,
+                            n_samples=ccpca_samples, generator=generator)
+    else:
+        raise ValueError(f"init must be one of {INITS} or an (n, q) array, got {init!r}.")
+    return _rescale(Z, scale, generator)
+
+
+def _rescale(Z, scale, generator):
+    Z = Z - Z.mean(0, keepdim=True)
+    if scale == "umap":
+        span = (Z.max(0).values - Z.min(0).values).clamp_min(1e-12)
+        Z = 10.0 * (Z - Z.min(0).values) / span
+        return Z + 1e-4 * torch.randn(Z.shape, dtype=Z.dtype, generator=generator)
+    sd = Z[:, 0].std().clamp_min(1e-12)
+    return Z / sd * float(scale)

@@ -1,0 +1,24 @@
+import numpy as np
+import pytest
+import torch
+
+
+@pytest.fixture(scope="session")
+def digits():
+    from sklearn.datasets import load_digits
+
+    X, y = load_digits(return_X_y=True)
+    return X.astype(np.float64), y
+
+
+@pytest.fixture(scope="session")
+def digits_small(digits):
+    X, y = digits
+    idx = np.random.default_rng(0).choice(len(X), 300, replace=False)
+    return X[idx], y[idx]
+
+
+@pytest.fixture(autouse=True)
+def _seed():
+    torch.manual_seed(0)
+    np.random.seed(0)

@@ -1,0 +1,26 @@
+import json
+
+import numpy as np
+
+from probdr import cli
+
+
+def test_cli_embed_writes_embedding_and_plot(tmp_path, capsys):
+    out, png = tmp_path / "emb.npy", tmp_path / "emb.png"
+    rc = cli.main(["embed", "--method", "umap", "--data", "digits", "--n-iter", "30",
+                   "--out", str(out), "--plot", str(png)])
+    assert rc == 0
+    Z = np.load(out)
+    assert Z.shape == (1797, 2) and np.isfinite(Z).all()
+    assert png.stat().st_size > 1000
+    text = capsys.readouterr().out
+    report = json.loads(text[:text.rindex("}") + 1])
+    assert 0.5 < report["trustworthiness@15"] <= 1.0 and "knn_accuracy@5" in report
+
+
+def test_cli_bad_argument_is_a_clear_error(capsys, tmp_path):
+    bad = tmp_path / "bad.npy"
+    np.save(bad, np.full((50, 4), np.nan))
+    rc = cli.main(["embed", "--data", str(bad)])
+    assert rc == 2
+    assert "NaN" in capsys.readouterr().err
