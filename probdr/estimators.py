@@ -45,6 +45,8 @@ from .neighbors import knn
 __all__ = ["GraphCoupling", "SNE", "TSNE", "LargeVis", "UMAP", "build_input_graph"]
 
 AFFINITIES = ("entropic", "umap", "binary")
+#: scale of the isotropic Gaussian prior on Z used when a posterior is asked for
+DEFAULT_Z_PRIOR_SCALE = 10.0
 
 
 def _prior_kind(prior) -> str:
@@ -146,6 +148,20 @@ class GraphCoupling(DREstimator):
     momentum, early_momentum : float
     optimizer : {"gains", "sgd", "adam"}
     neighbors : {"auto", "exact", "approximate"}
+    inference : {"map", "svi", "mcmc"}
+        MAP (the classical methods), or a posterior over Z by SVI or NUTS, started from the MAP
+        embedding (see :mod:`probdr.infer.posterior`).
+    inference_params : dict, optional
+        Options of the posterior inference (guide, steps, draws, chains, ...).
+    z_prior : None, float or distribution
+        Prior on Z. ``None``: flat (improper) for MAP, isotropic Gaussian of scale
+        ``DEFAULT_Z_PRIOR_SCALE`` for SVI/MCMC; a float: isotropic Gaussian of that scale; or a
+        Pyro distribution with event shape (n, q).
+    coupling_weight : float
+        Weight of the coupling likelihood (an inverse temperature): the posterior's spread
+        depends on it; MAP does not, up to the Z prior.
+    latent_edge_prior : array, sparse or edge-prior object, optional
+        Edge prior :math:`\pi` on the latent graph :math:`W_Z`.
     dtype : {"float32", "float64"}
     random_state : int or None
     verbose : bool
@@ -159,6 +175,8 @@ class GraphCoupling(DREstimator):
         Optimised objective at every step (with exaggeration; a stochastic estimate under
         negative sampling).
     kernel_ : Kernel
+    posterior_samples_ : ndarray (draws, n, q)
+        Posterior draws of Z (``inference="svi"`` or ``"mcmc"`` only).
     """
 
     _defaults_kernel: dict[str, Any] = {}
@@ -188,10 +206,20 @@ class GraphCoupling(DREstimator):
         early_momentum: float = 0.5,
         optimizer: str = "gains",
         neighbors: str = "auto",
+        inference: str = "map",
+        inference_params: dict | None = None,
+        z_prior=None,
+        coupling_weight: float = 1.0,
+        latent_edge_prior=None,
         dtype: str = "float32",
         random_state: int | None = None,
         verbose: bool = False,
     ):
+        self.inference = inference
+        self.inference_params = inference_params
+        self.z_prior = z_prior
+        self.coupling_weight = coupling_weight
+        self.latent_edge_prior = latent_edge_prior
         self.prior_x = prior_x
         self.prior_z = prior_z
         self.kernel_z = kernel_z
@@ -225,7 +253,23 @@ class GraphCoupling(DREstimator):
         return "umap" if _prior_kind(self.prior_x) in ("B", "B~") else "entropic"
 
     def _latent_prior(self) -> GraphPrior:
-        return get_prior(self.prior_z)
+        return get_prior(self.prior_z, self.latent_edge_prior)
+
+    def _resolve_z_prior(self, n: int, dtype):
+        """The prior on Z: flat for MAP unless given; isotropic Gaussian for SVI/MCMC."""
+        import pyro.distributions as dist
+
+        zp = self.z_prior
+        if zp is None and self.inference == "map":
+            return None
+        if zp is None:
+            zp = DEFAULT_Z_PRIOR_SCALE
+        if isinstance(zp, (int, float)):
+            if zp <= 0:
+                raise ValueError(f"z_prior scale must be positive, got {zp}.")
+            return dist.Normal(torch.zeros((), dtype=dtype), torch.tensor(float(zp), dtype=dtype)
+                               ).expand([n, self.n_components]).to_event(2)
+        return zp
 
     def _make_kernel(self):
         params = dict(self._defaults_kernel)
@@ -263,6 +307,10 @@ class GraphCoupling(DREstimator):
         if self.repulsion == "negative_sampling" and kz != "B":
             raise ValueError("repulsion='negative_sampling' is implemented for the B latent prior "
                              "(UMAP, LargeVis); use repulsion='exact' with D or E.")
+        if self.inference not in ("map", "svi", "mcmc"):
+            raise ValueError(f"inference must be 'map', 'svi' or 'mcmc', got {self.inference!r}.")
+        if not (isinstance(self.coupling_weight, (int, float)) and self.coupling_weight > 0):
+            raise ValueError(f"coupling_weight must be positive, got {self.coupling_weight!r}.")
         if self.observe not in ("mean", "sample"):
             raise ValueError(f"observe must be 'mean' or 'sample', got {self.observe!r}.")
         if not (isinstance(self.n_iter, (int, np.integer)) and self.n_iter >= 1):
@@ -321,7 +369,8 @@ class GraphCoupling(DREstimator):
         self.model_kwargs_ = dict(
             W_X=W_X, prior_z=self._latent_prior(), kernel=self.kernel_,
             n_components=self.n_components, repulsion=self.repulsion,
-            negative_samples=self.negative_samples, negative_weight=self.negative_weight)
+            negative_samples=self.negative_samples, negative_weight=self.negative_weight,
+            z_prior=self._resolve_z_prior(n, dtype), coupling_weight=self.coupling_weight)
         observe = None
         if self.observe == "sample":
             def observe():
@@ -333,7 +382,15 @@ class GraphCoupling(DREstimator):
                       observe=observe, verbose=self.verbose, desc=type(self).__name__)
         self.loss_history_ = res.loss_history
         self.n_iter_ = res.n_iter
-        return res.Z
+        if self.inference == "map":
+            return res.Z
+        from .infer.posterior import fit_posterior
+
+        self.posterior_ = fit_posterior(
+            graph_coupling_model, self.model_kwargs_, res.Z, method=self.inference,
+            generator=gen, verbose=self.verbose, **(self.inference_params or {}))
+        self.posterior_samples_ = self.posterior_.samples
+        return torch.as_tensor(self.posterior_.mean)
 
     # -- the objective ------------------------------------------------------------------------
     def _check_Z(self, Z) -> torch.Tensor:
@@ -378,12 +435,16 @@ class SNE(GraphCoupling):
     def __init__(self, perplexity=30.0, n_components=2, *, kernel_z="gaussian", n_iter=750,
                  early_exaggeration=4.0, early_exaggeration_iter=250, learning_rate="auto",
                  init="pca", repulsion="exact", observe="mean", edge_prior=None,
-                 neighbors="auto", dtype="float32", random_state=None, verbose=False):
+                 neighbors="auto", inference="map", inference_params=None, z_prior=None,
+                 coupling_weight=1.0, latent_edge_prior=None,
+                 dtype="float32", random_state=None, verbose=False):
         super().__init__("D", "D", kernel_z, perplexity, n_components, init=init, n_iter=n_iter,
                          early_exaggeration=early_exaggeration,
                          early_exaggeration_iter=early_exaggeration_iter,
                          learning_rate=learning_rate, repulsion=repulsion, observe=observe,
-                         edge_prior=edge_prior, neighbors=neighbors, dtype=dtype,
+                         edge_prior=edge_prior, neighbors=neighbors, inference=inference, inference_params=inference_params,
+                         z_prior=z_prior, coupling_weight=coupling_weight,
+                         latent_edge_prior=latent_edge_prior, dtype=dtype,
                          random_state=random_state, verbose=verbose)
 
 
@@ -394,13 +455,17 @@ class TSNE(GraphCoupling):
     def __init__(self, perplexity=30.0, n_components=2, *, dof=1.0, n_iter=750,
                  early_exaggeration=12.0, early_exaggeration_iter=250, learning_rate="auto",
                  init="pca", repulsion="exact", observe="mean", edge_prior=None,
-                 neighbors="auto", dtype="float32", random_state=None, verbose=False):
+                 neighbors="auto", inference="map", inference_params=None, z_prior=None,
+                 coupling_weight=1.0, latent_edge_prior=None,
+                 dtype="float32", random_state=None, verbose=False):
         self.dof = dof
         super().__init__("D", "E", "student", perplexity, n_components, init=init, n_iter=n_iter,
                          early_exaggeration=early_exaggeration,
                          early_exaggeration_iter=early_exaggeration_iter,
                          learning_rate=learning_rate, repulsion=repulsion, observe=observe,
-                         edge_prior=edge_prior, neighbors=neighbors, dtype=dtype,
+                         edge_prior=edge_prior, neighbors=neighbors, inference=inference, inference_params=inference_params,
+                         z_prior=z_prior, coupling_weight=coupling_weight,
+                         latent_edge_prior=latent_edge_prior, dtype=dtype,
                          random_state=random_state, verbose=verbose)
 
     def _make_kernel(self):
@@ -415,14 +480,18 @@ class LargeVis(GraphCoupling):
     def __init__(self, perplexity=30.0, n_components=2, *, n_iter=500, negative_samples=5,
                  negative_weight=7.0, learning_rate="auto", init="spectral",
                  repulsion="negative_sampling", observe="mean", edge_prior=None,
-                 neighbors="auto", dtype="float32", random_state=None, verbose=False):
+                 neighbors="auto", inference="map", inference_params=None, z_prior=None,
+                 coupling_weight=1.0, latent_edge_prior=None,
+                 dtype="float32", random_state=None, verbose=False):
         super().__init__("D", "B", "student", perplexity, n_components, init=init, n_iter=n_iter,
                          early_exaggeration=1.0, early_exaggeration_iter=0,
                          learning_rate=learning_rate, repulsion=repulsion,
                          negative_samples=negative_samples, negative_weight=negative_weight,
                          observe=observe, optimizer="sgd", edge_prior=edge_prior,
-                         neighbors=neighbors, dtype=dtype, random_state=random_state,
-                         verbose=verbose)
+                         neighbors=neighbors, inference=inference, inference_params=inference_params,
+                         z_prior=z_prior, coupling_weight=coupling_weight,
+                         latent_edge_prior=latent_edge_prior, dtype=dtype,
+                         random_state=random_state, verbose=verbose)
 
 
 class UMAP(GraphCoupling):
@@ -437,7 +506,9 @@ class UMAP(GraphCoupling):
     def __init__(self, n_neighbors=15, n_components=2, *, min_dist=0.1, spread=1.0,
                  n_epochs=None, negative_samples=5, negative_weight=1.0, learning_rate="auto",
                  init="spectral", repulsion="negative_sampling", observe="mean", edge_prior=None,
-                 neighbors="auto", dtype="float32", random_state=None, verbose=False):
+                 neighbors="auto", inference="map", inference_params=None, z_prior=None,
+                 coupling_weight=1.0, latent_edge_prior=None,
+                 dtype="float32", random_state=None, verbose=False):
         self.min_dist = min_dist
         self.spread = spread
         self.n_epochs = n_epochs
@@ -446,7 +517,9 @@ class UMAP(GraphCoupling):
                          early_exaggeration_iter=0, learning_rate=learning_rate,
                          repulsion=repulsion, negative_samples=negative_samples,
                          negative_weight=negative_weight, observe=observe, optimizer="sgd",
-                         edge_prior=edge_prior, neighbors=neighbors, dtype=dtype,
+                         edge_prior=edge_prior, neighbors=neighbors, inference=inference, inference_params=inference_params,
+                         z_prior=z_prior, coupling_weight=coupling_weight,
+                         latent_edge_prior=latent_edge_prior, dtype=dtype,
                          random_state=random_state, verbose=verbose)
 
     def _make_kernel(self):

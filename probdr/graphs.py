@@ -157,7 +157,9 @@ class SparseWeights(Weights):
     def with_log_prior(self, log_pi):
         if log_pi is None:
             return self
-        if isinstance(log_pi, torch.Tensor) and log_pi.is_sparse:
+        if hasattr(log_pi, "log_at"):  # an edge-prior object evaluated on the edge list
+            lp = log_pi.log_at(self.rows, self.cols).to(self.values.dtype)
+        elif isinstance(log_pi, torch.Tensor) and log_pi.is_sparse:
             lp = _sparse_lookup(log_pi.coalesce(), self.rows, self.cols, self.n)
         else:
             lp = _as_dense_log_pi(log_pi, self.n, self.values)[self.rows, self.cols]
@@ -213,6 +215,8 @@ class KernelWeights(Weights):
 def _as_dense_log_pi(log_pi, n, like):
     if log_pi is None:
         return torch.zeros((), dtype=like.dtype)
+    if hasattr(log_pi, "log_at"):
+        return log_pi.dense(n).to(like.dtype)
     if isinstance(log_pi, torch.Tensor) and log_pi.is_sparse:
         log_pi = log_pi.to_dense()
     lp = torch.as_tensor(log_pi, dtype=like.dtype)
@@ -492,9 +496,10 @@ class GraphPrior:
 
     Parameters
     ----------
-    edge_prior : None, array-like (n, n) or torch sparse
+    edge_prior : None, array-like (n, n), torch sparse, or an edge-prior object
         :math:`\pi`; ``None`` means all ones. Sparse entries that are absent mean :math:`\pi=1`
-        (neutral). Zeros forbid edges.
+        (neutral). Zeros forbid edges. An object with ``log_at(rows, cols)`` and ``dense(n)``
+        (returning :math:`\log\pi`) is evaluated only where needed (see ``probdr.priors``).
     """
 
     kind = "?"
@@ -504,9 +509,13 @@ class GraphPrior:
         self.edge_prior = edge_prior
 
     def log_edge_prior(self):
+        """:math:`\\log \\pi`: None, a dense or sparse tensor, or an edge-prior object (anything
+        with ``log_at(rows, cols)`` and ``dense(n)`` returning log pi), passed through."""
         pi = self.edge_prior
         if pi is None:
             return None
+        if hasattr(pi, "log_at"):
+            return pi
         if isinstance(pi, torch.Tensor) and pi.is_sparse:
             pi = pi.coalesce()
             return _coo(pi.indices(), torch.log(pi.values().double()),
