@@ -70,6 +70,11 @@ class Weights:
     def log_at(self, rows: torch.Tensor, cols: torch.Tensor) -> torch.Tensor:
         raise NotImplementedError
 
+    def weighted_sum_at(self, rows, cols, v) -> torch.Tensor:
+        """:math:`\\sum_e v_e \\log w_{r_e c_e}` (terms with :math:`v_e = 0` are dropped)."""
+        lw = self.log_at(rows, cols)
+        return torch.where(v > 0, v.to(lw.dtype) * lw, torch.zeros_like(lw)).sum()
+
     def dense(self) -> torch.Tensor:
         raise NotImplementedError
 
@@ -270,9 +275,7 @@ class GraphLaw(TorchDistribution):
         r""":math:`\sum_{i \ne j} W_{ij} \log w_{ij}` (0 where :math:`W_{ij} = 0`)."""
         r, c, v = _edge_terms(value)
         keep = r != c
-        r, c, v = r[keep], c[keep], v[keep]
-        lw = self.weights.log_at(r, c)
-        return torch.where(v > 0, v.to(lw.dtype) * lw, torch.zeros_like(lw)).sum()
+        return self.weights.weighted_sum_at(r[keep], c[keep], v[keep])
 
     def normaliser(self, value) -> torch.Tensor:
         raise NotImplementedError

@@ -99,7 +99,8 @@ def run_map(
     total = len(history)
     step = 0
     opt = None
-    with tqdm(total=total, desc=desc, disable=not verbose, leave=False) as bar:
+    with tqdm(total=total, desc=desc, disable=not verbose, leave=False) as bar, \
+            pyro.validation_enabled(False):
         for phase in phases:
             if opt is None or optimizer != "gains":
                 opt = _make_optimizer(optimizer, params, phase)
