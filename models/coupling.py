@@ -76,43 +76,55 @@ def graph_coupling_model(
     exaggeration : float
         Early exaggeration :math:`\\alpha`: adds :math:`(\\alpha-1)` times the MRF attraction
         :math:`\\sum W_{X,ij} \\log k_z` as a factor.
-    repulsion : {"exact", "negative_sampling"}
-        Exact all-pairs normaliser, or negative sampling (B latent prior only).
+    repulsion : {"exact", "fft", "sampled", "negative_sampling"}
+        How the all-pairs (repulsive) normaliser of the latent law is computed: exactly,
+        by FFT interpolation (t-SNE in 2-D), by Monte Carlo over ``negative_samples`` uniform
+        partners per node (any law), or by umap-learn's negative sampling (B law only: a
+        down-weighted non-edge likelihood, see the module docstring).
     coupling_weight : float
         Weight (inverse temperature) of the coupling likelihood, via ``poutine.scale``.
     """
     n = W_X.shape[0]
     prior = flat_prior(n, n_components) if z_prior is None else z_prior
     Z = pyro.sample("Z", prior)
-    K_Z = KernelWeights(Z, kernel)
+    normaliser = repulsion if repulsion in ("exact", "fft", "sampled") else "exact"
+    K_Z = KernelWeights(Z, kernel, normaliser=normaliser, n_samples=negative_samples)
     law = prior_z.posterior(K_Z)
     with poutine.scale(scale=coupling_weight):
-        if repulsion == "exact":
+        if repulsion in ("exact", "fft", "sampled"):
             pyro.sample("W_Z", law, obs=W_X)
         elif repulsion == "negative_sampling":
             if prior_z.kind != "B":
                 raise ValueError("negative sampling is defined here for the B latent prior only.")
             _negative_sampling_likelihood(law, W_X, negative_samples, negative_weight, n)
         else:
-            raise ValueError(f"repulsion must be 'exact' or 'negative_sampling', got {repulsion!r}.")
+            raise ValueError("repulsion must be 'exact', 'fft', 'sampled' or 'negative_sampling', "
+                             f"got {repulsion!r}.")
         if exaggeration != 1.0:
             pyro.factor("exaggeration", (exaggeration - 1.0) * law.attraction(W_X))
     return Z
 
 
 def _negative_sampling_likelihood(law, W_X, m, gamma, n):
+    """umap-learn's scheme: each step, edge e is used with probability v_e / max(v) (then with
+    weight max(v)), and every used edge draws m uniform negatives. In expectation over the draws
+    this is the objective of the module docstring; the work per step is O(sum(v) * m)."""
     rows, cols, v = _edge_terms(W_X)
     keep = rows != cols
     rows, cols, v = rows[keep], cols[keep], v[keep]
     weights = law.weights
     v = v.to(weights.Z.dtype)
-    with pyro.plate("edges", rows.numel()), poutine.scale(scale=v):
-        pyro.sample("W_Z_edges", dist.Bernoulli(logits=weights.log_at(rows, cols)),
-                    obs=torch.ones_like(v))
+    vmax = float(v.max())
+    used = torch.rand(v.shape, dtype=v.dtype) * vmax < v
+    rows, cols = rows[used], cols[used]
+    with pyro.plate("edges", rows.numel()), poutine.scale(scale=vmax):
+        pyro.sample("W_Z_edges", dist.Bernoulli(logits=weights.log_at(rows, cols),
+                                                validate_args=False),
+                    obs=torch.ones(rows.numel(), dtype=v.dtype))
     neg_rows = rows.repeat(m)
     # uniform over the other n - 1 nodes: never the node itself
     neg_cols = (neg_rows + torch.randint(1, n, (neg_rows.numel(),))) % n
-    scale = gamma * v.repeat(m)
-    with pyro.plate("negatives", neg_rows.numel()), poutine.scale(scale=scale):
-        pyro.sample("W_Z_negatives", dist.Bernoulli(logits=weights.log_at(neg_rows, neg_cols)),
-                    obs=torch.zeros_like(scale))
+    with pyro.plate("negatives", neg_rows.numel()), poutine.scale(scale=gamma * vmax):
+        pyro.sample("W_Z_negatives", dist.Bernoulli(logits=weights.log_at(neg_rows, neg_cols),
+                                                    validate_args=False),
+                    obs=torch.zeros(neg_rows.numel(), dtype=v.dtype))

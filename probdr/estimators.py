@@ -47,6 +47,9 @@ __all__ = ["GraphCoupling", "SNE", "TSNE", "LargeVis", "UMAP", "build_input_grap
 AFFINITIES = ("entropic", "umap", "binary")
 #: scale of the isotropic Gaussian prior on Z used when a posterior is asked for
 DEFAULT_Z_PRIOR_SCALE = 10.0
+REPULSIONS = ("auto", "exact", "fft", "sampled", "negative_sampling")
+#: with repulsion="auto", the exact O(n^2) normaliser is used up to this many points
+EXACT_REPULSION_MAX_N = 4000
 
 
 def _prior_kind(prior) -> str:
@@ -130,10 +133,15 @@ class GraphCoupling(DREstimator):
     edge_prior : array (n, n), sparse or None
         Edge prior :math:`\pi` of the input graph (Proposition 1: posterior weights
         :math:`\pi \odot K_X`).
-    repulsion : {"exact", "negative_sampling"}
-        Exact all-pairs normaliser (O(n^2) per step) or negative sampling (B latent prior).
+    repulsion : {"auto", "exact", "fft", "sampled", "negative_sampling"}
+        How the all-pairs (repulsive) normaliser is computed: ``"exact"`` (O(n^2) per step),
+        ``"fft"`` (grid interpolation, 2-D t-SNE, O(n)), ``"sampled"`` (Monte Carlo over
+        ``negative_samples`` partners per node, any law) or ``"negative_sampling"`` (umap-learn's
+        scheme: down-weighted non-edges, B latent prior). ``"auto"``: exact up to
+        ``EXACT_REPULSION_MAX_N`` points, then FFT for 2-D t-SNE, else sampled.
     negative_samples, negative_weight : int, float
-        Negatives per edge and their weight :math:`\gamma` (negative sampling only).
+        Negatives per edge (per node for ``"sampled"``) and their weight :math:`\gamma`
+        (``"negative_sampling"`` only).
     observe : {"mean", "sample"}
         Couple with the posterior mean of :math:`W_X` (exact cross-entropy) or with a fresh
         posterior draw at every step (Monte Carlo coupling).
@@ -193,7 +201,7 @@ class GraphCoupling(DREstimator):
         n_neighbors: int | None = None,
         kernel_params: dict | None = None,
         edge_prior=None,
-        repulsion: str = "exact",
+        repulsion: str = "auto",
         negative_samples: int = 5,
         negative_weight: float = 1.0,
         observe: str = "mean",
@@ -301,9 +309,8 @@ class GraphCoupling(DREstimator):
                 raise ValueError(
                     f"n_neighbors={self.n_neighbors} is too large for n={n} samples (at most "
                     f"{limit}).")
-        if self.repulsion not in ("exact", "negative_sampling"):
-            raise ValueError(f"repulsion must be 'exact' or 'negative_sampling', got "
-                             f"{self.repulsion!r}.")
+        if self.repulsion not in REPULSIONS:
+            raise ValueError(f"repulsion must be one of {REPULSIONS}, got {self.repulsion!r}.")
         if self.repulsion == "negative_sampling" and kz != "B":
             raise ValueError("repulsion='negative_sampling' is implemented for the B latent prior "
                              "(UMAP, LargeVis); use repulsion='exact' with D or E.")
@@ -353,6 +360,19 @@ class GraphCoupling(DREstimator):
             n_neighbors=self.n_neighbors, edge_prior=self.edge_prior, neighbors=self.neighbors,
             random_state=self.random_state_)
 
+    def _repulsion(self, n: int) -> str:
+        """Resolve ``repulsion="auto"``: exact for small n; FFT for 2-D t-SNE; else sampled."""
+        if self.repulsion != "auto":
+            return self.repulsion
+        if n <= EXACT_REPULSION_MAX_N:
+            return "exact"
+        k = self._make_kernel()
+        if (_prior_kind(self.prior_z) == "E" and self.n_components == 2
+                and getattr(k, "name", "") == "student" and getattr(k, "dof", None) == 1.0
+                and self.latent_edge_prior is None):
+            return "fft"
+        return "sampled"
+
     def _init_scale(self):
         return "umap" if self.optimizer == "sgd" else 1e-4
 
@@ -368,7 +388,7 @@ class GraphCoupling(DREstimator):
                         scale=self._init_scale(), generator=gen).to(dtype)
         self.model_kwargs_ = dict(
             W_X=W_X, prior_z=self._latent_prior(), kernel=self.kernel_,
-            n_components=self.n_components, repulsion=self.repulsion,
+            n_components=self.n_components, repulsion=self._repulsion(n),
             negative_samples=self.negative_samples, negative_weight=self.negative_weight,
             z_prior=self._resolve_z_prior(n, dtype), coupling_weight=self.coupling_weight)
         observe = None
@@ -434,14 +454,16 @@ class SNE(GraphCoupling):
 
     def __init__(self, perplexity=30.0, n_components=2, *, kernel_z="gaussian", n_iter=750,
                  early_exaggeration=4.0, early_exaggeration_iter=250, learning_rate="auto",
-                 init="pca", repulsion="exact", observe="mean", edge_prior=None,
+                 init="pca", repulsion="auto", negative_samples=10, observe="mean",
+                 edge_prior=None,
                  neighbors="auto", inference="map", inference_params=None, z_prior=None,
                  coupling_weight=1.0, latent_edge_prior=None,
                  dtype="float32", random_state=None, verbose=False):
         super().__init__("D", "D", kernel_z, perplexity, n_components, init=init, n_iter=n_iter,
                          early_exaggeration=early_exaggeration,
                          early_exaggeration_iter=early_exaggeration_iter,
-                         learning_rate=learning_rate, repulsion=repulsion, observe=observe,
+                         learning_rate=learning_rate, repulsion=repulsion,
+                         negative_samples=negative_samples, observe=observe,
                          edge_prior=edge_prior, neighbors=neighbors, inference=inference, inference_params=inference_params,
                          z_prior=z_prior, coupling_weight=coupling_weight,
                          latent_edge_prior=latent_edge_prior, dtype=dtype,
@@ -454,7 +476,8 @@ class TSNE(GraphCoupling):
 
     def __init__(self, perplexity=30.0, n_components=2, *, dof=1.0, n_iter=750,
                  early_exaggeration=12.0, early_exaggeration_iter=250, learning_rate="auto",
-                 init="pca", repulsion="exact", observe="mean", edge_prior=None,
+                 init="pca", repulsion="auto", negative_samples=10, observe="mean",
+                 edge_prior=None,
                  neighbors="auto", inference="map", inference_params=None, z_prior=None,
                  coupling_weight=1.0, latent_edge_prior=None,
                  dtype="float32", random_state=None, verbose=False):
@@ -462,7 +485,8 @@ class TSNE(GraphCoupling):
         super().__init__("D", "E", "student", perplexity, n_components, init=init, n_iter=n_iter,
                          early_exaggeration=early_exaggeration,
                          early_exaggeration_iter=early_exaggeration_iter,
-                         learning_rate=learning_rate, repulsion=repulsion, observe=observe,
+                         learning_rate=learning_rate, repulsion=repulsion,
+                         negative_samples=negative_samples, observe=observe,
                          edge_prior=edge_prior, neighbors=neighbors, inference=inference, inference_params=inference_params,
                          z_prior=z_prior, coupling_weight=coupling_weight,
                          latent_edge_prior=latent_edge_prior, dtype=dtype,

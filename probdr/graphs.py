@@ -3,14 +3,14 @@ r"""Graph laws B, D, E (spec §3) as Pyro distributions, and their priors (Propo
 A graph law over directed graphs :math:`W \in \mathbb N^{n \times n}` (no self loops) is set by
 log edge weights :math:`\log w_{ij} = \log \pi_{ij} + \log K_{ij}` (diagonal excluded):
 
-=====  ==========================================================  ==========================
-law    :math:`W \sim`                                               mean :math:`E[W_{ij}]`
-=====  ==========================================================  ==========================
-B      :math:`W_{ij} \sim \mathcal B(w_{ij}/(1+w_{ij}))` independent  :math:`w_{ij}/(1+w_{ij})`
-D      :math:`W_i \sim \mathcal M(1, w_i/w_{i+})` independent rows    :math:`w_{ij}/w_{i+}`
-E      :math:`W \sim \mathcal M(n, w/w_{++})`                         :math:`n w_{ij}/w_{++}`
-B~     :math:`\mathbb 1[W + W^\top \ge 1]`, W ~ B (UMAP's graph)      :math:`P+P^\top-P\odot P^\top`
-=====  ==========================================================  ==========================
+=====  ===============================================================  ================================
+law    :math:`W \sim`                                                    mean :math:`E[W_{ij}]`
+=====  ===============================================================  ================================
+B      :math:`W_{ij} \sim \mathcal B(w_{ij}/(1+w_{ij}))` independent     :math:`w_{ij}/(1+w_{ij})`
+D      :math:`W_i \sim \mathcal M(1, w_i/w_{i+})` independent rows       :math:`w_{ij}/w_{i+}`
+E      :math:`W \sim \mathcal M(n, w/w_{++})`                            :math:`n w_{ij}/w_{++}`
+B~     :math:`\mathbb 1[W + W^\top \ge 1]`, W ~ B (UMAP's graph)         :math:`P+P^\top-P\odot P^\top`
+=====  ===============================================================  ================================
 
 Every law writes its log-probability in one shape, which is eq. (5) of the paper:
 
@@ -39,6 +39,7 @@ from pyro.distributions import TorchDistribution
 from torch.distributions import constraints
 
 from ._pairwise import pair_reduce
+from .config import check_dense
 from .neighbors import pairwise_sq_distances
 
 __all__ = [
@@ -104,6 +105,7 @@ class DenseWeights(Weights):
     def __init__(self, log_w: torch.Tensor):
         if log_w.ndim != 2 or log_w.shape[0] != log_w.shape[1]:
             raise ValueError(f"log-weights must be square (n, n), got {tuple(log_w.shape)}.")
+        check_dense(log_w.shape[0], "a dense graph law", "Use sparse (edge-list) weights.")
         self.log_w = _mask_diag(log_w)
         self.n = log_w.shape[0]
 
@@ -141,6 +143,7 @@ class SparseWeights(Weights):
         return D[rows, cols]
 
     def dense(self):
+        check_dense(self.n, "densifying a sparse graph law", "Work with the edge list.")
         D = torch.full((self.n, self.n), NEG_INF, dtype=self.values.dtype)
         D[self.rows, self.cols] = self.values
         return D
@@ -179,13 +182,25 @@ class SparseWeights(Weights):
 class KernelWeights(Weights):
     r"""Implicit weights :math:`\log w_{ij} = \log\pi_{ij} + \log k(\|z_i - z_j\|^2)` for all pairs.
 
-    Normalisers are exact (all pairs, blocked) with a hand-written gradient; edge terms are
-    evaluated only where the observed graph has edges.
+    Edge terms are evaluated only where the observed graph has edges. The all-pairs normalisers
+    are computed according to ``normaliser``:
+
+    * ``"exact"`` -- every pair, blocked, hand-written gradient (:math:`O(n^2)` per step);
+    * ``"fft"`` -- grid interpolation + FFT (2-D Cauchy kernel, E law: t-SNE), :math:`O(n)`;
+    * ``"sampled"`` -- Monte Carlo: ``n_samples`` uniform partners per node,
+      :math:`\hat S_i = \frac{n-1}{m}\sum_{k} w_{ik}` (a consistent, slightly biased estimate of
+      the log-normaliser; unbiased for the B law's sum).
     """
 
-    def __init__(self, Z: torch.Tensor, kernel, log_pi: torch.Tensor | None = None):
+    NORMALISERS = ("exact", "fft", "sampled")
+
+    def __init__(self, Z: torch.Tensor, kernel, log_pi: torch.Tensor | None = None,
+                 normaliser: str = "exact", n_samples: int = 10):
+        if normaliser not in self.NORMALISERS:
+            raise ValueError(f"normaliser must be one of {self.NORMALISERS}, got {normaliser!r}.")
         self.Z, self.kernel, self.n = Z, kernel, Z.shape[0]
         self.log_pi = log_pi
+        self.normaliser, self.n_samples = normaliser, int(n_samples)
 
     def log_at(self, rows, cols):
         # index_select: its backward (index_add) is deterministic, unlike advanced indexing
@@ -196,25 +211,58 @@ class KernelWeights(Weights):
         return lw
 
     def dense(self):
+        check_dense(self.n, "the dense latent kernel matrix",
+                    "Evaluate on an edge list (log_at) or use the normalisers.", copies=2)
         lw = self.kernel.log_k(pairwise_sq_distances(self.Z))
         if self.log_pi is not None:
             lw = lw + self.log_pi.to(lw.dtype)
         return _mask_diag(lw)
 
+    def _sampled_pairs(self):
+        m, n = self.n_samples, self.n
+        rows = torch.arange(n).repeat_interleave(m)
+        cols = (rows + torch.randint(1, n, (rows.numel(),))) % n  # uniform over the others
+        return rows, cols, self.log_at(rows, cols).view(n, m)
+
     def row_logsumexp(self):
+        if self.normaliser == "sampled":
+            _, _, lw = self._sampled_pairs()
+            return torch.logsumexp(lw, 1) + math.log((self.n - 1) / self.n_samples)
+        if self.normaliser == "fft":
+            raise ValueError("the FFT normaliser covers the E law (t-SNE) only; use "
+                             "repulsion='sampled' or 'exact' for the D law.")
         return pair_reduce(self.Z, "row", self.kernel, self.log_pi)
 
     def total_logsumexp(self):
+        if self.normaliser == "sampled":
+            _, _, lw = self._sampled_pairs()
+            return torch.logsumexp(lw.flatten(), 0) + math.log(
+                self.n * (self.n - 1) / lw.numel())
+        if self.normaliser == "fft":
+            from ._fft import cauchy_log_total
+
+            k = self.kernel
+            if not (getattr(k, "name", "") == "student" and getattr(k, "dof", None) == 1.0
+                    and self.log_pi is None and self.Z.shape[1] == 2):
+                raise ValueError("repulsion='fft' needs the Cauchy kernel (student, dof=1), a "
+                                 "2-D embedding and no latent edge prior; use 'sampled'.")
+            return cauchy_log_total(self.Z)
         return pair_reduce(self.Z, "total", self.kernel, self.log_pi)
 
     def sum_softplus(self):
+        if self.normaliser == "sampled":
+            _, _, lw = self._sampled_pairs()
+            return torch.nn.functional.softplus(lw).mean() * (self.n * (self.n - 1))
+        if self.normaliser == "fft":
+            raise ValueError("the FFT normaliser covers the E law only; use 'sampled'.")
         return pair_reduce(self.Z, "softplus", self.kernel, self.log_pi)
 
     def with_log_prior(self, log_pi):
         if log_pi is None:
             return self
         lp = _as_dense_log_pi(log_pi, self.n, self.Z)
-        return KernelWeights(self.Z, self.kernel, lp if self.log_pi is None else self.log_pi + lp)
+        return KernelWeights(self.Z, self.kernel, lp if self.log_pi is None else self.log_pi + lp,
+                             self.normaliser, self.n_samples)
 
 
 def _as_dense_log_pi(log_pi, n, like):
@@ -340,12 +388,13 @@ class BinaryGraph(GraphLaw):
 
     def sample(self, sample_shape=torch.Size()):
         w = self.weights
+        N = int(torch.Size(sample_shape).numel())
         with torch.no_grad():
             if w.is_sparse:
-                N = int(torch.Size(sample_shape).numel())
                 p = torch.sigmoid(w.values.clamp(-MAX_LOGIT, MAX_LOGIT))
                 draws = torch.bernoulli(p.expand(N, -1))
                 return _stack_sparse(w.rows, w.cols, draws, w.n, sample_shape)
+            check_dense(w.n, f"{N} dense graph draws", "Use sparse weights.", copies=N + 1)
             p = torch.sigmoid(w.dense().clamp(max=MAX_LOGIT))
             return torch.bernoulli(p.expand(*sample_shape, *p.shape)).to(torch.long)
 
@@ -425,6 +474,7 @@ class UnitDegreeGraph(GraphLaw):
                     0, key.flatten(), g.flatten(), "amax")
                 win = (g.flatten() == best[key.flatten()]).to(torch.long).view(N, -1)
                 return _stack_sparse(w.rows, w.cols, win, w.n, sample_shape)
+            check_dense(w.n, f"{N} dense graph draws", "Use sparse weights.", copies=N + 1)
             L = w.dense()
             idx = torch.distributions.Categorical(logits=L).sample((N,))  # (N, n)
             W = torch.zeros(N, w.n, w.n, dtype=torch.long)
@@ -461,6 +511,8 @@ class NEdgeGraph(GraphLaw):
         w = self.weights
         N = int(torch.Size(sample_shape).numel())
         with torch.no_grad():
+            if not w.is_sparse:
+                check_dense(w.n, f"{N} dense graph draws", "Use sparse weights.", copies=N + 1)
             logits = w.values if w.is_sparse else w.dense().flatten()
             probs = torch.softmax(logits.to(torch.float64), 0)
             draws = torch.multinomial(probs.expand(N, -1), self.n, replacement=True)
@@ -598,6 +650,7 @@ def laplacian(W: torch.Tensor, symmetrize: bool = True) -> torch.Tensor:
         idx = torch.arange(n)
         D = _coo(torch.stack([idx, idx]), deg, (n, n))
         return (D - A).coalesce()
+    check_dense(W.shape[0], "a dense Laplacian", "Pass a sparse graph.")
     A = W + W.T if symmetrize else W
     A = A - torch.diag(torch.diagonal(A))
     return torch.diag(A.sum(1)) - A

