@@ -320,7 +320,14 @@ class GraphLaw(TorchDistribution):
 
     # the three pieces of eq. (5) -------------------------------------------------------------
     def attraction(self, value) -> torch.Tensor:
-        r""":math:`\sum_{i \ne j} W_{ij} \log w_{ij}` (0 where :math:`W_{ij} = 0`)."""
+        r""":math:`\sum_{i \ne j} W_{ij} \log w_{ij}` (0 where :math:`W_{ij} = 0`).
+
+        With symmetric weights (a kernel without edge prior) the sum runs over unordered pairs
+        with weights :math:`W_{ij} + W_{ji}` (fewer terms on a kNN graph)."""
+        w = self.weights
+        if value.is_sparse and isinstance(w, KernelWeights) and w.log_pi is None:
+            r, c, v = _folded_edges(value)
+            return w.weighted_sum_at(r, c, v)
         r, c, v = _edge_terms(value)
         keep = r != c
         return self.weights.weighted_sum_at(r[keep], c[keep], v[keep])
@@ -355,6 +362,25 @@ class GraphLaw(TorchDistribution):
     def __repr__(self):
         kind = "sparse" if self.weights.is_sparse else "dense"
         return f"{type(self).__name__}(n={self.n}, {kind})"
+
+
+def _folded_edges(value):
+    """Unordered pairs i < j of a sparse graph with weights W_ij + W_ji (cached on the tensor)."""
+    cached = getattr(value, "_probdr_folded", None)
+    if cached is not None:
+        return cached
+    v = value.coalesce()
+    r, c = v.indices()
+    lo, hi = torch.minimum(r, c), torch.maximum(r, c)
+    keep = lo != hi
+    n = v.shape[0]
+    S = _coo(torch.stack([lo[keep], hi[keep]]), v.values()[keep], (n, n)).coalesce()
+    out = (S.indices()[0], S.indices()[1], S.values())
+    try:
+        value._probdr_folded = out
+    except (AttributeError, RuntimeError):  # pragma: no cover - tensors usually accept attributes
+        pass
+    return out
 
 
 def _row_sums(value, n):
