@@ -218,16 +218,46 @@ class KernelWeights(Weights):
             lw = lw + self.log_pi.to(lw.dtype)
         return _mask_diag(lw)
 
-    def _sampled_pairs(self):
+    # -- stratified Monte Carlo normalisers ---------------------------------------------------
+    # near field: the observed graph's pairs (symmetrised), summed exactly; far field: uniform
+    # partners, rejected when near, reweighted by the number of far pairs.
+    near: tuple | None = None
+
+    def _far_samples(self):
         m, n = self.n_samples, self.n
         rows = torch.arange(n).repeat_interleave(m)
         cols = (rows + torch.randint(1, n, (rows.numel(),))) % n  # uniform over the others
-        return rows, cols, self.log_at(rows, cols).view(n, m)
+        far = torch.ones(rows.numel(), dtype=torch.bool)
+        n_far_row = torch.full((n,), float(n - 1), dtype=self.Z.dtype)
+        if self.near is not None:
+            keys, deg = self.near[2], self.near[3]
+            q = rows * n + cols
+            pos = torch.searchsorted(keys, q).clamp_max(keys.numel() - 1)
+            far = keys[pos] != q
+            n_far_row = n_far_row - deg.to(self.Z.dtype)
+        return rows, cols, far, n_far_row
+
+    def _near_log_w(self):
+        if self.near is None:
+            return None, None, None
+        r, c = self.near[0], self.near[1]
+        return r, c, self.log_at(r, c)
 
     def row_logsumexp(self):
         if self.normaliser == "sampled":
-            _, _, lw = self._sampled_pairs()
-            return torch.logsumexp(lw, 1) + math.log((self.n - 1) / self.n_samples)
+            n, m = self.n, self.n_samples
+            rows, cols, far, n_far = self._far_samples()
+            lw = self.log_at(rows, cols).masked_fill(~far, NEG_INF).view(n, m)
+            hits = far.view(n, m).sum(1).clamp_min(1).to(lw.dtype)
+            parts = [torch.logsumexp(lw, 1) + torch.log(n_far.clamp_min(1e-12) / hits)]
+            r, _, lwn = self._near_log_w()
+            if r is not None:
+                mx = torch.full((n,), NEG_INF, dtype=lwn.dtype).scatter_reduce(
+                    0, r, lwn.detach(), "amax")
+                mx = torch.where(torch.isfinite(mx), mx, torch.zeros_like(mx))
+                s = torch.zeros(n, dtype=lwn.dtype).index_add(0, r, torch.exp(lwn - mx[r]))
+                parts.append(torch.log(s) + mx)
+            return torch.logsumexp(torch.stack(parts), 0)
         if self.normaliser == "fft":
             raise ValueError("the FFT normaliser covers the E law (t-SNE) only; use "
                              "repulsion='sampled' or 'exact' for the D law.")
@@ -235,9 +265,14 @@ class KernelWeights(Weights):
 
     def total_logsumexp(self):
         if self.normaliser == "sampled":
-            _, _, lw = self._sampled_pairs()
-            return torch.logsumexp(lw.flatten(), 0) + math.log(
-                self.n * (self.n - 1) / lw.numel())
+            rows, cols, far, n_far = self._far_samples()
+            lw = self.log_at(rows, cols)[far]
+            N_far = n_far.sum()
+            parts = [torch.logsumexp(lw, 0) + torch.log(N_far / max(lw.numel(), 1))]
+            r, _, lwn = self._near_log_w()
+            if r is not None:
+                parts.append(torch.logsumexp(lwn, 0))
+            return torch.logsumexp(torch.stack(parts), 0)
         if self.normaliser == "fft":
             from ._fft import cauchy_log_total
 
@@ -251,8 +286,13 @@ class KernelWeights(Weights):
 
     def sum_softplus(self):
         if self.normaliser == "sampled":
-            _, _, lw = self._sampled_pairs()
-            return torch.nn.functional.softplus(lw).mean() * (self.n * (self.n - 1))
+            rows, cols, far, n_far = self._far_samples()
+            sp = torch.nn.functional.softplus(self.log_at(rows, cols)[far])
+            out = sp.mean() * n_far.sum() if sp.numel() else self.Z.new_zeros(())
+            r, _, lwn = self._near_log_w()
+            if r is not None:
+                out = out + torch.nn.functional.softplus(lwn).sum()
+            return out
         if self.normaliser == "fft":
             raise ValueError("the FFT normaliser covers the E law only; use 'sampled'.")
         return pair_reduce(self.Z, "softplus", self.kernel, self.log_pi)
@@ -335,6 +375,12 @@ class GraphLaw(TorchDistribution):
     def normaliser(self, value) -> torch.Tensor:
         raise NotImplementedError
 
+    def _with_near(self, value):
+        """Give sampled kernel weights the observed pairs as their exactly-summed near field."""
+        w = self.weights
+        if isinstance(w, KernelWeights) and w.normaliser == "sampled" and value.is_sparse:
+            w.near = _near_pairs(value)
+
     def log_combinatorial(self, value) -> torch.Tensor:
         return torch.zeros(())
 
@@ -383,6 +429,28 @@ def _folded_edges(value):
     return out
 
 
+def _near_pairs(value):
+    """Ordered pairs (both directions) of a sparse graph's support, sorted keys i*n+j, and the
+    number of such pairs per row (cached on the tensor)."""
+    cached = getattr(value, "_probdr_near", None)
+    if cached is not None:
+        return cached
+    v = value.coalesce()
+    n = v.shape[0]
+    r, c = v.indices()
+    keep = r != c
+    r, c = torch.cat([r[keep], c[keep]]), torch.cat([c[keep], r[keep]])
+    keys = torch.unique(r * n + c)  # sorted
+    r, c = keys // n, keys % n
+    deg = torch.bincount(r, minlength=n)
+    out = (r, c, keys, deg)
+    try:
+        value._probdr_near = out
+    except (AttributeError, RuntimeError):  # pragma: no cover
+        pass
+    return out
+
+
 def _row_sums(value, n):
     r, _, v = _edge_terms(value)
     return torch.zeros(n, dtype=v.dtype).index_add(0, r, v)
@@ -399,6 +467,7 @@ class BinaryGraph(GraphLaw):
 
     def normaliser(self, value):
         # log prod (1 + w_ij): does not depend on the graph
+        self._with_near(value)
         return self.weights.sum_softplus()
 
     def in_support(self, value):
@@ -471,6 +540,7 @@ class UnitDegreeGraph(GraphLaw):
     prior = "D"
 
     def normaliser(self, value):
+        self._with_near(value)
         return (_row_sums(value, self.n).to(self._dtype()) * self.weights.row_logsumexp()).sum()
 
     def _dtype(self):
@@ -515,6 +585,7 @@ class NEdgeGraph(GraphLaw):
     prior = "E"
 
     def normaliser(self, value):
+        self._with_near(value)
         return _total(value) * self.weights.total_logsumexp()
 
     def log_combinatorial(self, value):
