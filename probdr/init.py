@@ -14,7 +14,8 @@ __all__ = ["pca", "spectral", "initialize", "INITS"]
 
 
 def pca(X: torch.Tensor, n_components: int) -> torch.Tensor:
-    """PCA scores of column-centred ``X`` (signs fixed: largest |entry| of each axis positive)."""
+    """PCA scores of column-centred ``X`` (signs fixed: the entry of largest magnitude on each
+    axis is positive)."""
     Xc = X.to(torch.float64) - X.to(torch.float64).mean(0, keepdim=True)
     if min(Xc.shape) > 500:
         U, S, V = torch.pca_lowrank(Xc, q=n_components + 10, center=False, niter=6)
