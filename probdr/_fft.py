@@ -48,7 +48,18 @@ def _smooth_size(m: int) -> int:
         m += 1
 
 
+def _ladder_size(m: int) -> int:
+    """Grid sizes on a geometric ladder (ratio about 1.1) of 5-smooth numbers: as the embedding
+    grows the size changes rarely, so the kernel spectra are reused from the cache."""
+    size = 16
+    while size < m:
+        size = _smooth_size(int(math.ceil(size * 1.1)))
+    return size
+
+
 _KERNEL_FFT_CACHE: dict = {}
+#: kernel spectra kept (two kernels, a couple of grid sizes)
+_CACHE_ENTRIES = 6
 
 
 class Grid2D:
@@ -58,7 +69,7 @@ class Grid2D:
         lo = Z.min(0).values
         span = float((Z.max(0).values - lo).max())
         h = max(spacing, span / (MAX_GRID - 4))
-        G = _smooth_size(2 * (int(math.ceil(span / h)) + 4)) // 2
+        G = _ladder_size(int(math.ceil(span / h)) + 4)
         self.h, self.G = h, G
         u = (Z - lo) / h + 1.0  # node 1 is the first node at or below the minimum
         base = torch.floor(u)
@@ -94,12 +105,12 @@ class Grid2D:
         ck = (key, G, self.h, dtype) if key is not None else None
         if ck is not None and ck in _KERNEL_FFT_CACHE:
             return _KERNEL_FFT_CACHE[ck]
-        if len(_KERNEL_FFT_CACHE) > 64:
-            _KERNEL_FFT_CACHE.clear()
+        while len(_KERNEL_FFT_CACHE) >= _CACHE_ENTRIES:  # drop the oldest
+            _KERNEL_FFT_CACHE.pop(next(iter(_KERNEL_FFT_CACHE)))
         k = torch.arange(2 * G, dtype=dtype)
         k = torch.where(k < G, k, k - 2 * G) * self.h
         d2 = k[:, None] ** 2 + k[None, :] ** 2
-        out = torch.fft.rfft2(torch.exp(log_kernel_of_d2(d2)))
+        out = torch.fft.rfft2(torch.exp(log_kernel_of_d2(d2)), s=(2 * G, 2 * G))
         if ck is not None:
             _KERNEL_FFT_CACHE[ck] = out
         return out
