@@ -334,11 +334,25 @@ def _sparse_lookup(S: torch.Tensor, rows, cols, n):
 # --------------------------------------------------------------------------------------------
 # laws
 # --------------------------------------------------------------------------------------------
+def _cached(value, name, compute):
+    """Per-tensor cache for quantities of an observed graph that do not change across steps."""
+    out = getattr(value, name, None)
+    if out is None:
+        out = compute()
+        try:
+            setattr(value, name, out)
+        except (AttributeError, RuntimeError):  # pragma: no cover
+            pass
+    return out
+
+
 def _edge_terms(value):
     """(rows, cols, values) of a graph given dense or sparse."""
     if value.is_sparse:
-        v = value.coalesce()
-        return v.indices()[0], v.indices()[1], v.values()
+        def compute():
+            v = value.coalesce()
+            return v.indices()[0], v.indices()[1], v.values()
+        return _cached(value, "_probdr_edges", compute)
     r, c = torch.nonzero(value, as_tuple=True)
     return r, c, value[r, c]
 
@@ -412,29 +426,26 @@ class GraphLaw(TorchDistribution):
 
 def _folded_edges(value):
     """Unordered pairs i < j of a sparse graph with weights W_ij + W_ji (cached on the tensor)."""
-    cached = getattr(value, "_probdr_folded", None)
-    if cached is not None:
-        return cached
+    return _cached(value, "_probdr_folded", lambda: _fold(value))
+
+
+def _fold(value):
     v = value.coalesce()
     r, c = v.indices()
     lo, hi = torch.minimum(r, c), torch.maximum(r, c)
     keep = lo != hi
     n = v.shape[0]
     S = _coo(torch.stack([lo[keep], hi[keep]]), v.values()[keep], (n, n)).coalesce()
-    out = (S.indices()[0], S.indices()[1], S.values())
-    try:
-        value._probdr_folded = out
-    except (AttributeError, RuntimeError):  # pragma: no cover - tensors usually accept attributes
-        pass
-    return out
+    return S.indices()[0], S.indices()[1], S.values()
 
 
 def _near_pairs(value):
     """Ordered pairs (both directions) of a sparse graph's support, sorted keys i*n+j, and the
     number of such pairs per row (cached on the tensor)."""
-    cached = getattr(value, "_probdr_near", None)
-    if cached is not None:
-        return cached
+    return _cached(value, "_probdr_near", lambda: _near(value))
+
+
+def _near(value):
     v = value.coalesce()
     n = v.shape[0]
     r, c = v.indices()
@@ -443,21 +454,20 @@ def _near_pairs(value):
     keys = torch.unique(r * n + c)  # sorted
     r, c = keys // n, keys % n
     deg = torch.bincount(r, minlength=n)
-    out = (r, c, keys, deg)
-    try:
-        value._probdr_near = out
-    except (AttributeError, RuntimeError):  # pragma: no cover
-        pass
-    return out
+    return r, c, keys, deg
 
 
 def _row_sums(value, n):
-    r, _, v = _edge_terms(value)
-    return torch.zeros(n, dtype=v.dtype).index_add(0, r, v)
+    def compute():
+        r, _, v = _edge_terms(value)
+        return torch.zeros(n, dtype=v.dtype).index_add(0, r, v)
+    return _cached(value, "_probdr_rowsums", compute) if value.is_sparse else compute()
 
 
 def _total(value):
-    return value.coalesce().values().sum() if value.is_sparse else value.sum()
+    if value.is_sparse:
+        return _cached(value, "_probdr_total", lambda: _edge_terms(value)[2].sum())
+    return value.sum()
 
 
 class BinaryGraph(GraphLaw):
@@ -589,9 +599,10 @@ class NEdgeGraph(GraphLaw):
         return _total(value) * self.weights.total_logsumexp()
 
     def log_combinatorial(self, value):
-        r, c, v = _edge_terms(value)
-        v = v.to(torch.float64)
-        return math.lgamma(self.n + 1) - torch.lgamma(v + 1).sum()
+        def compute():
+            r, c, v = _edge_terms(value)
+            return math.lgamma(self.n + 1) - torch.lgamma(v.to(torch.float64) + 1).sum()
+        return _cached(value, "_probdr_logcomb", compute) if value.is_sparse else compute()
 
     def in_support(self, value):
         return bool(_total(value) == self.n)
