@@ -41,14 +41,17 @@ def load(name: str, seed: int = 0):
 
 
 def fit(method: str, X, seed: int):
+    threads = int(os.environ.get("OMP_NUM_THREADS", "1"))
     if method == "opentsne":
         from openTSNE import TSNE
 
-        return np.asarray(TSNE(n_jobs=2, random_state=seed, verbose=False).fit(X))
+        return np.asarray(TSNE(n_jobs=threads, random_state=seed, verbose=False).fit(X))
     if method == "umap-learn":
         import umap
 
-        return umap.UMAP(random_state=seed, n_jobs=1 if seed is not None else 2).fit_transform(X)
+        # a random_state makes umap-learn single-threaded; pass none when threads > 1
+        return umap.UMAP(random_state=seed if threads == 1 else None,
+                         n_jobs=threads).fit_transform(X)
     import probdr
 
     cls = {"tsne": probdr.TSNE, "umap": probdr.UMAP, "largevis": probdr.LargeVis,
@@ -68,7 +71,7 @@ def child(method: str, data: str, seed: int) -> None:
 
     n = len(X)
     sub = np.random.default_rng(0).choice(n, min(n, 5000), replace=False)
-    Xs, Zs, ys = X[sub], Z[sub], y[sub]
+    Xs, Zs = X[sub], Z[sub]
     out = {"method": method, "data": data, "seed": seed, "n": n, "wall_s": wall,
            "peak_rss_gib": peak,
            "trust15": metrics.trustworthiness(Xs, Zs, 15),
@@ -78,9 +81,11 @@ def child(method: str, data: str, seed: int) -> None:
     print("RESULT " + json.dumps(out))
 
 
-def run_one(method, data, seed, timeout):
+def run_one(method, data, seed, timeout, threads=1):
     cmd = [sys.executable, __file__, "--child", method, data, str(seed)]
-    env = dict(os.environ, PYTHONWARNINGS="ignore")
+    t = str(threads)
+    env = dict(os.environ, PYTHONWARNINGS="ignore", OMP_NUM_THREADS=t, MKL_NUM_THREADS=t,
+               NUMBA_NUM_THREADS=t, OPENBLAS_NUM_THREADS=t)
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
     for line in p.stdout.splitlines():
         if line.startswith("RESULT "):
@@ -99,7 +104,7 @@ def machine() -> str:
     except OSError:
         pass
     return (f"{os.cpu_count()} cores ({cpu}), Python {platform.python_version()}, "
-            f"torch {torch.__version__} ({torch.get_num_threads()} threads)")
+            f"torch {torch.__version__}")
 
 
 def table(rows):
@@ -129,6 +134,8 @@ def main():
     ap.add_argument("--methods", nargs="+", default=["tsne", "opentsne", "umap", "umap-learn"])
     ap.add_argument("--seeds", nargs="+", type=int, default=[0])
     ap.add_argument("--timeout", type=float, default=3600)
+    ap.add_argument("--threads", type=int, default=1,
+                    help="threads for every method (torch, openTSNE n_jobs, umap-learn n_jobs)")
     ap.add_argument("--out", default=None, help="append the table to this Markdown file")
     ap.add_argument("--json", default=None, help="write raw results (JSON lines) here")
     a = ap.parse_args()
@@ -139,12 +146,14 @@ def main():
     for data in a.data:
         for seed in a.seeds:
             for method in a.methods:  # interleaved: load drifts hit every method alike
-                r = run_one(method, data, seed, a.timeout)
+                r = run_one(method, data, seed, a.timeout, a.threads)
                 print(json.dumps(r), flush=True)
                 rows.append(r)
     t = table(rows)
     cmd = "python benchmarks/run.py " + " ".join(sys.argv[1:])
-    text = (f"\n### {', '.join(a.data)} ({time.strftime('%Y-%m-%d')})\n\nMachine: {machine()}.\n"
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+    text = (f"\n### {', '.join(a.data)} ({time.strftime('%Y-%m-%d')})\n\nMachine: {machine()}; "
+            f"{a.threads} thread(s) for every method; load average at the end {load:.1f}.\n"
             f"Command: `{cmd}`\n\n{t}\n")
     print(text)
     if a.json:

@@ -38,7 +38,7 @@ from .graphs import (
 )
 from .infer import Phase, run_map
 from .init import initialize
-from .kernels import find_ab_params, get_kernel
+from .kernels import GaussianKernel, find_ab_params, get_kernel
 from .models.coupling import graph_coupling_model
 from .neighbors import knn
 
@@ -96,7 +96,7 @@ def build_input_graph(
     if affinity == "entropic":
         eps = affinities.entropic_bandwidths(d2, perplexity)
         d2s = d2 - d2.min(1, keepdim=True).values  # row shift: P^D unchanged, no underflow
-        logk = -(d2s / eps[:, None])
+        logk = GaussianKernel(eps).log_k(d2s)
     elif affinity == "umap":
         v = affinities.umap_membership(d2, n_neighbors=k + 1)
         logk = torch.logit(v.clamp(0, 1)).clamp(-MAX_LOGIT, MAX_LOGIT)

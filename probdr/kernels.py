@@ -63,24 +63,37 @@ class Kernel:
 
 
 class GaussianKernel(Kernel):
-    r"""Gaussian kernel :math:`k(d^2) = \exp(-d^2 / h)` with bandwidth ``h`` (scalar).
+    r"""Gaussian kernel :math:`k(d^2) = \exp(-d^2 / h)` with bandwidth ``h``.
 
-    ``h = 1`` gives SNE's latent kernel :math:`\exp(-\|z_i - z_j\|^2)`.
+    ``h`` is a scalar, or a vector of per-point bandwidths :math:`h_i` (Remark 1 of the paper:
+    :math:`K_{ij} = \exp(-\|x_i - x_j\|^2 / h_i)`), applied along the rows of a 2-D ``d2`` of
+    shape (n, k) -- neighbour lists or a dense matrix. ``h = 1`` gives SNE's latent kernel
+    :math:`\exp(-\|z_i - z_j\|^2)`; the entropic affinities use the per-point form.
     """
 
     name = "gaussian"
     heavy_tailed = False
 
-    def __init__(self, bandwidth: float = 1.0):
-        if not bandwidth > 0:
-            raise ValueError(f"bandwidth must be positive, got {bandwidth}.")
-        self.bandwidth = float(bandwidth)
+    def __init__(self, bandwidth=1.0):
+        h = torch.as_tensor(bandwidth, dtype=torch.float64)
+        if h.ndim > 1 or not bool((h > 0).all()):
+            raise ValueError("bandwidth must be a positive scalar or a 1-D vector of positive "
+                             "per-point bandwidths.")
+        self.bandwidth = float(h) if h.ndim == 0 else h
+
+    def _h(self, d2):
+        if isinstance(self.bandwidth, float):
+            return self.bandwidth
+        if d2.ndim != 2 or d2.shape[0] != self.bandwidth.shape[0]:
+            raise ValueError(f"per-point bandwidths need d2 of shape ({self.bandwidth.shape[0]}, "
+                             f"k), got {tuple(d2.shape)}.")
+        return self.bandwidth.to(d2.dtype)[:, None]
 
     def log_k(self, d2):
-        return -d2 / self.bandwidth
+        return -d2 / self._h(d2)
 
     def dlog_k(self, d2):
-        return torch.full_like(d2, -1.0 / self.bandwidth)
+        return -torch.ones_like(d2) / self._h(d2)
 
 
 class StudentKernel(Kernel):
