@@ -20,8 +20,10 @@ import math
 import torch
 
 #: default grid spacing: the Cauchy kernel varies on a unit scale; the gradient's relative error
-#: scales as spacing^4 (about 0.7% at 1/3, 0.25% at 1/4, measured against the exact sum)
-GRID_SPACING = 1.0 / 3.0
+#: scales as spacing^4 (measured against the exact sum: about 2.7% at 1/2, 0.7% at 1/3, 0.25% at
+#: 1/4 -- Barnes-Hut at theta = 0.5 is in the same range as 1/2). On digits and mnist5k, 1/2 gave
+#: the same trustworthiness and 5-NN accuracy as 1/3 (within 0.0013) at a third of the cost.
+GRID_SPACING = 0.5
 #: the grid never exceeds this many nodes per side (spacing grows instead)
 MAX_GRID = 1024
 
@@ -136,9 +138,13 @@ class _CauchyLogTotalFFT(torch.autograd.Function):
         g = grid.spread(charges)
         kw = grid.kernel_fft(lambda d2: -torch.log1p(d2), Zd.dtype, key="cauchy")
         kw2 = grid.kernel_fft(lambda d2: -2.0 * torch.log1p(d2), Zd.dtype, key="cauchy2")
-        conv_w = grid.convolve(g[:1], kw[None])  # sum_j w_ij
-        conv_w2 = grid.convolve(g, kw2[None])  # sum_j w_ij^2 * (1, zx, zy)
-        pots = grid.gather(torch.cat([conv_w, conv_w2]))  # (4, n)
+        # one forward transform of the three charge grids, one batched inverse of the four
+        # products: sum_j w_ij, and sum_j w_ij^2 * (1, zx, zy)
+        G = grid.G
+        F = torch.fft.rfft2(g, s=(2 * G, 2 * G))
+        prods = torch.cat([F[:1] * kw, F * kw2])
+        conv = torch.fft.irfft2(prods, s=(2 * G, 2 * G))[..., :G, :G]
+        pots = grid.gather(conv)  # (4, n)
         S = (pots[0] - 1.0).sum(dtype=torch.float64).clamp_min(1e-300)  # self terms w_ii = 1
         # sum_j w_ij^2 (z_i - z_j) = A_i (z_i - c) - B_i; the self terms cancel
         A, B = pots[1], pots[2:].T
@@ -153,8 +159,8 @@ class _CauchyLogTotalFFT(torch.autograd.Function):
         return grad.to(ctx.dtype), None
 
 
-def cauchy_log_total(Z: torch.Tensor, spacing: float = GRID_SPACING) -> torch.Tensor:
+def cauchy_log_total(Z: torch.Tensor, spacing: float | None = None) -> torch.Tensor:
     r"""FFT-interpolated :math:`\log \sum_{i \ne j} 1/(1 + \|z_i - z_j\|^2)` for 2-D ``Z``."""
     if Z.ndim != 2 or Z.shape[1] != 2:
         raise ValueError("the FFT normaliser is implemented for 2-D embeddings only.")
-    return _CauchyLogTotalFFT.apply(Z, spacing)
+    return _CauchyLogTotalFFT.apply(Z, GRID_SPACING if spacing is None else spacing)
