@@ -59,6 +59,7 @@ def graph_coupling_model(
     negative_samples: int = 5,
     negative_weight: float = 1.0,
     coupling_weight: float = 1.0,
+    pair_grad_clip: float | None = None,
     dtype: torch.dtype = torch.float32,
 ):
     """Pyro model of the graph coupling.
@@ -83,12 +84,16 @@ def graph_coupling_model(
         down-weighted non-edge likelihood, see the module docstring).
     coupling_weight : float
         Weight (inverse temperature) of the coupling likelihood, via ``poutine.scale``.
+    pair_grad_clip : float, optional
+        Optimisation heuristic of umap-learn: clamp every pair's gradient contribution (not the
+        objective) to ``[-c, c]`` per coordinate.
     """
     n = W_X.shape[0]
     prior = flat_prior(n, n_components) if z_prior is None else z_prior
     Z = pyro.sample("Z", prior)
     normaliser = repulsion if repulsion in ("exact", "fft", "sampled") else "exact"
-    K_Z = KernelWeights(Z, kernel, normaliser=normaliser, n_samples=negative_samples)
+    K_Z = KernelWeights(Z, kernel, normaliser=normaliser, n_samples=negative_samples,
+                        pair_grad_clip=pair_grad_clip)
     law = prior_z.posterior(K_Z)
     with poutine.scale(scale=coupling_weight):
         if repulsion in ("exact", "fft", "sampled"):

@@ -337,7 +337,8 @@ class GraphCoupling(DREstimator):
         self._make_kernel()  # raises on a bad kernel name
 
     def _phases(self, n: int) -> tuple[list[Phase], float, float | None]:
-        """Optimisation schedule, loss scale and gradient clip."""
+        """Optimisation schedule, loss scale and gradient clip (umap-learn's per-pair clip at 4
+        is applied inside the model for the SGD presets)."""
         ee = float(self.early_exaggeration)
         n_ee = int(self.early_exaggeration_iter) if ee != 1.0 else 0
         n_main = int(self.n_iter) - n_ee
@@ -362,8 +363,7 @@ class GraphCoupling(DREstimator):
             phases.append(Phase(n_ee, lr0, 0.0, model_kwargs={"exaggeration": ee},
                                 name="exaggeration"))
         phases.append(Phase(n_main, lr0, 0.0, final_learning_rate=0.0, name="main"))
-        clip = 4.0 if self.optimizer == "sgd" else None
-        return phases, 1.0, clip
+        return phases, 1.0, (4.0 if self.optimizer == "sgd" else None)
 
     # -- fitting ---------------------------------------------------------------------------
     def _build_input_graph(self, X: torch.Tensor) -> GraphLaw:
@@ -400,7 +400,8 @@ class GraphCoupling(DREstimator):
             W_X=W_X, prior_z=self._latent_prior(), kernel=self.kernel_,
             n_components=self.n_components, repulsion=self._repulsion(n),
             negative_samples=self.negative_samples, negative_weight=self.negative_weight,
-            z_prior=self._resolve_z_prior(n, dtype), coupling_weight=self.coupling_weight)
+            z_prior=self._resolve_z_prior(n, dtype), coupling_weight=self.coupling_weight,
+            pair_grad_clip=4.0 if self.optimizer == "sgd" else None)
         observe = None
         if self.observe == "sample":
             def observe():

@@ -195,16 +195,23 @@ class KernelWeights(Weights):
     NORMALISERS = ("exact", "fft", "sampled")
 
     def __init__(self, Z: torch.Tensor, kernel, log_pi: torch.Tensor | None = None,
-                 normaliser: str = "exact", n_samples: int = 10):
+                 normaliser: str = "exact", n_samples: int = 10,
+                 pair_grad_clip: float | None = None):
         if normaliser not in self.NORMALISERS:
             raise ValueError(f"normaliser must be one of {self.NORMALISERS}, got {normaliser!r}.")
         self.Z, self.kernel, self.n = Z, kernel, Z.shape[0]
         self.log_pi = log_pi
         self.normaliser, self.n_samples = normaliser, int(n_samples)
+        #: clamp each pair's gradient (w.r.t. z_i - z_j) to [-c, c], as umap-learn does
+        self.pair_grad_clip = pair_grad_clip
 
     def log_at(self, rows, cols):
         # index_select: its backward (index_add) is deterministic, unlike advanced indexing
-        d2 = (self.Z.index_select(0, rows) - self.Z.index_select(0, cols)).pow(2).sum(-1)
+        diff = self.Z.index_select(0, rows) - self.Z.index_select(0, cols)
+        if self.pair_grad_clip is not None and diff.requires_grad:
+            c = self.pair_grad_clip
+            diff.register_hook(lambda g: g.clamp(-c, c))
+        d2 = diff.pow(2).sum(-1)
         lw = self.kernel.log_k(d2)
         if self.log_pi is not None:
             lw = lw + self.log_pi[rows, cols].to(lw.dtype)
