@@ -135,3 +135,13 @@ def umap_membership(
 def binary_knn(sq_dist: torch.Tensor) -> torch.Tensor:
     """Binary kNN weights: 1 on every listed neighbour."""
     return torch.ones_like(sq_dist, dtype=torch.float64)
+
+
+def __getattr__(name):
+    # symmetric entropic (SNEkhorn) and Sinkhorn affinities live in probdr.ot.sea; imported
+    # lazily because probdr.ot.sea itself builds on this module
+    if name in ("symmetric_entropic", "sinkhorn_affinity"):
+        from .ot import sea
+
+        return getattr(sea, name)
+    raise AttributeError(f"module 'probdr.affinities' has no attribute {name!r}")

@@ -19,9 +19,11 @@ METHODS = ("sne", "tsne", "largevis", "umap")
 
 def _make(method: str, args):
     import probdr
+    from probdr.plotting_bayes import bayes_estimator_kwargs
 
     common = dict(n_components=args.n_components, random_state=args.random_state,
                   verbose=args.verbose)
+    common.update(bayes_estimator_kwargs(args))
     if method == "umap":
         return probdr.UMAP(n_neighbors=args.n_neighbors, n_epochs=args.n_iter, **common)
     cls = {"sne": probdr.SNE, "tsne": probdr.TSNE, "largevis": probdr.LargeVis}[method]
@@ -78,6 +80,9 @@ def embed(args) -> int:
         ax.figure.savefig(args.plot, dpi=120, bbox_inches="tight")
         plt.close(ax.figure)
         print(f"plot written to {args.plot}")
+    from probdr.plotting_bayes import run_bayes_outputs
+
+    run_bayes_outputs(est, args, y)
     return 0
 
 
@@ -98,6 +103,9 @@ def main(argv=None) -> int:
     e.add_argument("--pca", type=int, default=None, help="project the data on k PCs first")
     e.add_argument("--random-state", type=int, default=0)
     e.add_argument("--verbose", action="store_true")
+    from probdr.plotting_bayes import add_bayes_arguments
+
+    add_bayes_arguments(e)
     args = p.parse_args(argv)
     try:
         return embed(args)

@@ -335,6 +335,15 @@ class GraphCoupling(DREstimator):
                 isinstance(self.learning_rate, (int, float)) and self.learning_rate > 0):
             raise ValueError(f"learning_rate must be 'auto' or positive, got {self.learning_rate!r}.")
         self._make_kernel()  # raises on a bad kernel name
+        from .priors import check_edge_prior
+
+        check_edge_prior(self.edge_prior, n, "edge_prior")
+        check_edge_prior(self.latent_edge_prior, n, "latent_edge_prior")
+        if self.inference != "map":  # fail before the MAP fit, not after it
+            from .infer.posterior import check_inference
+
+            check_inference(self.inference, n, self.n_components,
+                            repulsion=self._repulsion(n), **(self.inference_params or {}))
 
     def _phases(self, n: int) -> tuple[list[Phase], float, float | None]:
         """Optimisation schedule, loss scale and gradient clip (umap-learn's per-pair clip at 4
