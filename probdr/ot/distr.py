@@ -1,0 +1,356 @@
+r"""Distributional Reduction (DistR): joint dimensionality reduction and clustering with
+semi-relaxed Gromov-Wasserstein (Van Assel, Vincent-Cuaz, Courty, Flamary, Frossard & Vayer,
+2024; thesis ch. 5).
+
+DistR looks for a small weighted point cloud :math:`\mu_Z = \sum_k [\mathbf h_Z]_k\delta_{z_k}`,
+:math:`z_k\in\mathbb R^d`, :math:`k\le n` (prototypes), closest to the data in the GW sense:
+
+.. math::
+    \min_{\mathbf Z\in\mathbb R^{n\times d},\,\mathbf h_Z\in\Sigma_n}
+    \mathrm{GW}_L(\mathbf C_X(\mathbf X), \mathbf C_Z(\mathbf Z), \mathbf h_X, \mathbf h_Z)
+    = \min_{\mathbf Z}\ \min_{\mathbf T\in\mathcal U_n(\mathbf h_X)}
+    E_L(\mathbf C_X, \mathbf C_Z(\mathbf Z), \mathbf T),\qquad \mathbf h_Z = \mathbf T^\top\mathbf 1_N,
+
+solved by block-coordinate descent (thesis §5.3.3): a **Z-step** (Adam on the Pyro model
+:func:`probdr.models.ot_distr.distr_model`, T fixed) alternates with a **T-step** (semi-relaxed
+GW for fixed Z: POT's conditional gradient with exact line search, warm-started, or KL mirror
+descent :math:`\mathbf T\leftarrow\mathrm{diag}(\mathbf h/\mathbf K\mathbf 1)\mathbf K`,
+:math:`\mathbf K = \mathbf T\odot\exp(-\nabla F/\varepsilon)`). The coupling is a soft assignment
+of samples to prototypes; conditional gradient returns membership matrices in practice, whence
+the clustering ``labels_`` (:math:`\arg\max_k T_{ik}`). Prototypes that receive no mass are
+"dead": DistR selects an effective number of clusters.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pyro
+import torch
+from pyro.infer import SVI, Trace_ELBO
+from pyro.infer.autoguide import AutoDelta
+from pyro.infer.autoguide.initialization import init_to_value
+
+from ..base import DREstimator
+from ..models.ot_distr import distr_model, prototype_affinity, srgw_energy
+from .sea import symmetric_entropic
+
+__all__ = ["DistR", "srgw_objective", "srgw_gradient"]
+
+AFFINITIES_IN = ("sea", "gram")
+AFFINITIES_OUT = ("student", "gaussian", "gram")
+
+
+def _f1(C: torch.Tensor, loss: str) -> torch.Tensor:
+    if loss == "square":
+        return C * C
+    return torch.special.xlogy(C, C) - C
+
+
+def srgw_objective(C: torch.Tensor, Cbar: torch.Tensor, T: torch.Tensor, loss: str = "square"
+                   ) -> torch.Tensor:
+    r""":math:`E_L(\mathbf C, \bar{\mathbf C}, \mathbf T) = \sum_{ijkl}L(C_{ij},\bar C_{kl})
+    T_{ik}T_{jl}` by the decomposition :math:`\langle f_1(\mathbf C),\mathbf h\mathbf h^\top\rangle
+    + \langle f_2(\bar{\mathbf C}),\mathbf q\mathbf q^\top\rangle - \langle\mathbf T^\top h_1(\mathbf
+    C)\mathbf T, h_2(\bar{\mathbf C})\rangle` in :math:`O(N^2n + Nn^2)` (never the 4-tensor).
+    ``loss``: ``"square"`` :math:`(a-b)^2` or ``"kl"`` :math:`a\log(a/b) - a + b`."""
+    h, q = T.sum(1), T.sum(0)
+    A = T.T @ C @ T
+    const = (_f1(C, loss) * h[:, None] * h[None, :]).sum()
+    if loss == "square":
+        return const + (Cbar * Cbar * q[:, None] * q[None, :]).sum() - 2.0 * (A * Cbar).sum()
+    if loss == "kl":
+        return const + (Cbar * q[:, None] * q[None, :]).sum() - (A * torch.log(Cbar)).sum()
+    raise ValueError(f"loss must be 'square' or 'kl', got {loss!r}.")
+
+
+def srgw_gradient(C: torch.Tensor, Cbar: torch.Tensor, T: torch.Tensor, loss: str = "square"
+                  ) -> torch.Tensor:
+    r""":math:`\nabla_{\mathbf T}F` for symmetric :math:`\mathbf C, \bar{\mathbf C}` (thesis eq.
+    (8.78)): :math:`2(\mathbf 1_N\mathbf 1_N^\top\mathbf T f_2(\bar{\mathbf C}) -
+    h_1(\mathbf C)\mathbf T h_2(\bar{\mathbf C})^\top)`."""
+    N = C.shape[0]
+    if loss == "square":
+        f2, h2 = Cbar * Cbar, 2.0 * Cbar
+    elif loss == "kl":
+        f2, h2 = Cbar, torch.log(Cbar)
+    else:
+        raise ValueError(f"loss must be 'square' or 'kl', got {loss!r}.")
+    q = T.sum(0)
+    F1 = torch.ones(N, 1, dtype=T.dtype) @ (q[None, :] @ f2)
+    return 2.0 * (F1 - C @ T @ h2.T)
+
+
+class DistR(DREstimator):
+    r"""Distributional Reduction: low-dimensional prototypes, their weights and a soft
+    assignment of the samples, by semi-relaxed Gromov-Wasserstein.
+
+    ``fit_transform(X)`` returns the **prototypes' embedding** :math:`\mathbf Z`, an array of
+    shape ``(n_prototypes, n_components)`` -- not one row per sample. Per-sample outputs are
+    ``labels_`` (cluster of each sample) and ``sample_embedding_`` (the barycentric projection
+    :math:`\sum_k T_{ik}z_k/[\mathbf h_X]_i`, i.e. each sample placed on its prototype).
+
+    Parameters
+    ----------
+    n_prototypes : int
+        Number n of prototypes (upper bound on the number of clusters), ``2 <= n <= N``.
+    n_components : int
+        Dimension d of the prototypes (smaller than the number of features).
+    affinity_in : {"sea", "gram"}
+        :math:`\mathbf C_X`: the symmetric entropic affinity (with self-loops) scaled to mean 1
+        under :math:`\mathbf h_X\mathbf h_X^\top` (i.e. :math:`N\mathbf P^{se}`, thesis Fig. 5.2),
+        or the Gram matrix of the centred data :math:`\mathbf X\mathbf X^\top` (srGW analogue of
+        PCA, use with ``affinity_out="gram"`` and ``loss="square"``).
+    perplexity : float
+        Perplexity of SEA.
+    affinity_out : {"student", "gaussian", "gram"}
+        :math:`\mathbf C_Z`: Student :math:`(1+\|z_k-z_l\|^2)^{-1}` or Gaussian kernel rescaled
+        to mean 1 over prototype pairs, or :math:`\mathbf Z\mathbf Z^\top`.
+    loss : {"kl", "square"}
+        Inner loss L: generalised KL :math:`a\log(a/b)-a+b` or :math:`(a-b)^2`.
+    solver : {"cg", "md"}
+        T-step solver: conditional gradient (POT ``semirelaxed_gromov_wasserstein``) or KL mirror
+        descent (POT ``entropic_semirelaxed_gromov_wasserstein``, step ``md_epsilon``).
+    md_epsilon : float
+        Mirror-descent regularisation :math:`\varepsilon` (solver "md").
+    n_outer : int
+        Maximum number of BCD rounds.
+    z_steps : int
+        Adam steps on Z per round.
+    learning_rate : float
+        Adam learning rate of the Z-step.
+    init : {"pca", "random"} or array (n, d)
+        Prototypes' initial positions: PCA scores of the initial cluster barycentres
+        (standardised) or :math:`\mathcal N(0, 1)`.
+    init_T : {"kmeans", "random"}
+        Initial coupling: k-means membership (``n_init=1``, seeded) or a random soft assignment.
+        (The product coupling :math:`\mathbf h\mathbf 1^\top/n` is a symmetric saddle that
+        collapses onto one prototype, so it is not offered.)
+    tol : float
+        Stop when the relative change of the objective between rounds is below ``tol``.
+    srgw_max_iter : int
+        Iteration cap of each T-step.
+    random_state : int or None
+    verbose : bool
+
+    Attributes
+    ----------
+    embedding_, prototypes_ : ndarray (n_prototypes, n_components)
+        Prototype positions :math:`\mathbf Z`.
+    weights_ : ndarray (n_prototypes,)
+        :math:`\mathbf h_Z = \mathbf T^\top\mathbf 1_N` (sums to 1; 0 for dead prototypes).
+    assignment_ : ndarray (n_samples, n_prototypes)
+        The coupling :math:`\mathbf T` (rows sum to :math:`1/N`).
+    labels_ : ndarray (n_samples,)
+        :math:`\arg\max_k T_{ik}`.
+    n_effective_ : int
+        Number of prototypes with positive mass.
+    sample_embedding_ : ndarray (n_samples, n_components)
+    medoids_ : ndarray (n_prototypes,)
+        For each prototype, :math:`\arg\max_i [\mathbf C_X\mathbf T]_{ik}` (-1 if dead).
+    loss_history_ : ndarray
+        :math:`E_L` after every round.
+    n_iter_ : int
+
+    References
+    ----------
+    H. Van Assel, C. Vincent-Cuaz, N. Courty, R. Flamary, P. Frossard, T. Vayer, *Distributional
+    Reduction: Unifying Dimensionality Reduction and Clustering with Gromov-Wasserstein*,
+    arXiv:2402.02239 (2024); H. Van Assel, PhD thesis (2024), ch. 5 and App. 8.
+    """
+
+    def __init__(
+        self,
+        n_prototypes: int = 10,
+        n_components: int = 2,
+        *,
+        affinity_in: str = "sea",
+        perplexity: float = 30.0,
+        affinity_out: str = "student",
+        loss: str = "kl",
+        solver: str = "cg",
+        md_epsilon: float = 0.1,
+        n_outer: int = 50,
+        z_steps: int = 20,
+        learning_rate: float = 0.1,
+        init="pca",
+        init_T: str = "kmeans",
+        tol: float = 1e-6,
+        srgw_max_iter: int = 1000,
+        random_state: int | None = None,
+        verbose: bool = False,
+    ):
+        self.n_prototypes = n_prototypes
+        self.n_components = n_components
+        self.affinity_in = affinity_in
+        self.perplexity = perplexity
+        self.affinity_out = affinity_out
+        self.loss = loss
+        self.solver = solver
+        self.md_epsilon = md_epsilon
+        self.n_outer = n_outer
+        self.z_steps = z_steps
+        self.learning_rate = learning_rate
+        self.init = init
+        self.init_T = init_T
+        self.tol = tol
+        self.srgw_max_iter = srgw_max_iter
+        self.random_state = random_state
+        self.verbose = verbose
+
+    # ------------------------------------------------------------------------------------------
+    def _check_params(self, n: int, p: int) -> None:
+        k = self.n_prototypes
+        if not (isinstance(k, (int, np.integer)) and 2 <= k <= n):
+            raise ValueError(f"n_prototypes must be an integer in [2, n_samples] = [2, {n}], "
+                             f"got {k!r}.")
+        if self.affinity_in not in AFFINITIES_IN:
+            raise ValueError(f"affinity_in must be one of {AFFINITIES_IN}, got "
+                             f"{self.affinity_in!r}.")
+        if self.affinity_out not in AFFINITIES_OUT:
+            raise ValueError(f"affinity_out must be one of {AFFINITIES_OUT}, got "
+                             f"{self.affinity_out!r}.")
+        if self.loss not in ("kl", "square"):
+            raise ValueError(f"loss must be 'kl' or 'square', got {self.loss!r}.")
+        if self.loss == "kl" and (self.affinity_out == "gram" or self.affinity_in == "gram"):
+            raise ValueError("loss='kl' needs positive affinities: use affinity_in='sea' and a "
+                             "kernel affinity_out ('student' or 'gaussian'), or loss='square'.")
+        if self.solver not in ("cg", "md"):
+            raise ValueError(f"solver must be 'cg' or 'md', got {self.solver!r}.")
+        if self.affinity_in == "sea":
+            hi = n - 1
+            if not (isinstance(self.perplexity, (int, float)) and 1 < self.perplexity <= hi):
+                raise ValueError(f"perplexity must lie in (1, n - 1] = (1, {hi}], got "
+                                 f"{self.perplexity!r}.")
+        for name in ("n_outer", "z_steps", "srgw_max_iter"):
+            v = getattr(self, name)
+            if not (isinstance(v, (int, np.integer)) and v >= 1):
+                raise ValueError(f"{name} must be a positive integer, got {v!r}.")
+        if not (isinstance(self.learning_rate, (int, float)) and self.learning_rate > 0):
+            raise ValueError(f"learning_rate must be positive, got {self.learning_rate!r}.")
+        if not (isinstance(self.md_epsilon, (int, float)) and self.md_epsilon > 0):
+            raise ValueError(f"md_epsilon must be positive, got {self.md_epsilon!r}.")
+        if isinstance(self.init, str):
+            if self.init not in ("pca", "random"):
+                raise ValueError(f"init must be 'pca', 'random' or an (n_prototypes, d) array, "
+                                 f"got {self.init!r}.")
+        else:
+            arr = np.asarray(self.init, dtype=np.float64)
+            if arr.shape != (k, self.n_components) or not np.isfinite(arr).all():
+                raise ValueError(f"init array must be finite with shape ({k}, "
+                                 f"{self.n_components}), got {arr.shape}.")
+        if self.init_T not in ("kmeans", "random"):
+            raise ValueError(f"init_T must be 'kmeans' or 'random', got {self.init_T!r}.")
+
+    def _input_affinity(self, X: torch.Tensor) -> torch.Tensor:
+        N = X.shape[0]
+        if self.affinity_in == "sea":
+            P = symmetric_entropic(X, self.perplexity)
+            return P * N  # mean 1 under h h^T with h = 1/N
+        Xc = X - X.mean(0, keepdim=True)
+        G = Xc @ Xc.T
+        return G / G.abs().mean()
+
+    def _init_T(self, X: torch.Tensor, h: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
+        N, k = X.shape[0], self.n_prototypes
+        if self.init_T == "kmeans":
+            from sklearn.cluster import KMeans
+
+            lab = KMeans(k, n_init=1, random_state=self.random_state_).fit_predict(X.numpy())
+            T = torch.zeros(N, k, dtype=torch.float64)
+            T[torch.arange(N), torch.as_tensor(lab)] = 1.0
+        else:
+            T = torch.rand(N, k, dtype=torch.float64, generator=gen) + 1e-3
+            T = T / T.sum(1, keepdim=True)
+        return T * h[:, None]
+
+    def _init_Z(self, X: torch.Tensor, T: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
+        k, d = self.n_prototypes, self.n_components
+        if not isinstance(self.init, str):
+            return torch.as_tensor(np.asarray(self.init), dtype=torch.float64).clone()
+        if self.init == "random":
+            return torch.randn(k, d, dtype=torch.float64, generator=gen)
+        q = T.sum(0)
+        alive = q > 0
+        B = (T.T @ X) / q.clamp_min(1e-300)[:, None]
+        B[~alive] = X.mean(0)
+        Bc = B - (q[:, None] * B).sum(0) / q.sum()
+        U, S, Vh = torch.linalg.svd(Bc, full_matrices=False)
+        Z = U[:, :d] * S[:d]
+        Z = Z / Z[:, 0].std().clamp_min(1e-12)
+        return Z + 1e-3 * torch.randn(Z.shape, dtype=Z.dtype, generator=gen)
+
+    def _t_step(self, C_X: np.ndarray, Cbar: np.ndarray, h: np.ndarray, T: np.ndarray):
+        import ot
+
+        loss_fun = "square_loss" if self.loss == "square" else "kl_loss"
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            if self.solver == "cg":
+                T_new = ot.gromov.semirelaxed_gromov_wasserstein(
+                    C_X, Cbar, h, loss_fun=loss_fun, symmetric=True, G0=T,
+                    max_iter=int(self.srgw_max_iter), tol_rel=1e-9, tol_abs=1e-9)
+            else:
+                T_new = ot.gromov.entropic_semirelaxed_gromov_wasserstein(
+                    C_X, Cbar, h, loss_fun=loss_fun, epsilon=float(self.md_epsilon),
+                    symmetric=True, G0=T, max_iter=int(self.srgw_max_iter), tol=1e-9)
+        if not np.isfinite(T_new).all():
+            raise FloatingPointError("DistR: the srGW T-step produced a non-finite coupling; "
+                                     "try solver='cg' or a larger md_epsilon.")
+        return T_new
+
+    def _fit(self, X: torch.Tensor) -> torch.Tensor:
+        N, d = X.shape[0], self.n_components
+        gen = torch.Generator().manual_seed(self.random_state_)
+        C_X = self._input_affinity(X)
+        self.input_affinity_ = C_X.numpy()
+        h = torch.full((N,), 1.0 / N, dtype=torch.float64)
+        const = float((_f1(C_X, self.loss) * h[:, None] * h[None, :]).sum())
+        T = self._init_T(X, h, gen)
+        Z0 = self._init_Z(X, T, gen)
+        kind, loss = self.affinity_out, self.loss
+        C_np, h_np = C_X.numpy(), h.numpy()
+
+        pyro.clear_param_store()
+        guide = AutoDelta(distr_model, init_loc_fn=init_to_value(values={"Z": Z0}))
+        svi = SVI(distr_model, guide, pyro.optim.Adam({"lr": float(self.learning_rate)}),
+                  Trace_ELBO())
+        history: list[float] = []
+        Z = Z0
+        it = 0
+        for it in range(1, int(self.n_outer) + 1):
+            # Z-step (T fixed): A = T^T C_X T is cached
+            A = T.T @ C_X @ T
+            q = T.sum(0)
+            for _ in range(int(self.z_steps)):
+                svi.step(A, q, d, kind, loss, const)
+            Z = guide.median(A, q, d, kind, loss, const)["Z"].detach()
+            # T-step (Z fixed)
+            Cbar = prototype_affinity(Z, kind).numpy()
+            T = torch.from_numpy(self._t_step(C_np, Cbar, h_np, T.numpy()))
+            with torch.no_grad():
+                E = float(srgw_energy(Z, T.T @ C_X @ T, T.sum(0), kind, loss, const))
+            if not np.isfinite(E):
+                raise FloatingPointError("DistR: the objective became non-finite; lower the "
+                                         "learning rate.")
+            history.append(E)
+            if self.verbose:
+                print(f"DistR round {it}: E = {E:.6g}, effective prototypes "
+                      f"{int((T.sum(0) > 1e-10 / N).sum())}")
+            if len(history) >= 2 and abs(history[-2] - E) <= self.tol * max(abs(history[-2]),
+                                                                            1e-300):
+                break
+        self.loss_history_ = np.asarray(history)
+        self.n_iter_ = it
+        Tn = T.numpy()
+        self.assignment_ = Tn
+        self.weights_ = Tn.sum(0)
+        self.labels_ = Tn.argmax(1)
+        alive = self.weights_ > 1e-10 / N
+        self.n_effective_ = int(alive.sum())
+        self.prototypes_ = Z.numpy().copy()
+        self.sample_embedding_ = (Tn @ self.prototypes_) / Tn.sum(1, keepdims=True)
+        med = (C_np @ Tn).argmax(0)
+        self.medoids_ = np.where(alive, med, -1)
+        return Z

@@ -1,0 +1,677 @@
+r"""Entropic, symmetric entropic (SEA) and doubly stochastic (Sinkhorn) affinities.
+
+Van Assel (2024, PhD thesis, ch. 4; Van Assel et al., *SNEkhorn*, NeurIPS 2023). Throughout,
+:math:`\mathbf C` is a cost matrix (squared Euclidean distances by default) and the entropy has
+the thesis' "+1" convention, :math:`H(\mathbf p) = -\sum_j p_j(\log p_j - 1)`, so that a
+stochastic row with perplexity :math:`\xi` has :math:`H = \log\xi + 1`.
+
+* **Entropic affinity (EA)**: :math:`P^e_{ij} = \exp(-C_{ij}/\varepsilon_i) /
+  \sum_\ell \exp(-C_{i\ell}/\varepsilon_i)` with :math:`\varepsilon_i` set by root finding so that
+  :math:`H(P^e_{i:}) = \log\xi + 1` (:func:`entropic_affinity_matrix`). Row-stochastic, not
+  symmetric.
+* **Symmetric entropic affinity (SEA)**: the unique solution of
+
+  .. math::
+      \min_{\mathbf P \in \mathbb R_+^{n\times n}} \langle \mathbf P, \mathbf C\rangle
+      \ \text{s.t.}\ \mathbf P\mathbf 1 = \mathbf 1,\ \mathbf P = \mathbf P^\top,\
+      H(\mathbf P_{i:}) \ge \log\xi + 1\ \forall i,
+
+  written :math:`P^{se}_{ij} = \exp\big((\lambda_i + \lambda_j - 2C_{ij})/(\gamma_i+\gamma_j)\big)`
+  at the optimal duals (thesis eq. (4.2), with the division of its KKT derivation). The duals
+  maximise the concave dual function, which has the closed form [derived from the Lagrangian
+  at :math:`\mathbf P(\boldsymbol\gamma, \boldsymbol\lambda)`, using symmetry]
+
+  .. math::
+      q(\boldsymbol\gamma, \boldsymbol\lambda) = (\log\xi + 1)\sum_i\gamma_i + \sum_i\lambda_i
+      - \sum_i \gamma_i \sum_j P_{ij}(\boldsymbol\gamma, \boldsymbol\lambda),
+      \qquad
+      \nabla_{\gamma_i} q = \log\xi + 1 - H(\mathbf P_{i:}),\quad
+      \nabla_{\lambda_i} q = 1 - \textstyle\sum_j P_{ij},
+
+  and (Dual-SEA) is solved by dual ascent (L-BFGS-B with :math:`\gamma \ge \gamma_{\min}`, or
+  Adam with :math:`\gamma = g^2` as in the thesis) until **both** constraint violations are
+  below ``tol`` in sup norm (:func:`symmetric_entropic`). Symmetric, doubly stochastic and
+  entropy-calibrated (thesis Table 4.1).
+* **Doubly stochastic (Sinkhorn) affinity**: :math:`P^{ds} = \exp((\mathbf f \oplus \mathbf f -
+  \mathbf C)/\nu)` with :math:`\mathbf f` the fixed point of the averaged symmetric Sinkhorn
+  update :math:`f_i \leftarrow \frac12\big(f_i - \nu\,\mathrm{LSE}_k((f_k - C_{ki})/\nu)\big)`
+  (:func:`symmetric_sinkhorn`, :func:`sinkhorn_affinity`).
+
+Everything is computed in the log domain in float64. ``exclude_self=False`` (the thesis'
+convention) keeps the diagonal: each point gives part of its unit mass to itself. With
+``exclude_self=True`` the diagonal is forced to zero, which is what graph laws without
+self-loops (the SNEkhorn coupling) need.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from typing import Any
+
+import numpy as np
+import torch
+
+from .._utils import as_output
+from ._common import as_tensor_2d, check_cost, sq_euclidean_cost
+
+__all__ = [
+    "entropic_affinity_matrix",
+    "symmetric_entropic",
+    "symmetric_sinkhorn",
+    "sinkhorn_affinity",
+    "row_entropy",
+    "row_perplexity",
+    "SEAConvergenceWarning",
+]
+
+NEG_INF = float("-inf")
+#: log-affinities are clamped here during dual ascent (trial points far from the optimum only)
+_MAX_LOG = 100.0
+#: lower bound of the entropy duals gamma (costs scaled to median 1)
+_GAMMA_MIN = 1e-10
+
+
+class SEAConvergenceWarning(UserWarning):
+    """The SEA dual ascent or the Sinkhorn iterations stopped before meeting ``tol``."""
+
+
+# --------------------------------------------------------------------------------------------
+# helpers
+# --------------------------------------------------------------------------------------------
+def _cost(X: Any, precomputed: bool) -> torch.Tensor:
+    if precomputed:
+        return check_cost(X, name="C")
+    return sq_euclidean_cost(as_tensor_2d(X))
+
+
+def row_entropy(log_P: torch.Tensor) -> torch.Tensor:
+    r"""Row entropies with the "+1" convention, :math:`H_i = -\sum_j P_{ij}(\log P_{ij} - 1)`,
+    from log-affinities (``-inf`` entries contribute 0)."""
+    P = torch.exp(log_P)
+    t = torch.where(torch.isfinite(log_P), P * (log_P - 1.0), torch.zeros_like(P))
+    return -t.sum(-1)
+
+
+def row_perplexity(P: Any, log: bool = False) -> torch.Tensor:
+    r"""Per-point perplexity :math:`e^{H(\mathbf P_{i:}) - 1}` (thesis' definition; equals the
+    Shannon perplexity for stochastic rows). ``log=True`` if ``P`` holds log-affinities."""
+    Pt = torch.as_tensor(np.asarray(P) if not isinstance(P, torch.Tensor) else P,
+                         dtype=torch.float64)
+    log_P = Pt if log else torch.log(Pt)
+    return torch.exp(row_entropy(log_P) - 1.0)
+
+
+def _check_perplexity(perplexity: float, n: int, exclude_self: bool) -> float:
+    hi = n - 2 if exclude_self else n - 1
+    if not isinstance(perplexity, (int, float, np.integer, np.floating)) or isinstance(
+            perplexity, bool):
+        raise TypeError(f"perplexity must be a number, got {type(perplexity).__name__}.")
+    if not (1.0 < float(perplexity) <= hi):
+        what = "n - 2 (self excluded)" if exclude_self else "n - 1"
+        raise ValueError(
+            f"perplexity must lie in (1, {what}] = (1, {hi}] for n={n} samples, got "
+            f"{perplexity}.")
+    return float(perplexity)
+
+
+# --------------------------------------------------------------------------------------------
+# entropic affinities (EA)
+# --------------------------------------------------------------------------------------------
+def _ea_log(C: torch.Tensor, perplexity: float, exclude_self: bool, tol: float = 1e-10,
+            max_iter: int = 200) -> tuple[torch.Tensor, torch.Tensor]:
+    """Log EA and the bandwidths, by vectorised bisection on log(beta) (float64)."""
+    n = C.shape[0]
+    Cm = C.clone()
+    if exclude_self:
+        Cm.fill_diagonal_(float("inf"))
+    finite = torch.isfinite(Cm)
+    rowmin = torch.where(finite, Cm, torch.full_like(Cm, float("inf"))).min(1).values
+    Cs = Cm - rowmin[:, None]
+    rowmax = torch.where(finite, Cs, torch.zeros_like(Cs)).max(1).values
+    scale = torch.where(rowmax > 0, rowmax, torch.ones_like(rowmax))
+    Cs = Cs / scale[:, None]
+    target = math.log(perplexity)  # Shannon entropy of a normalised row
+    lo = torch.full((n, 1), -60.0, dtype=torch.float64)  # log(beta * scale)
+    hi = torch.full((n, 1), 60.0, dtype=torch.float64)
+
+    def logp_at(t):
+        logits = -torch.exp(t) * Cs
+        return logits - torch.logsumexp(logits, 1, keepdim=True)
+
+    for _ in range(max_iter):
+        mid = 0.5 * (lo + hi)
+        lp = logp_at(mid)
+        H = row_entropy(lp)[:, None] - 1.0
+        flat = H > target  # too flat: increase beta
+        lo = torch.where(flat, mid, lo)
+        hi = torch.where(flat, hi, mid)
+        if (H - target).abs().max() < tol or (hi - lo).max() < 1e-13:
+            break
+    t = 0.5 * (lo + hi)
+    lp = logp_at(t)
+    eps = (scale[:, None] / torch.exp(t)).squeeze(1)
+    return lp, eps
+
+
+def entropic_affinity_matrix(
+    X: Any,
+    perplexity: float = 30.0,
+    *,
+    precomputed: bool = False,
+    exclude_self: bool = False,
+    return_log: bool = False,
+) -> Any:
+    r"""Dense entropic affinity :math:`\mathbf P^e` (thesis eq. (EA)), row-stochastic.
+
+    Parameters
+    ----------
+    X : array (n, p), or (n, n) cost if ``precomputed``
+    perplexity : float
+        :math:`\xi`, in :math:`(1, n-1]` (:math:`(1, n-2]` with ``exclude_self``).
+    precomputed : bool
+        ``X`` is a symmetric cost matrix with zero diagonal.
+    exclude_self : bool
+        Force :math:`P_{ii} = 0`. The thesis keeps the self-loop (default).
+    return_log : bool
+        Return :math:`\log\mathbf P^e` instead (``-inf`` on an excluded diagonal).
+
+    Returns
+    -------
+    P : (n, n) array (numpy in, numpy out; torch in, torch out)
+    """
+    C = _cost(X, precomputed)
+    _check_perplexity(perplexity, C.shape[0], exclude_self)
+    lp, _ = _ea_log(C, float(perplexity), exclude_self)
+    return as_output(lp if return_log else torch.exp(lp), X)
+
+
+# --------------------------------------------------------------------------------------------
+# symmetric entropic affinities (SEA)
+# --------------------------------------------------------------------------------------------
+class _Converged(Exception):
+    pass
+
+
+def _sea_logP(gamma, lam, Cs2, exclude_self):
+    """log P(gamma, lambda) = (lambda_i + lambda_j - 2 C_ij) / (gamma_i + gamma_j), computed in
+    place (``Cs2`` holds 2C); the excluded diagonal is left finite here and masked by callers."""
+    lp = lam[:, None] + lam[None, :]
+    lp.sub_(Cs2)
+    lp.div_(gamma[:, None] + gamma[None, :])
+    lp.clamp_(max=_MAX_LOG)
+    return lp
+
+
+def _sea_eval(gamma, lam, Cs2, target, exclude_self):
+    r"""Dual value q, its gradient, and the log-affinity at (gamma, lambda).
+
+    Entropies use :math:`H_i = r_i - \sum_j P_{ij}\log P_{ij}` with :math:`r_i` the row sums."""
+    lp = _sea_logP(gamma, lam, Cs2, exclude_self)
+    P = torch.exp(lp)
+    if exclude_self:
+        P.fill_diagonal_(0.0)
+        lp.fill_diagonal_(0.0)
+    r = P.sum(1)
+    H = r - (P.mul_(lp)).sum(1)
+    if exclude_self:
+        lp.fill_diagonal_(NEG_INF)
+    q = target * gamma.sum() + lam.sum() - (gamma * r).sum()
+    return q, target - H, 1.0 - r, lp
+
+
+def _sea_hessian(gamma, lam, Cs2, exclude_self):
+    r"""Hessian of the dual q in (gamma, lambda) (negative semi-definite).
+
+    With :math:`b_{ij} = \gamma_i + \gamma_j`, :math:`\ell_{ij} = \log P_{ij}` and
+    :math:`W^{(m)} = P\odot\ell^{m}/b`, :math:`D^{(m)} = \mathrm{diag}(W^{(m)}\mathbf 1)`:
+    :math:`\partial^2_{\gamma\gamma} q = -(D^{(2)} + W^{(2)})`,
+    :math:`\partial^2_{\gamma\lambda} q = D^{(1)} + W^{(1)}`,
+    :math:`\partial^2_{\lambda\lambda} q = -(D^{(0)} + W^{(0)})`."""
+    lp = _sea_logP(gamma, lam, Cs2, exclude_self)
+    P = torch.exp(lp)
+    if exclude_self:
+        P.fill_diagonal_(0.0)
+        lp.fill_diagonal_(0.0)
+    W0 = P / (gamma[:, None] + gamma[None, :])
+    W1 = W0 * lp
+    W2 = W1 * lp
+    Hgg = -(torch.diag(W2.sum(1)) + W2)
+    Hgl = torch.diag(W1.sum(1)) + W1
+    Hll = -(torch.diag(W0.sum(1)) + W0)
+    return torch.cat([torch.cat([Hgg, Hgl], 1), torch.cat([Hgl.T, Hll], 1)], 0)
+
+
+def _sea_newton(gamma, lam, Cs2, target, exclude_self, tol, max_iter, violations):
+    """Damped, projected Newton ascent on the dual (gamma >= _GAMMA_MIN). The step is accepted
+    when it increases q or decreases the projected gradient norm (near the optimum q changes
+    below float64 resolution, the gradient does not)."""
+    n = gamma.shape[0]
+    converged = False
+    it = 0
+    for it in range(1, int(max_iter) + 1):  # noqa: B007 (it is returned)
+        q, gg, gl, _ = _sea_eval(gamma, lam, Cs2, target, exclude_self)
+        ev, mv = violations(gamma, gg, gl)
+        if ev < tol and mv < tol:
+            converged = True
+            break
+        active = (gamma <= _GAMMA_MIN * 2.0) & (gg < 0)
+        free = torch.cat([~active, torch.ones(n, dtype=torch.bool)])
+        H = _sea_hessian(gamma, lam, Cs2, exclude_self)
+        G = torch.cat([gg, gl])
+        A = -H[free][:, free]
+        A.diagonal().add_(1e-12 * float(A.diagonal().abs().max()))
+        try:
+            step_f = torch.linalg.solve(A, G[free])
+        except RuntimeError:  # singular: fall back to a gradient step
+            step_f = G[free]
+        step = torch.zeros(2 * n, dtype=torch.float64)
+        step[free] = step_f
+        gnorm = max(ev, mv)
+        t = 1.0
+        accepted = False
+        while t > 1e-10:
+            g_new = (gamma + t * step[:n]).clamp_min(_GAMMA_MIN)
+            l_new = lam + t * step[n:]
+            q2, gg2, gl2, _ = _sea_eval(g_new, l_new, Cs2, target, exclude_self)
+            if torch.isfinite(q2):
+                ev2, mv2 = violations(g_new, gg2, gl2)
+                if q2 > q + 1e-4 * t * float(G @ step) or max(ev2, mv2) < gnorm:
+                    accepted = True
+                    break
+            t *= 0.5
+        if not accepted:
+            break
+        gamma, lam = g_new, l_new
+    return gamma, lam, converged, it
+
+
+def symmetric_entropic(
+    X: Any,
+    perplexity: float = 30.0,
+    *,
+    precomputed: bool = False,
+    exclude_self: bool = False,
+    tol: float = 1e-5,
+    max_iter: int = 3000,
+    optimizer: str = "auto",
+    lr: float = 0.1,
+    init: str = "ea",
+    newton_max_n: int = 3000,
+    return_log: bool = False,
+    return_info: bool = False,
+    verbose: bool = False,
+) -> Any:
+    r"""Symmetric entropic affinity :math:`\mathbf P^{se}` (SEA) by dual ascent.
+
+    Solves (SEA) through its concave dual (Dual-SEA); see the module docstring for the
+    closed-form dual value and gradients. The dual ascent stops when
+
+    .. math::
+        \max_i |H(\mathbf P_{i:}) - (\log\xi + 1)| < \mathrm{tol}
+        \quad\text{and}\quad \max_i |\textstyle\sum_j P_{ij} - 1| < \mathrm{tol},
+
+    the stopping rule of the thesis' dual-ascent pseudo-code; :math:`\mathbf P` is symmetric by
+    construction. The entropy constraint is an inequality: a row whose dual :math:`\gamma_i`
+    sits at its lower bound while :math:`H(\mathbf P_{i:}) > \log\xi + 1` satisfies
+    complementary slackness and counts as converged (the entropy term of the rule is the sup
+    norm of the *projected* dual gradient). Prop. 4.2 of the thesis allows at most one such
+    row; ``info["n_unsaturated"]`` reports how many there are. Costs are rescaled by their median off-diagonal value before the ascent (the
+    affinity is scale-free; the duals are reported in the original units).
+
+    Parameters
+    ----------
+    X : array (n, p), or (n, n) cost if ``precomputed``
+        Data (squared Euclidean costs are used) or a cost in :math:`\mathcal D` (symmetric,
+        zero diagonal, positive off the diagonal: duplicated points break uniqueness).
+    perplexity : float
+        :math:`\xi \in (1, n-1]` (:math:`(1, n-2]` with ``exclude_self``).
+    precomputed : bool
+    exclude_self : bool
+        Force :math:`P_{ii} = 0` (graph laws have no self-loops). The thesis keeps the diagonal.
+    tol : float
+        Tolerance of the stopping rule (sup norm of both constraint violations).
+    max_iter : int
+        Maximum number of dual-ascent iterations.
+    optimizer : {"auto", "lbfgs", "newton", "adam"}
+        ``"auto"``: ``"newton"`` up to n = 2000, ``"lbfgs"`` beyond. ``"lbfgs"``: L-BFGS-B on
+        the concave dual with :math:`\gamma \ge 10^{-10}`, polished by Newton steps if it
+        stalls before ``tol`` (the dual value then changes below float64 resolution) and
+        n <= ``newton_max_n``. ``"newton"``: damped
+        projected Newton ascent with the exact Hessian (:math:`O(n^3)` per step; quadratic
+        convergence, best for small n or badly conditioned data). ``"adam"``: Adam ascent with
+        :math:`\gamma = g^2` and learning rate ``lr`` (the thesis' choice; slower).
+    lr : float
+        Adam learning rate (on costs scaled to median 1).
+    newton_max_n : int
+        Largest n for the Newton polish of ``"lbfgs"`` (a 2n x 2n linear solve per step).
+    init : {"ea", "ones"}
+        ``"ea"``: :math:`\gamma_i = \varepsilon_i`, :math:`\lambda_i = -\varepsilon_i\log Z_i`
+        from the entropic affinity (which the solution is close to); ``"ones"``:
+        :math:`\gamma = 1`, :math:`\lambda = 0`.
+    return_log : bool
+        Return :math:`\log\mathbf P^{se}` (``-inf`` on an excluded diagonal).
+    return_info : bool
+        Also return a dict with ``gamma``, ``lambda`` (duals, original cost units), ``n_iter``,
+        ``converged``, ``entropy_violation``, ``marginal_violation`` and ``perplexity``
+        (per point, :math:`e^{H-1}`).
+
+    Returns
+    -------
+    P : (n, n) array, symmetric and doubly stochastic (numpy in, numpy out; torch in, torch out)
+    info : dict, only if ``return_info``
+
+    Raises
+    ------
+    ValueError
+        Invalid input (NaN, not 2-D, empty), or perplexity out of range.
+    FloatingPointError
+        The ascent produced non-finite values.
+
+    References
+    ----------
+    H. Van Assel, *A Contribution to Dimensionality Reduction with Probabilistic Modelling and
+    Optimal Transport*, PhD thesis, ENS Lyon (2024), §4.2.2, Prop. 4.2-4.3.
+    H. Van Assel, T. Vayer, R. Flamary, N. Courty, *SNEkhorn: Dimension Reduction with Symmetric
+    Entropic Affinities*, NeurIPS 2023.
+    """
+    C = _cost(X, precomputed)
+    n = C.shape[0]
+    xi = _check_perplexity(perplexity, n, exclude_self)
+    if optimizer not in ("auto", "lbfgs", "newton", "adam"):
+        raise ValueError(f"optimizer must be 'auto', 'lbfgs', 'newton' or 'adam', got "
+                         f"{optimizer!r}.")
+    if optimizer == "auto":
+        optimizer = "newton" if n <= 2000 else "lbfgs"
+    if init not in ("ea", "ones"):
+        raise ValueError(f"init must be 'ea' or 'ones', got {init!r}.")
+    if not (tol > 0):
+        raise ValueError(f"tol must be positive, got {tol}.")
+    if not (isinstance(max_iter, (int, np.integer)) and max_iter >= 1):
+        raise ValueError(f"max_iter must be a positive integer, got {max_iter!r}.")
+    off = ~torch.eye(n, dtype=torch.bool)
+    s = float(C[off].median())
+    if not s > 0:
+        s = float(C[off].mean())
+    if not s > 0:
+        raise ValueError("all points coincide: the cost is identically zero.")
+    Cs = C / s
+    Cs2 = 2.0 * Cs
+    target = math.log(xi) + 1.0
+
+    if init == "ea":
+        # EA: P_ij = exp(-C_ij/eps_i)/Z_i. With gamma_i = eps_i and lambda_i = -eps_i log Z_i,
+        # (4.2) reproduces it exactly on the diagonal and approximately where eps_i ~ eps_j
+        _, eps = _ea_log(Cs, xi, exclude_self)
+        Cm = Cs.clone()
+        if exclude_self:
+            Cm.fill_diagonal_(float("inf"))
+        logZ = torch.logsumexp(-Cm / eps[:, None], 1)
+        gamma0 = eps.clone()
+        lam0 = -eps * logZ
+    else:
+        gamma0 = torch.ones(n, dtype=torch.float64)
+        lam0 = torch.zeros(n, dtype=torch.float64)
+
+    state: dict[str, Any] = {"n_eval": 0, "best": None}
+
+    def violations(gamma, g_gamma, g_lam):
+        # sup norm of the *projected* dual gradient: a row whose gamma sits at its lower bound
+        # and whose entropy exceeds the target satisfies complementary slackness (Prop. 4.2
+        # allows one such row)
+        at_bound = gamma <= _GAMMA_MIN * 2.0
+        pg = torch.where(at_bound & (g_gamma < 0), torch.zeros_like(g_gamma), g_gamma)
+        return float(pg.abs().max()), float(g_lam.abs().max())
+
+    if optimizer == "lbfgs":
+        from scipy.optimize import minimize
+
+        def fun(x):
+            gamma = torch.from_numpy(x[:n])
+            lam = torch.from_numpy(x[n:])
+            q, gg, gl, lp = _sea_eval(gamma, lam, Cs2, target, exclude_self)
+            state["n_eval"] += 1
+            if not torch.isfinite(q):
+                raise FloatingPointError("SEA dual ascent produced a non-finite dual value.")
+            ev, mv = violations(gamma, gg, gl)
+            state["last"] = (x.copy(), ev, mv)
+            if ev < tol and mv < tol:
+                state["best"] = (x.copy(), lp)
+                raise _Converged
+            grad = -torch.cat([gg, gl]).numpy()
+            return -float(q), grad
+
+        x0 = torch.cat([gamma0, lam0]).numpy()
+        bounds = [(_GAMMA_MIN, None)] * n + [(None, None)] * n
+        try:
+            res = minimize(fun, x0, jac=True, method="L-BFGS-B", bounds=bounds,
+                           options={"maxiter": int(max_iter), "maxfun": 2 * int(max_iter),
+                                    "ftol": 0.0, "gtol": 0.0, "maxcor": 20})
+            n_iter = int(res.nit)
+            converged = False
+            state["message"] = str(res.message)
+            x = res.x
+        except _Converged:
+            x, _ = state["best"]
+            converged = True
+            n_iter = state["n_eval"]
+        gamma = torch.from_numpy(x[:n]).clone()
+        lam = torch.from_numpy(x[n:]).clone()
+        if not converged and n <= newton_max_n:
+            # L-BFGS stalls when the dual changes below float64 resolution: polish by Newton
+            gamma, lam, converged, k = _sea_newton(gamma, lam, Cs2, target, exclude_self, tol,
+                                                   min(50, int(max_iter)), violations)
+            n_iter += k
+    elif optimizer == "newton":
+        gamma, lam, converged, n_iter = _sea_newton(gamma0, lam0, Cs2, target, exclude_self,
+                                                    tol, max_iter, violations)
+    else:
+        g = torch.sqrt(gamma0).clone().requires_grad_(False)
+        lam = lam0.clone()
+        params = [g.requires_grad_(True), lam.requires_grad_(True)]
+        opt = torch.optim.Adam(params, lr=lr)
+        converged = False
+        n_iter = 0
+        for it in range(int(max_iter)):
+            with torch.no_grad():
+                gamma = (g.detach() ** 2).clamp_min(_GAMMA_MIN)
+                q, gg, gl, _ = _sea_eval(gamma, lam.detach(), Cs2, target, exclude_self)
+            if not torch.isfinite(q):
+                raise FloatingPointError("SEA dual ascent produced a non-finite dual value.")
+            n_iter = it + 1
+            ev, mv = violations(gamma, gg, gl)
+            if ev < tol and mv < tol:
+                converged = True
+                break
+            opt.zero_grad(set_to_none=True)
+            # ascent: minimise -q; chain rule for gamma = g^2
+            g.grad = -(2.0 * g.detach() * gg)
+            lam.grad = -gl
+            opt.step()
+        gamma = (g.detach() ** 2).clamp_min(_GAMMA_MIN)
+        lam = lam.detach()
+
+    _, gg, gl, lp = _sea_eval(gamma, lam, Cs2, target, exclude_self)
+    ev, mv = violations(gamma, gg, gl)
+    if torch.isnan(lp).any():
+        raise FloatingPointError("SEA produced NaN log-affinities.")
+    if not converged:
+        warnings.warn(
+            f"symmetric_entropic did not meet tol={tol} in {max_iter} iterations (entropy "
+            f"violation {ev:.2e}, marginal violation {mv:.2e}"
+            + (f"; optimizer: {state['message']}" if "message" in state else "")
+            + "); increase max_iter or tol.",
+            SEAConvergenceWarning, stacklevel=2)
+    if verbose:
+        print(f"SEA: {n_iter} iterations/evaluations, entropy violation {ev:.2e}, "
+              f"marginal violation {mv:.2e}, converged={converged}")
+    lp = 0.5 * (lp + lp.T)  # exact symmetry (it is symmetric up to rounding)
+    out = lp if return_log else torch.exp(lp)
+    out = as_output(out, X)
+    if not return_info:
+        return out
+    info = {
+        "gamma": gamma * s,
+        "lambda": lam * s,
+        "n_iter": n_iter,
+        "converged": converged,
+        "entropy_violation": ev,
+        "marginal_violation": mv,
+        "perplexity": torch.exp(row_entropy(lp) - 1.0),
+        "n_unsaturated": int((gg.abs() > tol).sum()),
+        "cost_scale": s,
+        "message": state.get("message", "converged" if converged else "max_iter reached"),
+    }
+    return out, info
+
+
+# --------------------------------------------------------------------------------------------
+# doubly stochastic (Sinkhorn) affinities
+# --------------------------------------------------------------------------------------------
+def symmetric_sinkhorn(
+    log_K: torch.Tensor,
+    f0: torch.Tensor | None = None,
+    *,
+    tol: float = 1e-6,
+    max_iter: int = 1000,
+    domain: str = "log",
+) -> tuple[torch.Tensor, torch.Tensor, int, float]:
+    r"""Symmetric Sinkhorn scaling of a symmetric kernel.
+
+    Finds :math:`\mathbf g` with :math:`\sum_j \exp(g_i + g_j + \log K_{ij}) = 1` for all i by
+    the averaged (well-conditioned) symmetric update
+
+    .. math:: g_i \leftarrow \tfrac12\Big(g_i - \mathrm{LSE}_k(g_k + \log K_{ki})\Big),
+
+    stopping when :math:`\|\mathbf Q\mathbf 1 - \mathbf 1\|_\infty < \mathrm{tol}`. With
+    :math:`\log\mathbf K = -\mathbf C/\nu` this is thesis eq. (Sinkhorn) with
+    :math:`\mathbf f = \nu\mathbf g`.
+
+    Parameters
+    ----------
+    log_K : (n, n) tensor
+        Symmetric log-kernel; ``-inf`` entries (e.g. an excluded diagonal) stay zero. Gradients
+        flow through the iterations if ``log_K`` requires grad (unrolled differentiation).
+    f0 : (n,) tensor, optional
+        Warm start (detach it yourself if it comes from a previous graph).
+    tol, max_iter : float, int
+    domain : {"log", "auto"}
+        ``"log"``: every iteration is a log-sum-exp (always stable). ``"auto"``: iterate on the
+        scalings :math:`u = e^{g + c/2}` with the kernel :math:`e^{\log K - c}`, :math:`c =
+        \max\log K`, one matrix-vector product per iteration (several times faster), when no
+        row of that kernel underflows; otherwise fall back to the log domain.
+
+    Returns
+    -------
+    log_Q : (n, n) tensor, :math:`g_i + g_j + \log K_{ij}`
+    g : (n,) tensor
+    n_iter : int
+    err : float, final :math:`\|\mathbf Q\mathbf 1 - \mathbf 1\|_\infty`
+    """
+    n = log_K.shape[0]
+    g = torch.zeros(n, dtype=log_K.dtype) if f0 is None else f0.to(log_K.dtype)
+    err = float("inf")
+    it = 0
+    if domain not in ("log", "auto"):
+        raise ValueError(f"domain must be 'log' or 'auto', got {domain!r}.")
+    if domain == "auto":
+        c = log_K.max()
+        K = torch.exp(log_K - c)
+        rowmax = K.max(1).values
+        if bool(torch.isfinite(c)) and bool((rowmax > 1e-150).all()):
+            log_u = g + 0.5 * c
+            u = torch.exp(log_u)
+            if bool(torch.isfinite(u).all()) and bool((u > 1e-150).all()):
+                for it in range(1, int(max_iter) + 1):  # noqa: B007 (it is returned)
+                    s = K @ u
+                    err = float((u * s - 1.0).abs().max().detach())
+                    if err < tol:
+                        break
+                    u = torch.sqrt(u / s)
+                g = torch.log(u) - 0.5 * c
+                log_Q = g[:, None] + g[None, :] + log_K
+                return log_Q, g, it, err
+    for it in range(1, int(max_iter) + 1):  # noqa: B007 (it is returned)
+        s = torch.logsumexp(g[None, :] + log_K, 1)
+        err = float((torch.exp(g + s) - 1.0).abs().max().detach())
+        if err < tol:
+            break
+        g = 0.5 * (g - s)
+    log_Q = g[:, None] + g[None, :] + log_K
+    return log_Q, g, it, err
+
+
+def sinkhorn_affinity(
+    X: Any,
+    bandwidth: float | None = 1.0,
+    *,
+    perplexity: float | None = None,
+    precomputed: bool = False,
+    exclude_self: bool = False,
+    tol: float = 1e-6,
+    max_iter: int = 5000,
+    return_log: bool = False,
+    return_info: bool = False,
+) -> Any:
+    r"""Doubly stochastic (Sinkhorn) affinity :math:`\mathbf P^{ds} = \exp((\mathbf f \oplus
+    \mathbf f - \mathbf C)/\nu)` (thesis eq. (DS)), the solution of symmetric entropic OT with
+    a global entropy constraint (SEOT).
+
+    Parameters
+    ----------
+    X : array (n, p), or (n, n) cost if ``precomputed``
+    bandwidth : float
+        :math:`\nu > 0`, in units of the cost. Ignored if ``perplexity`` is given.
+    perplexity : float, optional
+        Choose :math:`\nu` by bisection so that the *average* row entropy is
+        :math:`\log\xi + 1` (the global constraint :math:`\eta = n(\log\xi+1)` of SEOT; the
+        protocol of thesis Fig. 4.2 for comparing :math:`\mathbf P^{ds}` with SEA).
+    precomputed, exclude_self : bool
+    tol, max_iter : Sinkhorn tolerance on :math:`\|\mathbf P\mathbf 1 - \mathbf 1\|_\infty`, and
+        iteration cap.
+    return_log, return_info : bool
+        ``info`` holds ``f`` (original units), ``bandwidth``, ``n_iter``, ``marginal_violation``.
+
+    Returns
+    -------
+    P : (n, n) array, symmetric, doubly stochastic
+    """
+    C = _cost(X, precomputed)
+    n = C.shape[0]
+
+    def solve(nu, f0=None):
+        log_K = -C / nu
+        if exclude_self:
+            log_K.fill_diagonal_(NEG_INF)
+        return symmetric_sinkhorn(log_K, f0, tol=tol, max_iter=max_iter, domain="auto")
+
+    if perplexity is not None:
+        _check_perplexity(perplexity, n, exclude_self)
+        target = math.log(perplexity) + 1.0
+        off = ~torch.eye(n, dtype=torch.bool)
+        s = float(C[off].median())
+        lo, hi = math.log(s) - 15.0, math.log(s) + 15.0
+        for _ in range(100):
+            mid = 0.5 * (lo + hi)
+            lq, _, _, _ = solve(math.exp(mid))
+            Hm = float(row_entropy(lq).mean())
+            if abs(Hm - target) < 1e-9:
+                break
+            if Hm < target:
+                lo = mid
+            else:
+                hi = mid
+        nu = math.exp(0.5 * (lo + hi))
+    else:
+        if bandwidth is None or not bandwidth > 0:
+            raise ValueError(f"bandwidth must be positive, got {bandwidth}.")
+        nu = float(bandwidth)
+    log_Q, g, n_iter, err = solve(nu)
+    if err >= tol:
+        warnings.warn(f"Sinkhorn did not reach tol={tol} in {max_iter} iterations "
+                      f"(marginal violation {err:.2e}).", SEAConvergenceWarning, stacklevel=2)
+    log_Q = 0.5 * (log_Q + log_Q.T)
+    out = as_output(log_Q if return_log else torch.exp(log_Q), X)
+    if not return_info:
+        return out
+    return out, {"f": g * nu, "bandwidth": nu, "n_iter": n_iter, "marginal_violation": err}

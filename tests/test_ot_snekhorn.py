@@ -1,0 +1,126 @@
+"""SNEkhorn / t-SNEkhorn as graph couplings (issue 6): the DS latent law is doubly stochastic,
+its cross-entropy is the reduced SNEkhorn objective, its gradient is the envelope gradient
+(checked against autograd through unrolled Sinkhorn iterations), and the presets fit."""
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from probdr.graphs import KernelWeights
+from probdr.kernels import get_kernel
+from probdr.ot.sea import symmetric_entropic, symmetric_sinkhorn
+from probdr.ot.snekhorn import DoublyStochasticPrior, SNEkhorn, TSNEkhorn, sea_input_graph
+
+
+def _data(n=40, p=6, seed=0):
+    return np.random.default_rng(seed).normal(size=(n, p))
+
+
+@pytest.mark.parametrize("kernel", ["gaussian", "student"])
+def test_ds_law_mean_is_doubly_stochastic(kernel):
+    Z = torch.randn(50, 2, dtype=torch.float64)
+    prior = DoublyStochasticPrior(tol=1e-10)
+    law = prior.posterior(KernelWeights(Z, get_kernel(kernel)))
+    Q = law.mean
+    assert torch.allclose(Q, Q.T, atol=1e-12)
+    assert (Q.sum(1) - 1).abs().max() < 1e-9
+    assert torch.all(Q.diagonal() == 0)
+    assert law.marginal_error < 1e-10
+    # warm start: the second call at the same Z converges immediately
+    prior.posterior(KernelWeights(Z, get_kernel(kernel)))
+    assert prior.n_sinkhorn_iter_[-1] == 1
+
+
+def test_ds_cross_entropy_is_reduced_snekhorn_objective():
+    """H(P, Q^ds) = <P, C_Z> - 2 <f, 1> + n log n with C_Z = -log k, P = P^se (mass n)."""
+    n = 40
+    X = _data(n)
+    P = torch.from_numpy(symmetric_entropic(X, 8, exclude_self=True, tol=1e-7))
+    Z = torch.randn(n, 2, dtype=torch.float64)
+    kern = get_kernel("student")
+    law = DoublyStochasticPrior(tol=1e-12).posterior(KernelWeights(Z, kern))
+    f = law.potentials
+    d2 = ((Z[:, None] - Z[None]) ** 2).sum(-1)
+    CZ = torch.log1p(d2)
+    # -sum_ij P_ij (f_i + f_j) = -2 <f, P 1>, and sum_ij w_ij = n at Sinkhorn convergence
+    reduced = (P * CZ).sum() - 2 * (f * P.sum(1)).sum() + P.sum() * math.log(n)
+    assert abs(float(law.cross_entropy(P)) - float(reduced)) < 1e-8
+    assert abs(float(P.sum(1).sub(1).abs().max())) < 1e-7  # so this is <P,C> - 2<f,1> + n log n
+    # = KL(P | Q) + const: cross-entropy minus the entropy term of P
+    Q = law.mean
+    off = ~torch.eye(n, dtype=torch.bool)
+    kl = (torch.special.xlogy(P[off], P[off]) - P[off] * torch.log(Q[off])).sum()
+    ent = -torch.special.xlogy(P[off], P[off]).sum()
+    assert abs(float(kl) - float(law.cross_entropy(P) - ent - P.sum() * math.log(n))) < 1e-8
+
+
+def test_ds_gradient_is_envelope_gradient():
+    """Gradient of the law's cross-entropy (potentials detached) = autograd through the
+    unrolled Sinkhorn iterations of <P, C_Z> - 2<f, 1>, at convergence."""
+    n = 30
+    X = _data(n)
+    P = torch.from_numpy(symmetric_entropic(X, 6, exclude_self=True, tol=1e-7))
+    Z0 = torch.randn(n, 2, dtype=torch.float64)
+    kern = get_kernel("gaussian")
+
+    Z1 = Z0.clone().requires_grad_(True)
+    law = DoublyStochasticPrior(tol=1e-13, max_iter=10000).posterior(KernelWeights(Z1, kern))
+    law.cross_entropy(P).backward()
+
+    Z2 = Z0.clone().requires_grad_(True)
+    d2 = ((Z2[:, None] - Z2[None]) ** 2).sum(-1)
+    L = torch.where(torch.eye(n, dtype=torch.bool), torch.full_like(d2, float("-inf")), -d2)
+    _, g, _, err = symmetric_sinkhorn(L, tol=1e-13, max_iter=10000)
+    assert err < 1e-12
+    ((P * d2).sum() - 2 * g.sum()).backward()
+    assert torch.allclose(Z1.grad, Z2.grad, atol=1e-7)
+
+
+def test_sea_input_graph_mean_is_sea():
+    X = torch.from_numpy(_data(40))
+    G = sea_input_graph(X, 8, tol=1e-7)
+    P = symmetric_entropic(X, 8, exclude_self=True, tol=1e-7)
+    assert torch.allclose(G.mean, P, atol=1e-6)
+
+
+# (t-SNE's "auto" learning rate, max(200, n/alpha), is far too large for n = 60: any preset
+# then needs thousands of steps; these settings keep the test fast)
+@pytest.mark.parametrize("cls, kw", [
+    (SNEkhorn, {}),
+    (TSNEkhorn, {"optimizer": "adam", "learning_rate": 0.5, "early_exaggeration": 1.0,
+                 "early_exaggeration_iter": 0}),
+])
+def test_presets_fit_and_loss_decreases(cls, kw):
+    from sklearn.datasets import make_blobs
+    from sklearn.metrics import silhouette_score
+
+    X, y = make_blobs(60, n_features=6, centers=3, cluster_std=1.0, random_state=0)
+    m = cls(perplexity=8, n_iter=80, random_state=0, **kw)
+    Z = m.fit_transform(X)
+    assert Z.shape == (60, 2) and np.isfinite(Z).all()
+    assert m.loss(Z) < m.loss(np.random.default_rng(0).normal(size=Z.shape))
+    Q = m.latent_law(Z).mean
+    assert (Q.sum(1) - 1).abs().max() < 1e-4
+    assert silhouette_score(Z, y) > 0.5
+    # same data, same seed: same embedding
+    Z2 = cls(perplexity=8, n_iter=80, random_state=0, **kw).fit_transform(X)
+    assert np.allclose(Z, Z2)
+
+
+def test_snekhorn_params_and_validation():
+    m = TSNEkhorn(perplexity=7)
+    assert m.get_params()["perplexity"] == 7
+    assert m.kernel_z == "student"
+    X = _data(20)
+    with pytest.raises(ValueError, match="perplexity"):
+        TSNEkhorn(perplexity=19).fit(X)
+    with pytest.raises(ValueError, match="kernel_z"):
+        SNEkhorn(kernel_z="umap").fit(X)
+    Xn = X.copy()
+    Xn[0, 0] = np.nan
+    with pytest.raises(ValueError, match="NaN"):
+        TSNEkhorn(perplexity=5).fit(Xn)
+    with pytest.raises(ValueError, match="smaller than the number of features"):
+        TSNEkhorn(perplexity=5, n_components=6).fit(X)
