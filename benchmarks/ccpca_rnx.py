@@ -33,6 +33,7 @@ import json
 import os
 import platform
 import sys
+import tempfile
 import time
 
 import numpy as np
@@ -218,7 +219,8 @@ def main(argv=None):
     ap.add_argument("--mnist-n", type=int, default=None,
                     help="subsample mnist5k to this many points (default: all 5000)")
     ap.add_argument("--threads", type=int, default=None, help="torch intra-op threads")
-    ap.add_argument("--cache", default="ccpca_rnx_cache.jsonl",
+    ap.add_argument("--cache", default=os.path.join(tempfile.gettempdir(),
+                                                    "probdr_ccpca_rnx_cache.jsonl"),
                     help="JSON-lines cache of finished runs ('' to disable)")
     ap.add_argument("--out", default=None, help="write the Markdown tables to this file")
     a = ap.parse_args(argv)
@@ -226,12 +228,13 @@ def main(argv=None):
 
     if a.threads:
         torch.set_num_threads(a.threads)
+    threads = torch.get_num_threads()  # record now: numba/openTSNE imports may change it later
     rows = run(a.datasets, a.seeds, a.methods, a.inits, a.mnist_n, a.cache or None)
     text = tables(rows, a.methods, a.inits)
     cmd = "python benchmarks/ccpca_rnx.py " + " ".join(argv if argv is not None else sys.argv[1:])
     meta = (f"Command: `{cmd}`  \nMachine: {os.cpu_count()} cores, Python "
             f"{platform.python_version()}, torch {torch.__version__} "
-            f"({torch.get_num_threads()} threads). Mean wall time: {timing(rows)}.")
+            f"({threads} torch threads). Mean wall time: {timing(rows)}.")
     print(text + "\n" + meta)
     if a.out:
         with open(a.out, "w") as f:

@@ -630,7 +630,10 @@ class NEdgeGraph(GraphLaw):
                 check_dense(w.n, f"{N} dense graph draws", "Use sparse weights.", copies=N + 1)
             logits = w.values if w.is_sparse else w.dense().flatten()
             probs = torch.softmax(logits.to(torch.float64), 0)
-            draws = torch.multinomial(probs.expand(N, -1), self.n, replacement=True)
+            # inverse-CDF sampling: torch.multinomial refuses more than 2^24 categories
+            cdf = probs.cumsum(0)
+            u = torch.rand(N, self.n, dtype=cdf.dtype) * cdf[-1]
+            draws = torch.searchsorted(cdf, u).clamp_max(probs.numel() - 1)
             counts = torch.zeros(N, probs.numel(), dtype=torch.long)
             counts.scatter_add_(1, draws, torch.ones_like(draws))
             if w.is_sparse:

@@ -157,3 +157,12 @@ def test_memory_budget_fails_fast_with_a_clear_message():
             probdr.graphs.DenseWeights(torch.zeros(1000, 1000))
     finally:
         config.set_memory_budget(old)
+
+
+def test_e_law_samples_beyond_multinomial_category_limit():
+    """n = 4200 dense: 17.6M cells, above torch.multinomial's 2^24 limit."""
+    n = 4200
+    lw = torch.zeros(n, n)
+    law = probdr.graphs.NEdgeGraph(probdr.graphs.DenseWeights(lw))
+    W = law.sample()
+    assert int(W.sum()) == n and int(W.diagonal().sum()) == 0
