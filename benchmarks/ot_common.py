@@ -65,25 +65,31 @@ def table(header: list[str], rows: list[list]) -> str:
     return "\n".join(out)
 
 
-def cached_tsne(X, seed: int, tag: str):
-    """``probdr.TSNE(perplexity=30, random_state=seed)`` embedding of X, cached in ``out/``
-    (git-ignored) under ``tag`` so that the OT benchmarks share one t-SNE run per seed.
-    Returns ``(Z, seconds)``; seconds is the original fit time."""
+def cached_fit(make, X, seed: int, tag: str):
+    """``make(seed).fit_transform(X)``, cached in ``out/`` (git-ignored) under ``tag`` and the
+    seed, so that the OT benchmarks share runs (e.g. one t-SNE per seed). Returns
+    ``(Z, seconds)``; seconds is the original fit time."""
     import json
 
     import numpy as np
 
-    import probdr
-
     d = os.path.join(ROOT, "out")
     os.makedirs(d, exist_ok=True)
-    path = os.path.join(d, f"ot_tsne_{tag}_seed{seed}.npz")
+    path = os.path.join(d, f"ot_{tag}_seed{seed}.npz")
     if os.path.exists(path):
         f = np.load(path)
         if f["Z"].shape[0] == X.shape[0]:
             return f["Z"], float(json.loads(str(f["meta"]))["seconds"])
     t = time.time()
-    Z = probdr.TSNE(perplexity=30, random_state=seed).fit_transform(X)
+    Z = make(seed).fit_transform(X)
     sec = time.time() - t
     np.savez(path, Z=Z, meta=json.dumps({"seconds": sec}))
     return Z, sec
+
+
+def cached_tsne(X, seed: int, tag: str):
+    """``probdr.TSNE(perplexity=30, random_state=seed)`` embedding of X (see :func:`cached_fit`)."""
+    import probdr
+
+    return cached_fit(lambda s: probdr.TSNE(perplexity=30, random_state=s), X, seed,
+                      f"tsne_{tag}")

@@ -21,7 +21,14 @@ import time
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from ot_common import cached_tsne, command_line, machine, table, write_section  # noqa: E402
+from ot_common import (  # noqa: E402
+    cached_fit,
+    cached_tsne,
+    command_line,
+    machine,
+    table,
+    write_section,
+)
 
 PUBLISHED = [  # thesis Table 4.3 (silhouette x100 | trustworthiness x100), t-SNE vs t-SNEkhorn
     ("COIL", "30.7 ± 6.9", "52.3 ± 1.1", "99.6 ± 0.1", "99.9 ± 0.1"),
@@ -74,12 +81,12 @@ def main(argv=None):
         for seed in args.seeds:
             X, y = load(name, args.n, seed)
             for method in args.methods:
-                t = time.time()
+                tag = f"{name}{'' if args.n is None else args.n}"
                 if method == "t-SNE (probdr.TSNE)":
-                    Z, sec = cached_tsne(X, seed, f"{name}{'' if args.n is None else args.n}")
+                    Z, sec = cached_tsne(X, seed, tag)
                 else:
-                    Z = make(method, seed).fit_transform(X)
-                    sec = time.time() - t
+                    key = method.lower().replace("-", "")
+                    Z, sec = cached_fit(lambda s, m=method: make(m, s), X, seed, f"{key}_{tag}")
                 sil = 100 * silhouette_score(Z, y)
                 tru = 100 * trustworthiness(X, Z, n_neighbors=5)
                 res[method].append((sil, tru, sec))
@@ -98,7 +105,8 @@ def main(argv=None):
 
 Command: `{command_line()}` (total {time.time() - t0:.0f} s; {machine()}).
 
-Seeds {args.seeds} (mean ± s.d. over seeds when more than one); perplexity 30; PCA to 50
+Seeds {args.seeds} (mean ± s.d. over seeds when more than one; embeddings cached in `out/`,
+wall time = the original fit); perplexity 30; PCA to 50
 dimensions when p > 50; the t-SNE baseline is probdr's `TSNE` preset (exact repulsion for
 n <= 4000). Silhouette: `sklearn.metrics.silhouette_score(Z, y)`; trustworthiness:
 `sklearn.manifold.trustworthiness(X, Z, n_neighbors=5)`.
