@@ -19,6 +19,16 @@ def digits_small(digits):
 
 
 @pytest.fixture(autouse=True)
+def _single_thread():
+    """Tests run small problems: one intra-op thread is faster for them and immune to
+    oversubscription when other processes share the cores."""
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
+@pytest.fixture(autouse=True)
 def _seed():
     torch.manual_seed(0)
     np.random.seed(0)

@@ -30,13 +30,6 @@ from probdr.wishart import WoodburyInverse, map_estimate
 DT = torch.float64
 
 
-@pytest.fixture(autouse=True)
-def _single_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
-
 
 def _rel(A, B):
     return float(torch.linalg.norm(A - B) / torch.linalg.norm(B))

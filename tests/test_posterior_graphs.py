@@ -25,13 +25,6 @@ from probdr.posterior_graphs import (
 DT = torch.float64
 
 
-@pytest.fixture(autouse=True)
-def _single_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
-
 
 def _log_kernel(n=9, seed=0):
     g = torch.Generator().manual_seed(seed)

@@ -30,13 +30,6 @@ from probdr.wishart_estimators import LaplacianWishart, WishartEigenmaps
 DT = torch.float64
 
 
-@pytest.fixture(autouse=True)
-def _single_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
-
 
 def _digits(n=None):
     from sklearn.datasets import load_digits

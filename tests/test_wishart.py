@@ -35,15 +35,6 @@ from probdr.wishart_estimators import WishartPCA
 DT = torch.float64
 
 
-@pytest.fixture(autouse=True)
-def _single_thread():
-    """Small linear algebra is latency-bound: one intra-op thread is faster and immune to
-    oversubscribed CI machines (restored after each test)."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
-
 
 def _rng(seed=0):
     return torch.Generator().manual_seed(seed)
