@@ -124,3 +124,25 @@ def test_snekhorn_params_and_validation():
         TSNEkhorn(perplexity=5).fit(Xn)
     with pytest.raises(ValueError, match="smaller than the number of features"):
         TSNEkhorn(perplexity=5, n_components=6).fit(X)
+
+
+def test_run_map_relative_loss_tolerance_stops_early():
+    """Phase(tol=...) stops at the thesis' rule |l_t - l_{t-1}| < tol |l_{t-1} + offset|."""
+    import pyro
+    import pyro.distributions as dist
+
+    from probdr.infer import Phase, run_map
+
+    def model():
+        pyro.sample("Z", dist.Normal(0.0, 1.0).expand([6, 2]).to_event(2))
+
+    Z0 = torch.full((6, 2), 3.0, dtype=torch.float64)
+    full = run_map(model, {}, Z0, [Phase(400, 0.05)], optimizer="adam")
+    assert full.n_iter == 400 and len(full.loss_history) == 400
+    res = run_map(model, {}, Z0, [Phase(400, 0.05, tol=1e-3, tol_offset=5.0)], optimizer="adam")
+    h = res.loss_history
+    assert 2 <= res.n_iter < 400 and len(h) == res.n_iter
+    assert abs(h[-1] - h[-2]) < 1e-3 * abs(h[-2] + 5.0)
+    rel = np.abs(np.diff(h[:-1])) / np.abs(h[:-2] + 5.0)
+    assert np.all(rel >= 1e-3)
+    np.testing.assert_allclose(h, full.loss_history[:res.n_iter])

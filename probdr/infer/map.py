@@ -35,11 +35,19 @@ class Phase:
     final_learning_rate: float | None = None
     model_kwargs: dict[str, Any] = field(default_factory=dict)
     name: str = "optimise"
+    #: stop the phase early once the relative loss variation
+    #: ``|l_t - l_{t-1}| / |l_{t-1} + tol_offset|`` falls below ``tol`` (the SNEkhorn thesis'
+    #: rule, there with tol 1e-5 on the KL); ``None`` runs all ``n_iter`` steps
+    tol: float | None = None
+    #: added to the recorded loss in that rule's denominator, e.g. to turn the model's negative
+    #: log-likelihood into the KL divergence whose relative variation is meant
+    tol_offset: float = 0.0
 
 
 @dataclass
 class MAPResult:
     Z: torch.Tensor
+    #: the loss of every step run (shorter than the phases' total when a ``tol`` rule stopped)
     loss_history: np.ndarray
     n_iter: int
 
@@ -131,9 +139,13 @@ def run_map(
                 if verbose and (step % 50 == 0 or step == total):
                     bar.set_postfix(loss=f"{history[step - 1]:.4g}", phase=phase.name)
                     bar.update(50 if step % 50 == 0 else total % 50)
+                if phase.tol is not None and t >= 1:
+                    prev = history[step - 2]
+                    if abs(history[step - 1] - prev) < phase.tol * abs(prev + phase.tol_offset):
+                        break
     with torch.no_grad():
         Z = guide.median(**base_kwargs)["Z"].detach()
-    return MAPResult(Z=Z, loss_history=history, n_iter=total)
+    return MAPResult(Z=Z, loss_history=history[:step], n_iter=step)
 
 
 def _carry_optimizer(opt, phase):
