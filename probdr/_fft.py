@@ -84,21 +84,22 @@ class Grid2D:
         iy = (base[:, 1:2] + offs).clamp(0, G - 1)
         self.index = (ix[:, :, None] * G + iy[:, None, :]).reshape(-1, 16)  # (n, 16)
         self.weight = (wx[:, :, None] * wy[:, None, :]).reshape(-1, 16)
+        self.flat_index = self.index.reshape(-1)
 
     def spread(self, charges: torch.Tensor) -> torch.Tensor:
         """charges (C, n) -> grids (C, G, G)."""
         C = charges.shape[0]
         vals = (charges[:, :, None] * self.weight[None]).reshape(C, -1)
         grid = torch.zeros(C, self.G * self.G, dtype=charges.dtype)
-        grid.index_add_(1, self.index.reshape(-1), vals)
+        grid.index_add_(1, self.flat_index, vals)
         return grid.view(C, self.G, self.G)
 
     def gather(self, grids: torch.Tensor) -> torch.Tensor:
         """grids (C, G, G) -> values at the points (C, n)."""
         C = grids.shape[0]
         flat = grids.reshape(C, -1)
-        vals = flat[:, self.index.reshape(-1)].view(C, -1, 16)
-        return (vals * self.weight[None]).sum(-1)
+        vals = flat.index_select(1, self.flat_index).view(C, -1, 16)
+        return torch.einsum("cnk,nk->cn", vals, self.weight)
 
     def kernel_fft(self, log_kernel_of_d2, dtype, key=None) -> torch.Tensor:
         """FFT of the kernel sampled on the (2G, 2G) circular grid of node offsets (cached by

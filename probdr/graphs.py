@@ -38,7 +38,7 @@ import torch
 from pyro.distributions import TorchDistribution
 from torch.distributions import constraints
 
-from ._pairwise import pair_reduce
+from ._pairwise import edge_log_kernel_sum, pair_reduce
 from .config import check_dense
 from .neighbors import pairwise_sq_distances
 
@@ -204,6 +204,15 @@ class KernelWeights(Weights):
         self.normaliser, self.n_samples = normaliser, int(n_samples)
         #: clamp each pair's gradient (w.r.t. z_i - z_j) to [-c, c], as umap-learn does
         self.pair_grad_clip = pair_grad_clip
+
+    def weighted_sum_at(self, rows, cols, v):
+        # fused gather / kernel / scatter with a hand-written gradient (about 2x autograd's speed
+        # on kNN graphs); the edge prior, constant in Z, is added by autograd
+        out = edge_log_kernel_sum(self.Z, rows, cols, v, self.kernel, self.pair_grad_clip)
+        if self.log_pi is not None:
+            lp = self.log_pi[rows, cols].to(out.dtype)
+            out = out + torch.where(v > 0, v.to(out.dtype) * lp, torch.zeros_like(lp)).sum()
+        return out
 
     def log_at(self, rows, cols):
         # index_select: its backward (index_add) is deterministic, unlike advanced indexing
@@ -385,13 +394,19 @@ class GraphLaw(TorchDistribution):
 
         With symmetric weights (a kernel without edge prior) the sum runs over unordered pairs
         with weights :math:`W_{ij} + W_{ji}` (fewer terms on a kNN graph)."""
+        memo = getattr(self, "_attraction_memo", None)
+        if memo is not None and memo[0] is value:  # e.g. the model's exaggeration factor
+            return memo[1]
         w = self.weights
         if value.is_sparse and isinstance(w, KernelWeights) and w.log_pi is None:
             r, c, v = _folded_edges(value)
-            return w.weighted_sum_at(r, c, v)
-        r, c, v = _edge_terms(value)
-        keep = r != c
-        return self.weights.weighted_sum_at(r[keep], c[keep], v[keep])
+            out = w.weighted_sum_at(r, c, v)
+        else:
+            r, c, v = _edge_terms(value)
+            keep = r != c
+            out = self.weights.weighted_sum_at(r[keep], c[keep], v[keep])
+        self._attraction_memo = (value, out)
+        return out
 
     def normaliser(self, value) -> torch.Tensor:
         raise NotImplementedError

@@ -13,15 +13,21 @@ class GainsMomentum(torch.optim.Optimizer):
 
     ``update = momentum * update - lr * gains * grad``; a gain grows by ``0.2`` where the gradient
     and the previous update disagree in sign and shrinks by ``0.8`` where they agree, never below
-    ``min_gain``.
+    ``min_gain``. Each point's step (a row of ``update``) is then clipped to norm
+    ``max_step_norm`` (openTSNE's default 5): without it a few points can be thrown far from the
+    embedding early on, which costs nothing in quality but inflates the interpolation grid of
+    the FFT repulsion (measured at n = 20,000: ~100 points at 5-10x the embedding's radius made
+    the grid 16x larger than the body of the embedding needs). ``None`` disables it.
     """
 
     def __init__(self, params, lr: float = 200.0, momentum: float = 0.5, min_gain: float = 0.01,
-                 max_grad_norm: float | None = None):
+                 max_grad_norm: float | None = None, max_step_norm: float | None = 5.0):
         if lr <= 0:
             raise ValueError(f"lr must be positive, got {lr}.")
+        if max_step_norm is not None and max_step_norm <= 0:
+            raise ValueError(f"max_step_norm must be positive or None, got {max_step_norm}.")
         super().__init__(params, dict(lr=lr, momentum=momentum, min_gain=min_gain,
-                                      max_grad_norm=max_grad_norm))
+                                      max_grad_norm=max_grad_norm, max_step_norm=max_step_norm))
 
     @torch.no_grad()
     def step(self, closure=None):
@@ -42,5 +48,8 @@ class GainsMomentum(torch.optim.Optimizer):
                 agree = torch.sign(g) == torch.sign(upd)
                 gains.copy_(torch.where(agree, gains * 0.8, gains + 0.2)).clamp_(min=group["min_gain"])
                 upd.mul_(group["momentum"]).sub_(group["lr"] * gains * g)
+                if group["max_step_norm"] is not None:
+                    norm = upd.norm(dim=-1, keepdim=True) if upd.ndim > 1 else upd.abs()
+                    upd.mul_(torch.clamp(group["max_step_norm"] / norm.clamp_min(1e-12), max=1.0))
                 p.add_(upd)
         return loss
