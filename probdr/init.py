@@ -94,11 +94,35 @@ def initialize(
             raise ValueError("init='ccpca' needs the input graph law.")
         from .ccpca import ccpca_embedding
 
-        Z = ccpca_embedding(X.to(torch.float64), input_graph, n_components,
+        Z = ccpca_embedding(X.to(torch.float64), _ccpca_law(input_graph), n_components,
                             n_samples=ccpca_samples, generator=generator)
     else:
         raise ValueError(f"init must be one of {INITS} or an (n, q) array, got {init!r}.")
     return _rescale(Z, scale, generator)
+
+
+def _ccpca_law(law):
+    """The graph law whose draws ccPCA decomposes into connected components.
+
+    Draws of a B (binary) law on a kNN graph -- UMAP's fuzzy memberships -- keep most edges and
+    are connected, so their component means are the global mean and ccPCA would reduce to PCA.
+    For B laws, ccPCA therefore samples the unit-out-degree (D) law on the same expected edges:
+    node i keeps one neighbour j with probability proportional to its membership P_ij (for the
+    symmetrised B~ law, the directed memberships before symmetrisation). D and E laws are used
+    as they are."""
+    from .graphs import DenseWeights, SparseWeights, SymmetrizedBinaryGraph, UnitDegreeGraph
+
+    if getattr(law, "prior", None) != "B":
+        return law
+    P = (law.base if isinstance(law, SymmetrizedBinaryGraph) else law).mean
+    if P.is_sparse:
+        P = P.coalesce()
+        keep = P.values() > 0
+        r, c = P.indices()[:, keep]
+        weights = SparseWeights(r, c, torch.log(P.values()[keep]), P.shape[0])
+    else:
+        weights = DenseWeights(torch.log(P))
+    return UnitDegreeGraph(weights)
 
 
 def _rescale(Z, scale, generator):

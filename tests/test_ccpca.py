@@ -284,3 +284,27 @@ def test_ccpca_with_lead_input_graph_digits_smoke():
     assert Z.shape == (400, 2) and np.isfinite(Z).all()
     s = est.component_stats_.summary()
     assert s["n_components_min"] > 1  # D draws split the 10 digits into many components
+
+
+def test_ccpca_init_for_binary_input_laws_uses_unit_degree_draws():
+    """UMAP's input law (B~ on fuzzy memberships) has connected draws on digits, so ccPCA on its
+    draws would carry no structure; the init samples the D law on the same memberships instead
+    and keeps the clusters apart (5-NN accuracy of the initial embedding well above PCA's)."""
+    import probdr
+    from probdr import datasets
+    from probdr.graphs import UnitDegreeGraph
+    from probdr.init import _ccpca_law, initialize
+    from probdr.metrics import knn_accuracy
+
+    X, y = datasets.load("digits")
+    law = probdr.UMAP(n_epochs=1, init="pca", random_state=0).fit(X).input_graph_
+    assert isinstance(_ccpca_law(law), UnitDegreeGraph)
+    Xt = torch.as_tensor(X, dtype=DT)
+    Zc = initialize("ccpca", Xt, 2, input_graph=law, generator=torch.Generator().manual_seed(0))
+    Zp = initialize("pca", Xt, 2)
+    assert torch.isfinite(Zc).all() and (Zc.std(0) > 0).all()
+    acc_c, acc_p = knn_accuracy(Zc.numpy(), y, 5), knn_accuracy(Zp.numpy(), y, 5)
+    assert acc_c > acc_p + 0.1, (acc_c, acc_p)
+    # D and E laws are used as they are
+    d_law = _knn_law(torch.from_numpy(_blobs()[0].numpy()), prior="D")
+    assert _ccpca_law(d_law) is d_law
