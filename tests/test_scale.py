@@ -15,7 +15,7 @@ from probdr.kernels import StudentKernel, UMAPKernel
 from probdr.models.coupling import graph_coupling_model
 from probdr.neighbors import knn
 
-N = 300
+N = 500  # the size for the stochastic-gradient checks
 
 
 def _grad(f, Z):
