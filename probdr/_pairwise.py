@@ -161,23 +161,67 @@ def pair_reduce(Z: torch.Tensor, mode: str, kernel, log_pi: torch.Tensor | None 
 # --------------------------------------------------------------------------------------------
 # edge sums: sum_e v_e log k(||z_r - z_c||^2) over an edge list
 # --------------------------------------------------------------------------------------------
+def _edge_diffs(Z: torch.Tensor, rows: torch.Tensor, cols: torch.Tensor):
+    """``(diff, d2)``: the differences :math:`z_r - z_c` (a complex vector for 2-D embeddings,
+    one number per point so that each random gather moves both coordinates; else a list of
+    per-coordinate vectors) and the squared distances."""
+    q = Z.shape[1]
+    if q == 2:
+        zc = torch.view_as_complex(Z.contiguous())
+        d = zc.index_select(0, rows).sub_(zc.index_select(0, cols))
+        dr = torch.view_as_real(d)
+        d2 = dr[:, 0] * dr[:, 0]
+        return [d], d2.addcmul_(dr[:, 1], dr[:, 1])
+    Zt = Z.t().contiguous()  # (q, n)
+    diff = [z.index_select(0, rows).sub_(z.index_select(0, cols)) for z in Zt]
+    d2 = diff[0] * diff[0]
+    for d in diff[1:]:
+        d2.addcmul_(d, d)
+    return diff, d2
+
+
+def _pair_grad(diff, coef, rows, cols, n, clip):
+    r"""Gradient on Z of a loss whose derivative w.r.t. :math:`d^2_e` is ``coef / 2``: pair e adds
+    ``coef_e (z_r - z_c)`` (clamped per coordinate at ``clip``) to row r and subtracts it from
+    row c. Sorted rows (coalesced edge lists) are reduced with ``segment_reduce``."""
+    lengths = _segments(rows, n)
+    if diff[0].is_complex():  # 2-D
+        gr = torch.view_as_real(diff[0]) * coef[:, None]
+        if clip is not None:
+            gr.clamp_(-clip, clip)
+        if lengths is not None:
+            grad = torch.segment_reduce(gr, "sum", lengths=lengths, axis=0)
+        else:
+            grad = torch.view_as_real(torch.zeros(n, dtype=diff[0].dtype).scatter_add_(
+                0, rows, torch.view_as_complex(gr)))
+        torch.view_as_complex(grad).scatter_add_(0, cols, torch.view_as_complex(gr.neg_()))
+        return grad
+    grad = torch.zeros(len(diff), n, dtype=coef.dtype)
+    for a, d in enumerate(diff):
+        gd = d * coef
+        if clip is not None:
+            gd.clamp_(-clip, clip)
+        if lengths is not None:
+            grad[a] = torch.segment_reduce(gd, "sum", lengths=lengths)
+        else:
+            grad[a].scatter_add_(0, rows, gd)
+        grad[a].scatter_add_(0, cols, gd.neg_())
+    return grad.t()
+
+
 class _EdgeLogKernelSum(torch.autograd.Function):
     """Fused forward/backward of :math:`\\sum_e v_e \\log k(\\|z_{r_e} - z_{c_e}\\|^2)`.
 
     Autograd through ``index_select -> pow -> sum -> log_k -> where -> sum`` keeps ten (E, q)
-    intermediates and scatters twice; here the coordinates are gathered column by column (1-D
-    gathers are the fastest on CPU), the gradient is
+    intermediates and scatters twice. Here the gradient is written out,
     :math:`\\partial / \\partial (z_r - z_c) = 2 v_e \\, \\partial_{d^2}\\log k \\, (z_r - z_c)`
-    (optionally clamped per coordinate, umap-learn's clip) and scattered with 1-D ``index_add_``.
+    (optionally clamped per coordinate, umap-learn's clip), and the memory traffic, which is what
+    costs on large edge lists, is cut (see :func:`_edge_diffs`, :func:`_pair_grad`).
     """
 
     @staticmethod
     def forward(ctx, Z, rows, cols, v, kernel, clip):
-        Zt = Z.detach().t().contiguous()  # (q, n)
-        diff = [z.index_select(0, rows).sub_(z.index_select(0, cols)) for z in Zt]
-        d2 = diff[0] * diff[0]
-        for d in diff[1:]:
-            d2.addcmul_(d, d)
+        diff, d2 = _edge_diffs(Z.detach(), rows, cols)
         lw = kernel.log_k(d2)
         vv = v.to(lw.dtype)
         positive = _all_positive(v)
@@ -195,18 +239,31 @@ class _EdgeLogKernelSum(torch.autograd.Function):
         coef = ctx.kernel.dlog_k(d2).mul_(vv).mul_(2.0 * g.to(d2.dtype))
         if not ctx.positive:
             coef = torch.where(vv > 0, coef, torch.zeros((), dtype=d2.dtype))
-        lengths = _segments(rows, ctx.n)
-        grad = torch.zeros(len(diff), ctx.n, dtype=d2.dtype)
-        for a, d in enumerate(diff):
-            gd = d * coef  # d loss / d (z_r - z_c), coordinate a
-            if ctx.clip is not None:
-                gd.clamp_(-ctx.clip, ctx.clip)
-            if lengths is not None:  # rows sorted (coalesced edge lists): a segment sum
-                grad[a] = torch.segment_reduce(gd, "sum", lengths=lengths)
-            else:
-                grad[a].scatter_add_(0, rows, gd)
-            grad[a].scatter_add_(0, cols, gd.neg_())
-        return grad.t(), None, None, None, None, None
+        return _pair_grad(diff, coef, rows, cols, ctx.n, ctx.clip), None, None, None, None, None
+
+
+class _EdgeLogKernel(torch.autograd.Function):
+    """Per-edge :math:`\\log k(\\|z_{r_e} - z_{c_e}\\|^2)` with the same hand-written gradient
+    (negative sampling, Monte Carlo normalisers)."""
+
+    @staticmethod
+    def forward(ctx, Z, rows, cols, kernel, clip):
+        diff, d2 = _edge_diffs(Z.detach(), rows, cols)
+        ctx.save_for_backward(rows, cols, d2, *diff)
+        ctx.kernel, ctx.clip, ctx.n = kernel, clip, Z.shape[0]
+        return kernel.log_k(d2)
+
+    @staticmethod
+    def backward(ctx, g):
+        rows, cols, d2, *diff = ctx.saved_tensors
+        coef = ctx.kernel.dlog_k(d2).mul_(g.to(d2.dtype)).mul_(2.0)
+        return _pair_grad(diff, coef, rows, cols, ctx.n, ctx.clip), None, None, None, None
+
+
+def edge_log_kernel(Z, rows, cols, kernel, clip=None):
+    r"""Per-edge :math:`\log k(\|z_{r_e} - z_{c_e}\|^2)` with a hand-written gradient; ``clip``
+    clamps each pair's gradient per coordinate."""
+    return _EdgeLogKernel.apply(Z, rows, cols, kernel, clip)
 
 
 def _all_positive(v: torch.Tensor) -> bool:

@@ -38,7 +38,7 @@ import torch
 from pyro.distributions import TorchDistribution
 from torch.distributions import constraints
 
-from ._pairwise import edge_log_kernel_sum, pair_reduce
+from ._pairwise import edge_log_kernel, edge_log_kernel_sum, pair_reduce
 from .config import check_dense
 from .neighbors import pairwise_sq_distances
 
@@ -215,13 +215,8 @@ class KernelWeights(Weights):
         return out
 
     def log_at(self, rows, cols):
-        # index_select: its backward (index_add) is deterministic, unlike advanced indexing
-        diff = self.Z.index_select(0, rows) - self.Z.index_select(0, cols)
-        if self.pair_grad_clip is not None and diff.requires_grad:
-            c = self.pair_grad_clip
-            diff.register_hook(lambda g: g.clamp(-c, c))
-        d2 = diff.pow(2).sum(-1)
-        lw = self.kernel.log_k(d2)
+        # fused gather / kernel with a hand-written, deterministic gradient
+        lw = edge_log_kernel(self.Z, rows, cols, self.kernel, self.pair_grad_clip)
         if self.log_pi is not None:
             lw = lw + self.log_pi[rows, cols].to(lw.dtype)
         return lw
