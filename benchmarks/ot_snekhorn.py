@@ -93,6 +93,7 @@ def thesis_estimator(method: str, perplexity: float, lr: float, max_iter: int, Z
             v = v[v > 0]
             off = float((v * v.log()).sum() - n * math.log(n) + math.lgamma(n + 1)
                         - torch.lgamma(v + 1).sum())
+            self.kl_offset_ = off
             return [Phase(int(self.n_iter), float(self.learning_rate), tol=THESIS_TOL,
                           tol_offset=off, name="adam")], 1.0, None
 
@@ -107,7 +108,8 @@ def thesis_estimator(method: str, perplexity: float, lr: float, max_iter: int, Z
 
 def fit_thesis(method, X, seed, tag, perplexity, lr, max_iter):
     """Fit with the thesis' protocol (init N(0, 1) from the seed), cached in ``out/``; returns
-    ``(Z, seconds, steps run)``."""
+    ``(Z, seconds, steps run, last relative KL variation)``; the KL history n KL(P/n | Q/n)
+    per step is stored with the embedding."""
     import json
     import warnings
 
@@ -119,7 +121,7 @@ def fit_thesis(method, X, seed, tag, perplexity, lr, max_iter):
     if os.path.exists(path):
         f = np.load(path)
         meta = json.loads(str(f["meta"]))
-        return f["Z"], meta["seconds"], meta["steps"]
+        return f["Z"], meta["seconds"], meta["steps"], meta.get("last_rel_var", float("nan"))
     Z0 = np.random.default_rng(seed).standard_normal((X.shape[0], 2))
     est = thesis_estimator(method, perplexity, lr, max_iter, Z0)
     t = time.time()
@@ -128,8 +130,11 @@ def fit_thesis(method, X, seed, tag, perplexity, lr, max_iter):
         Z = est.fit_transform(X)
     sec = time.time() - t
     os.makedirs(os.path.dirname(path), exist_ok=True)
-    np.savez(path, Z=Z, meta=json.dumps({"seconds": sec, "steps": int(est.n_iter_)}))
-    return Z, sec, int(est.n_iter_)
+    kl = est.loss_history_ + est.kl_offset_
+    rel = float(abs(kl[-1] - kl[-2]) / abs(kl[-2]))
+    np.savez(path, Z=Z, kl=kl, meta=json.dumps({"seconds": sec, "steps": int(est.n_iter_),
+                                                "last_rel_var": rel}))
+    return Z, sec, int(est.n_iter_), rel
 
 
 def main(argv=None):
@@ -225,14 +230,14 @@ def main_thesis(args):
                 X, y = load(name, args.n, seed)
                 tag = f"{name}{'' if args.n is None else args.n}"
                 for method in args.methods:
-                    Z, sec, steps = fit_thesis(method, X, seed, tag, perp, args.lr,
+                    Z, sec, steps, rel = fit_thesis(method, X, seed, tag, perp, args.lr,
                                                args.max_iter)
                     sil = 100 * silhouette_score(Z, y)
                     tru = 100 * trustworthiness(X, Z, n_neighbors=5)
                     res[method].append((sil, tru, sec, steps))
                     print(name, f"perp {perp:g}", seed, method,
-                          f"sil {sil:.2f} trust {tru:.2f} ({sec:.0f} s, {steps} steps)",
-                          flush=True)
+                          f"sil {sil:.2f} trust {tru:.2f} ({sec:.0f} s, {steps} steps, last "
+                          f"relative KL variation {rel:.1e})", flush=True)
             for method in args.methods:
                 a = np.array(res[method])
                 def sd(c, a=a):
