@@ -37,7 +37,7 @@ import torch
 from pyro import poutine
 from torch.distributions import constraints
 
-from probdr.graphs import GraphPrior, KernelWeights, _edge_terms
+from probdr.graphs import GraphPrior, KernelWeights, _cached, _edge_terms
 
 __all__ = ["graph_coupling_model", "flat_prior"]
 
@@ -114,22 +114,30 @@ def _negative_sampling_likelihood(law, W_X, m, gamma, n):
     """umap-learn's scheme: each step, edge e is used with probability v_e / max(v) (then with
     weight max(v)), and every used edge draws m uniform negatives. In expectation over the draws
     this is the objective of the module docstring; the work per step is O(sum(v) * m)."""
-    rows, cols, v = _edge_terms(W_X)
-    keep = rows != cols
-    rows, cols, v = rows[keep], cols[keep], v[keep]
     weights = law.weights
-    v = v.to(weights.Z.dtype)
-    vmax = float(v.max())
-    used = torch.rand(v.shape, dtype=v.dtype) * vmax < v
-    rows, cols = rows[used], cols[used]
+    rows, cols, v, vmax = _cached(W_X, "_probdr_ns_edges",
+                                  lambda: _ns_edges(W_X, weights.Z.dtype))
+    # the draw of used edges: index_select on the nonzero positions (boolean masking is several
+    # times slower on millions of edges)
+    used = (torch.rand(v.shape, dtype=v.dtype).mul_(vmax) < v).nonzero().squeeze(1)
+    rows, cols = rows.index_select(0, used), cols.index_select(0, used)
     with pyro.plate("edges", rows.numel()), poutine.scale(scale=vmax):
         pyro.sample("W_Z_edges", dist.Bernoulli(logits=weights.log_at(rows, cols),
                                                 validate_args=False),
                     obs=torch.ones(rows.numel(), dtype=v.dtype))
-    neg_rows = rows.repeat(m)
+    neg_rows = rows.repeat_interleave(m)  # sorted like rows: a segment sum in the backward
     # uniform over the other n - 1 nodes: never the node itself
     neg_cols = (neg_rows + torch.randint(1, n, (neg_rows.numel(),))) % n
     with pyro.plate("negatives", neg_rows.numel()), poutine.scale(scale=gamma * vmax):
         pyro.sample("W_Z_negatives", dist.Bernoulli(logits=weights.log_at(neg_rows, neg_cols),
                                                     validate_args=False),
                     obs=torch.zeros(neg_rows.numel(), dtype=v.dtype))
+
+
+def _ns_edges(W_X, dtype):
+    """Off-diagonal edges of the observed graph, their values and the largest value (computed
+    once per observed tensor)."""
+    rows, cols, v = _edge_terms(W_X)
+    keep = rows != cols
+    v = v[keep].to(dtype)
+    return rows[keep], cols[keep], v, float(v.max())
