@@ -6,9 +6,8 @@ import numpy as np
 import pyro
 import pytest
 import torch
+from helpers import MaxNumel
 from sklearn.datasets import make_blobs
-from torch.utils._python_dispatch import TorchDispatchMode
-from torch.utils._pytree import tree_leaves
 
 from probdr.ccpca import cc_mean_average, cc_means, ccPCA, ccpca_embedding, pca_scores
 from probdr.graphs import (
@@ -52,20 +51,6 @@ def _knn_law(X, k=20, prior="D"):
     logk = -(d2 - d2.min(1, keepdim=True).values) / eps[:, None]
     w = SparseWeights(torch.arange(n).repeat_interleave(k), idx.flatten(), logk.flatten(), n)
     return get_prior(prior).posterior(w)
-
-
-class MaxNumel(TorchDispatchMode):
-    def __init__(self):
-        super().__init__()
-        self.max = 0
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        out = func(*args, **(kwargs or {}))
-        for t in tree_leaves(out):
-            if isinstance(t, torch.Tensor):  # storage, not logical size, for sparse tensors
-                size = t._nnz() * (t.sparse_dim() + 1) if t.is_sparse else t.numel()
-                self.max = max(self.max, size)
-        return out
 
 
 # ---------------------------------------------------------------------------- the algorithm

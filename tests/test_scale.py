@@ -168,6 +168,25 @@ def test_e_law_samples_beyond_multinomial_category_limit():
     assert int(W.sum()) == n and int(W.diagonal().sum()) == 0
 
 
+def _random_edges(g, q, sorted_rows, n=60, E=500):
+    """A float64 embedding (requires grad) and E random off-diagonal pairs (rows sorted or not)."""
+    Z = torch.randn(n, q, dtype=torch.float64, generator=g, requires_grad=True)
+    r = torch.randint(0, n, (E,), generator=g)
+    c = (r + torch.randint(1, n, (E,), generator=g)) % n
+    if sorted_rows:
+        r, order = r.sort()
+        c = c[order]
+    return Z, r, c
+
+
+def _autograd_log_k(Z, r, c, kernel, clip):
+    """Per-edge log k by plain autograd, with umap-learn's per-pair clip as a gradient hook."""
+    diff = Z.index_select(0, r) - Z.index_select(0, c)
+    if clip is not None:
+        diff.register_hook(lambda gr: gr.clamp(-clip, clip))
+    return kernel.log_k(diff.pow(2).sum(-1))
+
+
 @pytest.mark.parametrize("q", [2, 3])
 @pytest.mark.parametrize("kernel", [StudentKernel(), StudentKernel(dof=3.0),
                                     UMAPKernel(odds=True)], ids=["cauchy", "t3", "umap_odds"])
@@ -179,23 +198,14 @@ def test_fused_edge_sum_matches_autograd(q, kernel, clip, sorted_rows):
     from probdr._pairwise import edge_log_kernel_sum
 
     g = torch.Generator().manual_seed(q)
-    n, E = 60, 500
-    Z = torch.randn(n, q, dtype=torch.float64, generator=g, requires_grad=True)
-    r = torch.randint(0, n, (E,), generator=g)
-    c = (r + torch.randint(1, n, (E,), generator=g)) % n
-    if sorted_rows:
-        r, order = r.sort()
-        c = c[order]
-    v = torch.rand(E, dtype=torch.float64, generator=g)
+    Z, r, c = _random_edges(g, q, sorted_rows)
+    v = torch.rand(r.numel(), dtype=torch.float64, generator=g)
     v[::7] = 0.0
     out = edge_log_kernel_sum(Z, r, c, v, kernel, clip)
     (2.5 * out).backward()
     g_fused = Z.grad.clone()
     Z.grad = None
-    diff = Z.index_select(0, r) - Z.index_select(0, c)
-    if clip is not None:
-        diff.register_hook(lambda gr: gr.clamp(-clip, clip))
-    lw = kernel.log_k(diff.pow(2).sum(-1))
+    lw = _autograd_log_k(Z, r, c, kernel, clip)
     ref = torch.where(v > 0, v * lw, torch.zeros_like(lw)).sum()
     (2.5 * ref).backward()
     assert torch.allclose(out, ref, rtol=1e-12)
@@ -229,23 +239,14 @@ def test_fused_per_edge_log_kernel_matches_autograd(q, clip, sorted_rows):
     from probdr._pairwise import edge_log_kernel
 
     g = torch.Generator().manual_seed(10 + q)
-    n, E = 60, 500
-    Z = torch.randn(n, q, dtype=torch.float64, generator=g, requires_grad=True)
-    r = torch.randint(0, n, (E,), generator=g)
-    c = (r + torch.randint(1, n, (E,), generator=g)) % n
-    if sorted_rows:
-        r, order = r.sort()
-        c = c[order]
-    up = torch.randn(E, dtype=torch.float64, generator=g)
+    Z, r, c = _random_edges(g, q, sorted_rows)
+    up = torch.randn(r.numel(), dtype=torch.float64, generator=g)
     kernel = UMAPKernel(odds=True)
     out = edge_log_kernel(Z, r, c, kernel, clip)
     torch.nn.functional.logsigmoid(out).mul(up).sum().backward()
     g_fused = Z.grad.clone()
     Z.grad = None
-    diff = Z.index_select(0, r) - Z.index_select(0, c)
-    if clip is not None:
-        diff.register_hook(lambda gr: gr.clamp(-clip, clip))
-    ref = kernel.log_k(diff.pow(2).sum(-1))
+    ref = _autograd_log_k(Z, r, c, kernel, clip)
     torch.nn.functional.logsigmoid(ref).mul(up).sum().backward()
     assert torch.allclose(out, ref, rtol=1e-12)
     assert torch.allclose(g_fused, Z.grad, rtol=1e-10, atol=1e-12)

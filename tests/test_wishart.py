@@ -9,9 +9,8 @@ import numpy as np
 import pyro
 import pytest
 import torch
+from helpers import MaxNumel
 from pyro import poutine
-from torch.utils._python_dispatch import TorchDispatchMode
-from torch.utils._pytree import tree_leaves
 
 from probdr.models.wishart_pca import (
     coupling_gamma,
@@ -42,22 +41,6 @@ def _rng(seed=0):
 
 def _rel(A, B):
     return float(torch.linalg.norm(A - B) / torch.linalg.norm(B))
-
-
-class MaxNumel(TorchDispatchMode):
-    """Records the largest tensor produced by any torch op inside the context."""
-
-    def __init__(self):
-        super().__init__()
-        self.max = 0
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        out = func(*args, **(kwargs or {}))
-        for t in tree_leaves(out):
-            if isinstance(t, torch.Tensor):  # storage, not logical size, for sparse tensors
-                size = t._nnz() * (t.sparse_dim() + 1) if t.is_sparse else t.numel()
-                self.max = max(self.max, size)
-        return out
 
 
 # ---------------------------------------------------------------------------- structured pieces
