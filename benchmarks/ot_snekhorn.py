@@ -223,6 +223,7 @@ def main_thesis(args):
 
     t0 = time.time()
     rows = []
+    means = {}  # (data, method) -> [(perplexity, silhouette mean, sd, trust mean, sd)]
     for name in args.data:
         for perp in args.perplexity:
             res = {m: [] for m in args.methods}
@@ -245,11 +246,27 @@ def main_thesis(args):
                 def sd2(c, a=a):
                     return f" ± {a[:, c].std():.2f}" if len(a) > 1 else ""
                 capped = int((a[:, 3] >= args.max_iter).sum())
+                means.setdefault((name, method), []).append(
+                    (perp, a[:, 0].mean(), a[:, 0].std(), a[:, 1].mean(), a[:, 1].std()))
                 rows.append([f"{name} (n={len(y)})", f"{perp:g}", method,
                              f"{a[:, 0].mean():.1f}{sd(0)}", f"{a[:, 1].mean():.2f}{sd2(1)}",
                              f"{a[:, 3].mean():.0f} ({capped} capped)", f"{a[:, 2].mean():.0f}"])
     hdr = ["data", "perplexity", "method", "silhouette x100", "trustworthiness x100",
            "Adam steps (runs at the cap)", "wall (s)"]
+    best = ""
+    if len(args.perplexity) > 1:
+        # the thesis' selection (§4.4): per method and metric, the perplexity with the best
+        # average score over the seeds
+        brows = []
+        for (name, method), ms in means.items():
+            bs = max(ms, key=lambda m: m[1])
+            bt = max(ms, key=lambda m: m[3])
+            brows.append([name, method, f"{bs[1]:.1f} ± {bs[2]:.1f} (perplexity {bs[0]:g})",
+                          f"{bt[3]:.2f} ± {bt[4]:.2f} (perplexity {bt[0]:g})"])
+        best = ("\nThesis-style selection (best average score over the seeds, per method and "
+                f"metric, over perplexities {', '.join(f'{p:g}' for p in args.perplexity)}):\n\n"
+                + table(["data", "method", "best silhouette x100", "best trustworthiness x100"],
+                        brows) + "\n")
     body = f"""## t-SNEkhorn vs t-SNE with the thesis' protocol (E3)
 
 Command: `{command_line()}` (total {time.time() - t0:.0f} s; {machine()}; one thread).
@@ -270,7 +287,7 @@ marginal error 1e-5, envelope gradient) with the same optimiser. Mean ± s.d. ov
 n_neighbors=5)`, both x100.
 
 {table(hdr, rows)}
-"""
+{best}"""
     print(body)
     if not args.no_write:
         write_section(args.section or f"ot_snekhorn_thesis_{'_'.join(args.data)}", body)

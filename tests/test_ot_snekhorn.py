@@ -148,9 +148,10 @@ def test_run_map_relative_loss_tolerance_stops_early():
     np.testing.assert_allclose(h, full.loss_history[:res.n_iter])
 
 
-def test_kernel_domain_sinkhorn_matches_log_domain():
-    """The kernel-domain iteration (matrix-vector products on K = 1/(1+d^2)) and the log-domain
-    one reach the same potentials."""
+@pytest.mark.parametrize("omega", [0.5, 0.7])
+def test_kernel_domain_sinkhorn_matches_log_domain(omega):
+    """The kernel-domain iteration (matrix-vector products on K = 1/(1+d^2)), averaged or
+    relaxed, and the log-domain one reach the same potentials."""
     from probdr.ot.sea import sinkhorn_kernel_domain
 
     n = 60
@@ -161,7 +162,7 @@ def test_kernel_domain_sinkhorn_matches_log_domain():
     L = -torch.log1p(d2)
     L.fill_diagonal_(float("-inf"))
     u, s, it, err = sinkhorn_kernel_domain(K, torch.ones(n, dtype=torch.float64), tol=1e-12,
-                                           max_iter=10000)
+                                           max_iter=10000, omega=omega)
     _, g, _, err_log = symmetric_sinkhorn(L, tol=1e-12, max_iter=10000, domain="log")
     assert err < 1e-12 and err_log < 1e-12
     assert torch.allclose(torch.log(u), g, atol=1e-8)

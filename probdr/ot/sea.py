@@ -262,10 +262,16 @@ def _sea_newton(gamma, lam, Cs2, target, exclude_self, tol, max_iter, violations
         G = torch.cat([gg, gl])
         A = -H[free][:, free]
         A.diagonal().add_(1e-12 * float(A.diagonal().abs().max()))
-        try:
-            step_f = torch.linalg.solve(A, G[free])
-        except RuntimeError:  # singular: fall back to a gradient step
-            step_f = G[free]
+        # A = -H is positive semi-definite (concave dual), plus the ridge: Cholesky (half the
+        # work of LU); LU if it fails numerically
+        Lc, info = torch.linalg.cholesky_ex(A)
+        if int(info) == 0:
+            step_f = torch.cholesky_solve(G[free][:, None], Lc).squeeze(1)
+        else:
+            try:
+                step_f = torch.linalg.solve(A, G[free])
+            except RuntimeError:  # singular: fall back to a gradient step
+                step_f = G[free]
         step = torch.zeros(2 * n, dtype=torch.float64)
         step[free] = step_f
         gnorm = max(ev, mv)
