@@ -4,6 +4,11 @@
 samples, Laplacians, dense kernel matrices): a request above it fails at once with a message
 saying how much was needed and what to use instead. Default: 4 GiB, or the environment variable
 ``PROBDR_MEMORY_BUDGET_GB``; ``None`` disables the check.
+
+``heap_reuse`` (default on; environment variable ``PROBDR_HEAP_REUSE=0`` turns it off) keeps
+freed memory on the glibc heap during optimisation loops instead of returning it to the system
+after every step (see :mod:`probdr._alloc`); peak memory is then the largest step's, held until
+the loop ends.
 """
 
 from __future__ import annotations
@@ -11,6 +16,18 @@ from __future__ import annotations
 import os
 
 _budget: float | None = float(os.environ.get("PROBDR_MEMORY_BUDGET_GB", "4"))
+_heap_reuse: bool = os.environ.get("PROBDR_HEAP_REUSE", "1").strip().lower() not in ("0", "false", "no")
+
+
+def get_heap_reuse() -> bool:
+    """Whether optimisation loops keep freed memory on the heap (glibc only)."""
+    return _heap_reuse
+
+
+def set_heap_reuse(on: bool) -> None:
+    """Turn heap reuse during optimisation loops on or off."""
+    global _heap_reuse
+    _heap_reuse = bool(on)
 
 
 def get_memory_budget() -> float | None:

@@ -13,7 +13,7 @@ from probdr._fft import cauchy_log_total
 from probdr.graphs import KernelWeights, get_prior
 from probdr.kernels import StudentKernel, UMAPKernel
 from probdr.models.coupling import graph_coupling_model
-from probdr.neighbors import knn
+from probdr.neighbors import knn, knn_brute, knn_pruned
 
 N = 500  # the issue's size for the stochastic-gradient checks
 
@@ -250,3 +250,63 @@ def test_fused_per_edge_log_kernel_matches_autograd(q, clip, sorted_rows):
     torch.nn.functional.logsigmoid(ref).mul(up).sum().backward()
     assert torch.allclose(out, ref, rtol=1e-12)
     assert torch.allclose(g_fused, Z.grad, rtol=1e-10, atol=1e-12)
+
+
+def _same_neighbours(i1, d1, i2, d2, rtol=1e-5):
+    """Neighbour lists agree: equal distances row by row and equal index sets except where the
+    k-th distance is tied to ``rtol`` (the pruned search ranks in float32: any of the tied points
+    is a correct answer)."""
+    assert torch.allclose(d1, d2, rtol=rtol, atol=1e-9)
+    kth = d1[:, -1:]
+    strict1 = torch.where(d1 < kth * (1 - rtol) - 1e-9, i1, -1)
+    strict2 = torch.where(d2 < kth * (1 - rtol) - 1e-9, i2, -1)
+    assert torch.equal(torch.sort(strict1, 1).values, torch.sort(strict2, 1).values)
+
+
+@pytest.mark.parametrize("data", ["clustered", "uniform", "duplicates"])
+def test_pruned_cell_search_is_exact(data):
+    gen = torch.Generator().manual_seed(0)
+    if data == "clustered":  # well separated clusters: most cells are pruned
+        X = torch.randn(3000, 20, generator=gen, dtype=torch.float64)
+        X += 20 * torch.randn(12, 20, generator=gen, dtype=torch.float64).repeat(250, 1)
+    elif data == "uniform":  # no structure: the search must visit (nearly) every cell
+        X = torch.rand(3000, 8, generator=gen, dtype=torch.float64)
+    else:  # exact duplicates and a far outlier: zero distances, ties, one-point cells
+        X = torch.randn(1000, 5, generator=gen, dtype=torch.float64).repeat(3, 1)
+        X[0] = 1e3
+    k = 25
+    ib, db = knn_brute(X, k)
+    for n_cells in (None, 7, 60):
+        ip, dp = knn_pruned(X, k, n_cells=n_cells, random_state=1)
+        assert not (ip == torch.arange(len(X))[:, None]).any()  # self excluded
+        assert (dp[:, 1:] >= dp[:, :-1]).all()  # sorted
+        _same_neighbours(ib, db, ip, dp)
+
+
+def test_knn_auto_is_exact_below_the_threshold():
+    from probdr import neighbors
+
+    assert neighbors.EXACT_KNN_MAX_N >= 20_000
+    X = torch.randn(6000, 10, generator=torch.Generator().manual_seed(2), dtype=torch.float64)
+    ia, da = knn(X, 10)  # 6000 points: the pruned cell search
+    ib, db = knn_brute(X, 10)
+    _same_neighbours(ib, db, ia, da)
+
+
+def test_heap_reuse_changes_no_result():
+    from probdr import _alloc
+
+    X, _ = probdr.datasets.load("blobs", n_samples=300, n_features=5, centers=3, random_state=0)
+    old = config.get_heap_reuse()
+    try:
+        Z = []
+        for on in (True, False):
+            config.set_heap_reuse(on)
+            Z.append(probdr.TSNE(n_iter=60, early_exaggeration_iter=20, random_state=0)
+                     .fit_transform(X))
+        assert np.array_equal(Z[0], Z[1])
+        with _alloc.heap_reuse(), _alloc.heap_reuse():  # nests
+            assert _alloc._depth == 2
+        assert _alloc._depth == 0
+    finally:
+        config.set_heap_reuse(old)

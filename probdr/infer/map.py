@@ -19,6 +19,7 @@ from pyro.infer.autoguide import AutoDelta
 from pyro.infer.autoguide.initialization import init_to_value
 from tqdm.auto import tqdm
 
+from .._alloc import heap_reuse
 from .optim import GainsMomentum
 
 __all__ = ["Phase", "MAPResult", "run_map"]
@@ -108,7 +109,7 @@ def run_map(
     step = 0
     opt = None
     with tqdm(total=total, desc=desc, disable=not verbose, leave=False) as bar, \
-            pyro.validation_enabled(False):
+            pyro.validation_enabled(False), heap_reuse():
         for phase in phases:
             if opt is None or optimizer != "gains":
                 opt = _make_optimizer(optimizer, params, phase)

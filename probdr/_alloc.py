@@ -1,0 +1,64 @@
+"""Heap reuse during optimisation loops (glibc).
+
+A MAP step on a large edge list allocates and frees temporaries of tens to hundreds of MB. glibc
+serves each one above its mmap threshold (128 KiB, adjusted dynamically up to 32 MiB) with a
+fresh ``mmap``, so every step pays for zero-filling new pages: at 100,000 points, 15 million
+edges, element-wise passes ran 3-5x slower than on reused memory (``torch.log1p`` on 15M
+doubles, one thread: 107 ms into fresh pages, 37 ms into reused ones).
+:func:`heap_reuse` raises the mmap and trim thresholds for the duration of a loop, so freed
+blocks stay on the heap and are reused by the next step, then restores glibc's defaults and
+returns the free memory to the system (``malloc_trim``). Elsewhere (macOS, Windows, musl) it
+does nothing. ``probdr.config.set_heap_reuse(False)`` or ``PROBDR_HEAP_REUSE=0`` turn it off.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import platform
+from contextlib import contextmanager
+
+from . import config
+
+_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3
+_DEFAULT = 128 * 1024
+_depth = 0
+_libc = None
+
+
+def _glibc():
+    global _libc
+    if _libc is None:
+        _libc = False
+        if platform.system() == "Linux" and platform.libc_ver()[0] == "glibc":
+            try:
+                lib = ctypes.CDLL("libc.so.6")
+                lib.mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
+                lib.malloc_trim.argtypes = [ctypes.c_size_t]
+                _libc = lib
+            except (OSError, AttributeError):  # pragma: no cover - unusual libc
+                _libc = False
+    return _libc
+
+
+@contextmanager
+def heap_reuse(threshold: int = 1 << 30):
+    """Keep freed blocks below ``threshold`` bytes on the heap while the block runs (glibc)."""
+    global _depth
+    lib = _glibc() if config.get_heap_reuse() else False
+    if not lib or _depth:
+        _depth += 1
+        try:
+            yield
+        finally:
+            _depth -= 1
+        return
+    _depth += 1
+    lib.mallopt(_M_MMAP_THRESHOLD, int(threshold))
+    lib.mallopt(_M_TRIM_THRESHOLD, 2**31 - 1)
+    try:
+        yield
+    finally:
+        _depth -= 1
+        lib.mallopt(_M_MMAP_THRESHOLD, _DEFAULT)
+        lib.mallopt(_M_TRIM_THRESHOLD, _DEFAULT)
+        lib.malloc_trim(0)
