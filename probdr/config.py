@@ -7,7 +7,7 @@ saying how much was needed and what to use instead. Default: 4 GiB, or the envir
 
 ``heap_reuse`` (default on; environment variable ``PROBDR_HEAP_REUSE=0`` turns it off) keeps
 freed memory on the glibc heap during optimisation loops instead of returning it to the system
-after every step (see :mod:`probdr._alloc`); peak memory is then the largest step's, held until
+after every step (see ``probdr._alloc``); peak memory is then the largest step's, held until
 the loop ends.
 """
 

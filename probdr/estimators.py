@@ -162,6 +162,8 @@ class GraphCoupling(DREstimator):
     momentum, early_momentum : float
     optimizer : {"gains", "sgd", "adam"}
     neighbors : {"auto", "exact", "approximate"}
+        Input-graph neighbours (:func:`probdr.neighbors.knn`): ``"auto"`` is exact up to
+        100,000 points (brute force, then a pruned cell search), pynndescent beyond.
     inference : {"map", "svi", "mcmc"}
         MAP (the classical methods), or a posterior over Z by SVI or NUTS, started from the MAP
         embedding (see :mod:`probdr.infer.posterior`).
