@@ -201,7 +201,11 @@ def knn_approximate(X: torch.Tensor, k: int, random_state: int = 0):
             "(or pass neighbors='exact')."
         ) from exc
     Xn = X.detach().cpu().numpy().astype(np.float32)
-    index = NNDescent(Xn, n_neighbors=k + 1, random_state=random_state, low_memory=True)
+    # NN-descent's recall depends on the graph degree it works with: on 100,000 overlapping
+    # 50-D blobs, k = 15 built with 16 neighbours has recall 0.76 against exact neighbours; built
+    # with 48 and truncated, 0.99 (16.6 s instead of 5.6 s, one thread). k = 90: 0.998.
+    n_build = min(Xn.shape[0], max(k + 1, 48))
+    index = NNDescent(Xn, n_neighbors=n_build, random_state=random_state, low_memory=True)
     ind, d = index.neighbor_graph
     ind, d = np.asarray(ind), np.asarray(d, dtype=np.float64)
     # drop self: it is usually in column 0, but duplicates can displace it

