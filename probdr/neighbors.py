@@ -203,7 +203,7 @@ def knn_approximate(X: torch.Tensor, k: int, random_state: int = 0):
     Xn = X.detach().cpu().numpy().astype(np.float32)
     # NN-descent's recall depends on the graph degree it works with: on 100,000 overlapping
     # 50-D blobs, k = 15 built with 16 neighbours has recall 0.76 against exact neighbours; built
-    # with 48 and truncated, 0.99 (16.6 s instead of 5.6 s, one thread). k = 90: 0.998.
+    # with 46 and truncated, 0.993 (16.6 s instead of 5.6 s, one thread); k = 90: 0.998.
     n_build = min(Xn.shape[0], max(k + 1, 48))
     index = NNDescent(Xn, n_neighbors=n_build, random_state=random_state, low_memory=True)
     ind, d = index.neighbor_graph
