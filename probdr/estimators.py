@@ -157,8 +157,9 @@ class GraphCoupling(DREstimator):
     early_exaggeration, early_exaggeration_iter : float, int
         Attraction multiplier and its duration.
     learning_rate : float or "auto"
-        ``"auto"``: ``max(200, n / exaggeration)`` per phase for the gains optimiser (openTSNE's
-        rule), 1.0 decaying to 0 for SGD (umap-learn's).
+        ``"auto"``: ``max(50, n / (4 exaggeration))`` per phase for the gains optimiser (openTSNE's
+        ``max(200, n / exaggeration)`` in this gradient's scale, which keeps t-SNE's factor 4;
+        scikit-learn's rule), 1.0 decaying to 0 for SGD (umap-learn's).
     momentum, early_momentum : float
     optimizer : {"gains", "sgd", "adam"}
     neighbors : {"auto", "exact", "approximate"}
@@ -354,14 +355,18 @@ class GraphCoupling(DREstimator):
         n_ee = int(self.early_exaggeration_iter) if ee != 1.0 else 0
         n_main = int(self.n_iter) - n_ee
         if self.optimizer == "gains":
-            # openTSNE's rule max(200, n / exaggeration); with the Monte Carlo normaliser the
-            # gradient is noisy and a 16x smaller step was needed for stability (measured)
+            # openTSNE's rule max(200, n / exaggeration) in openTSNE's gradient scale, which
+            # leaves out t-SNE's factor 4 (dC/dz_i = 4 sum_j (p_ij - q_ij) q_ij Z (z_i - z_j));
+            # this gradient keeps it (one step at learning rate 1 is exactly 4x openTSNE's, same
+            # direction: tests/test_quality.py), so the rule is divided by 4, which is also
+            # scikit-learn's max(n / exaggeration / 4, 50). With the Monte Carlo normaliser the
+            # gradient is noisy and a 16x smaller step was needed for stability (measured).
             shrink = SAMPLED_LR_SHRINK if self._repulsion(n) == "sampled" else 1.0
 
             def lr(alpha):
                 if self.learning_rate != "auto":
                     return self.learning_rate
-                return max(200.0, n / alpha) / shrink
+                return max(200.0, n / alpha) / 4.0 / shrink
             phases = []
             if n_ee:
                 phases.append(Phase(n_ee, lr(ee), self.early_momentum,
