@@ -140,3 +140,35 @@ def test_monte_carlo_coupling_runs(digits_small):
     est = probdr.TSNE(n_iter=30, early_exaggeration_iter=10, observe="sample",
                       random_state=0).fit(X)
     assert np.isfinite(est.embedding_).all()
+
+
+def test_tsne_step_is_openTSNE_step_in_our_gradient_scale():
+    """One gains step at learning rate 1 from the same start on the same affinities moves every
+    point in openTSNE's direction, 4x as far: this gradient keeps t-SNE's factor 4, openTSNE's
+    leaves it out. The "auto" learning rate divides openTSNE's rule by exactly this factor."""
+    openTSNE = pytest.importorskip("openTSNE")
+    from openTSNE import affinity
+
+    X, _ = probdr.datasets.load("digits")
+    X = X[:600]
+    n = len(X)
+    rng = np.random.default_rng(0)
+    Y0 = rng.normal(size=(n, 2))
+    Y0 = (Y0 - Y0.mean(0)) / Y0[:, 0].std(ddof=1) * 1e-4  # probdr's init scaling is then a no-op
+    aff = affinity.PerplexityBasedNN(X, perplexity=30, method="exact", random_state=0,
+                                     verbose=False)
+    emb = openTSNE.TSNEEmbedding(Y0.copy(), aff, negative_gradient_method="bh", theta=0.0,
+                                 random_state=0, verbose=False)
+    step_ref = np.asarray(emb.optimize(n_iter=1, learning_rate=1.0, exaggeration=None,
+                                       momentum=0.0, max_grad_norm=None,
+                                       max_step_norm=None)) - Y0
+    Z = probdr.TSNE(init=Y0.copy(), n_iter=1, early_exaggeration_iter=0, learning_rate=1.0,
+                    repulsion="exact", dtype="float64", random_state=0).fit_transform(X)
+    step = Z - Y0
+    cos = (step * step_ref).sum() / np.linalg.norm(step) / np.linalg.norm(step_ref)
+    assert cos > 0.9999
+    assert np.linalg.norm(step) / np.linalg.norm(step_ref) == pytest.approx(4.0, rel=1e-3)
+    # and the automatic schedule is openTSNE's divided by 4
+    est = probdr.TSNE()
+    phases, _, _ = est._phases(20_000)
+    assert [ph.learning_rate for ph in phases] == pytest.approx([20_000 / 12 / 4, 20_000 / 4])
