@@ -478,7 +478,7 @@ class GraphCoupling(DREstimator):
 class SNE(GraphCoupling):
     """Stochastic neighbour embedding: coupling (D, D) with a Gaussian latent kernel
     :math:`\\exp(-\\|z_i - z_j\\|^2)`. The default learning rate (10, with momentum and gains) was
-    measured stable; t-SNE's ``max(200, n)`` makes SNE diverge (the Gaussian kernel gives points
+    measured stable; t-SNE's automatic rate (about n / 4) makes SNE diverge (the Gaussian kernel gives points
     that fly off no force back)."""
 
     def __init__(self, perplexity=30.0, n_components=2, *, kernel_z="gaussian", n_iter=750,
