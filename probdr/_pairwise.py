@@ -22,6 +22,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from ._utils import tensor_cache
 from .neighbors import pairwise_sq_distances
 
 CACHE_BYTES = 2**30
@@ -268,28 +269,16 @@ def edge_log_kernel(Z, rows, cols, kernel, clip=None):
 
 def _all_positive(v: torch.Tensor) -> bool:
     """Whether every edge value is positive (cached on the value tensor)."""
-    memo = getattr(v, "_probdr_positive", None)
-    if memo is None:
-        memo = bool((v > 0).all())
-        try:
-            v._probdr_positive = memo
-        except AttributeError:  # pragma: no cover
-            pass
-    return memo
+    return tensor_cache(v, "_probdr_positive", lambda: bool((v > 0).all()))
 
 
 def _segments(rows: torch.Tensor, n: int):
     """Row counts when ``rows`` is sorted (then scatters become segment sums), else None; cached
     on the index tensor, which the graph caches keep alive across steps."""
-    memo = getattr(rows, "_probdr_segments", None)
-    if memo is None or memo[0] != n:
+    def compute():
         ok = rows.numel() > 0 and bool((rows[1:] >= rows[:-1]).all())
-        memo = (n, torch.bincount(rows, minlength=n) if ok else None)
-        try:
-            rows._probdr_segments = memo
-        except AttributeError:  # pragma: no cover - tensors accept attributes
-            pass
-    return memo[1]
+        return torch.bincount(rows, minlength=n) if ok else None
+    return tensor_cache(rows, f"_probdr_segments_{n}", compute)
 
 
 def edge_log_kernel_sum(Z, rows, cols, v, kernel, clip=None):

@@ -104,3 +104,19 @@ def check_dense_budget(n: int, budget_gb: float | None, what: str, alternative: 
             f"{what} needs an n x n matrix ({n} x {n}, {need:.2f} GiB in float64), more than the "
             f"memory budget of {budget_gb:.2f} GiB. {alternative}"
         )
+
+
+def tensor_cache(value: torch.Tensor, name: str, compute):
+    """Per-tensor cache for quantities of a tensor that is reused across optimisation steps
+    (an observed graph, an edge index): stored as an attribute of the tensor, recomputed when
+    the tensor was modified in place (its version counter changed)."""
+    hit = getattr(value, name, None)
+    version = value._version
+    if hit is not None and hit[0] == version:
+        return hit[1]
+    out = compute()
+    try:
+        setattr(value, name, (version, out))
+    except (AttributeError, RuntimeError):  # pragma: no cover - tensors accept attributes
+        pass
+    return out

@@ -39,6 +39,7 @@ from pyro.distributions import TorchDistribution
 from torch.distributions import constraints
 
 from ._pairwise import edge_log_kernel, edge_log_kernel_sum, pair_reduce
+from ._utils import tensor_cache as _cached
 from .config import check_dense
 from .neighbors import pairwise_sq_distances
 
@@ -345,18 +346,6 @@ def _sparse_lookup(S: torch.Tensor, rows, cols, n):
 # --------------------------------------------------------------------------------------------
 # laws
 # --------------------------------------------------------------------------------------------
-def _cached(value, name, compute):
-    """Per-tensor cache for quantities of an observed graph that do not change across steps."""
-    out = getattr(value, name, None)
-    if out is None:
-        out = compute()
-        try:
-            setattr(value, name, out)
-        except (AttributeError, RuntimeError):  # pragma: no cover
-            pass
-    return out
-
-
 def _edge_terms(value):
     """(rows, cols, values) of a graph given dense or sparse."""
     if value.is_sparse:

@@ -41,6 +41,7 @@ import warnings
 import numpy as np
 import torch
 
+from .._utils import tensor_cache as _cached
 from ..config import check_dense
 from ..estimators import GraphCoupling
 from ..graphs import (
@@ -64,27 +65,12 @@ __all__ = ["DoublyStochasticGraph", "DoublyStochasticPrior", "SNEkhorn", "TSNEkh
            "sea_input_graph"]
 
 
-def _dense_cached(value: torch.Tensor, name: str, compute):
-    """Cache a quantity of a dense observed graph on the tensor, invalidated by any in-place
-    change (the tensor's version counter)."""
-    hit = getattr(value, name, None)
-    version = value._version
-    if hit is not None and hit[0] == version:
-        return hit[1]
-    out = compute()
-    try:
-        setattr(value, name, (version, out))
-    except (AttributeError, RuntimeError):  # pragma: no cover
-        pass
-    return out
-
-
 def _observed(V: torch.Tensor, dtype: torch.dtype):
     """(V in ``dtype``, row sums, column sums, symmetric?) of a dense observed graph, cached."""
     def compute():
         Vd = V.to(dtype)
         return Vd, Vd.sum(1), Vd.sum(0), bool(torch.equal(Vd, Vd.T))
-    return _dense_cached(V, f"_probdr_ds_{str(dtype).split('.')[-1]}", compute)
+    return _cached(V, f"_probdr_ds_{str(dtype).split('.')[-1]}", compute)
 
 
 class _DSState:
@@ -155,17 +141,9 @@ class _DSTerms(torch.autograd.Function):
 
 
 def _sq_distances(Z: torch.Tensor) -> torch.Tensor:
-    """Squared distances of the centred embedding (|a|^2 + |b|^2 - 2ab by rank-one updates in
-    low dimension, several times faster than a matrix product with q = 2 columns)."""
-    Z = Z - Z.mean(0)
-    if Z.shape[1] > 3:
-        return pairwise_sq_distances(Z)
-    a2 = (Z * Z).sum(1)
-    D2 = a2[:, None] + a2[None, :]
-    for k in range(Z.shape[1]):
-        zk = Z[:, k].contiguous()
-        D2.addr_(zk, zk, alpha=-2.0)
-    return D2.clamp_min_(0.0)
+    """Squared distances of the centred embedding (centring keeps the |a|^2 + |b|^2 - 2ab
+    expansion accurate)."""
+    return pairwise_sq_distances(Z - Z.mean(0))
 
 
 class _PotentialWeights(KernelWeights):
@@ -238,14 +216,14 @@ class DoublyStochasticGraph(NEdgeGraph):
 
     def normaliser(self, value) -> torch.Tensor:
         if self._fused(value):
-            total = _dense_cached(value, "_probdr_ds_total", value.sum)
+            total = _cached(value, "_probdr_ds_total", value.sum)
             return total * self._terms(value)[1]
         return super().normaliser(value)
 
     def log_combinatorial(self, value) -> torch.Tensor:
         # constant in Z: computed once per observed dense graph, not at every step
         if isinstance(value, torch.Tensor) and not value.is_sparse:
-            return _dense_cached(value, "_probdr_ds_logcomb",
+            return _cached(value, "_probdr_ds_logcomb",
                                  lambda: super(DoublyStochasticGraph, self).log_combinatorial(value))
         return super().log_combinatorial(value)
 
