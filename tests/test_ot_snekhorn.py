@@ -233,3 +233,39 @@ def test_fused_ds_float32_is_doubly_stochastic_in_float64():
         Q = torch.exp(f[:, None] + f[None, :] - torch.log1p(d2))
         Q.fill_diagonal_(0.0)
         assert float((Q.sum(1) - 1).abs().max()) < 1.1 * tol
+
+
+def test_tsnekhorn_step_scale_and_auto_learning_rate_are_tsne_s():
+    """t-SNEkhorn uses the TSNE preset's "auto" learning rate (openTSNE's rule / 4) because its
+    gradient has t-SNE's scale: on a configuration whose Student kernel has equal row sums (points
+    evenly spaced on a circle) the Sinkhorn scaling is uniform, Q^ds = n K / sum K is t-SNE's Q,
+    and one gains step at learning rate 1 from the same start on the same input graph moves every
+    point exactly as the TSNE model does. A change of either gradient's scale, or of either
+    preset's rule, fails here."""
+    import probdr
+    from probdr.ot.snekhorn import sea_input_graph
+
+    n = 60
+    X = _data(n, p=5, seed=3)
+    a = 2 * np.pi * np.arange(n) / n
+    Z0 = np.stack([np.cos(a), np.sin(a)], 1)
+
+    class SameInput:
+        def _build_input_graph(self, X):
+            return sea_input_graph(X, 10.0, tol=1e-9)
+
+    TSNEsea = type("TSNEsea", (SameInput, probdr.TSNE), {})
+    kw = dict(perplexity=10.0, init=Z0, n_iter=1, early_exaggeration_iter=0, learning_rate=1.0,
+              dtype="float64", random_state=0)
+    Zk = TSNEkhorn(sinkhorn_tol=1e-12, sea_tol=1e-9, **kw).fit_transform(X)
+    Zt = TSNEsea(repulsion="exact", **kw).fit_transform(X)
+    step_k, step_t = Zk - Z0, Zt - Z0  # an array init is used as given
+    assert np.linalg.norm(step_t) > 0
+    np.testing.assert_allclose(step_k, step_t, rtol=1e-6, atol=1e-9 * np.abs(step_t).max())
+    # hence the same automatic schedule for the same exaggeration
+    for n_pts in (500, 1797, 20_000):
+        pk = TSNEkhorn(early_exaggeration=12.0)._phases(n_pts)[0]
+        pt = probdr.TSNE()._phases(n_pts)[0]
+        assert [(p.n_iter, p.learning_rate) for p in pk] == \
+            [(p.n_iter, p.learning_rate) for p in pt]
+    assert TSNEkhorn()._phases(1797)[0][-1].learning_rate == pytest.approx(1797 / 4)
