@@ -269,7 +269,7 @@ def _same_neighbours(i1, d1, i2, d2, rtol=1e-5):
     assert torch.equal(torch.sort(strict1, 1).values, torch.sort(strict2, 1).values)
 
 
-@pytest.mark.parametrize("data", ["clustered", "uniform", "duplicates"])
+@pytest.mark.parametrize("data", ["clustered", "uniform", "blobs50d", "duplicates"])
 def test_pruned_cell_search_is_exact(data):
     gen = torch.Generator().manual_seed(0)
     if data == "clustered":  # well separated clusters: most cells are pruned
@@ -277,6 +277,9 @@ def test_pruned_cell_search_is_exact(data):
         X += 20 * torch.randn(12, 20, generator=gen, dtype=torch.float64).repeat(250, 1)
     elif data == "uniform":  # no structure: the search must visit (nearly) every cell
         X = torch.rand(3000, 8, generator=gen, dtype=torch.float64)
+    elif data == "blobs50d":  # overlapping 50-D clusters: the slab bound does the pruning
+        X = 4 * torch.randn(3000, 50, generator=gen, dtype=torch.float64)
+        X += (20 * torch.rand(10, 50, generator=gen, dtype=torch.float64) - 10).repeat(300, 1)
     else:  # exact duplicates and a far outlier: zero distances, ties, one-point cells
         X = torch.randn(1000, 5, generator=gen, dtype=torch.float64).repeat(3, 1)
         X[0] = 1e3
