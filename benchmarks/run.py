@@ -22,8 +22,8 @@ import time
 
 import numpy as np
 
-METHODS = ("tsne", "umap", "largevis", "sne", "opentsne", "umap-learn")
-REFERENCE = {"tsne": "opentsne", "umap": "umap-learn", "largevis": "umap-learn"}
+METHODS = ("tsne", "umap", "largevis", "sne", "opentsne", "umap-learn", "tsne-h3")
+REFERENCE = {"tsne": "opentsne", "tsne-h3": "opentsne", "umap": "umap-learn", "largevis": "umap-learn"}
 
 
 def load(name: str, seed: int = 0):
@@ -33,10 +33,11 @@ def load(name: str, seed: int = 0):
         return datasets.load("digits")
     if name == "mnist5k":
         return datasets.load("mnist5k", pca=50)
-    if name.startswith("blobs"):  # blobs20k, blobs100k: 50-D Gaussian mixture, 10 clusters
-        n = int(float(name[5:].replace("k", "")) * 1000)
+    if name.startswith("blobs"):  # blobs20k, blobs100k: 50-D Gaussian mixture, 10 clusters;
+        size, _, data_seed = name[5:].partition("_s")  # blobs100k_s1: another draw (seed 1)
+        n = int(float(size.replace("k", "")) * 1000)
         return datasets.load("blobs", n_samples=n, n_features=50, centers=10, cluster_std=4.0,
-                             random_state=0)
+                             random_state=int(data_seed or 0))
     raise ValueError(name)
 
 
@@ -54,6 +55,11 @@ def fit(method: str, X, seed: int):
                          n_jobs=threads).fit_transform(X)
     import probdr
 
+    if method == "tsne-h3":  # TSNE with the FFT grid at openTSNE's node spacing (1/3)
+        import probdr._fft
+
+        probdr._fft.GRID_SPACING = 1 / 3
+        method = "tsne"
     cls = {"tsne": probdr.TSNE, "umap": probdr.UMAP, "largevis": probdr.LargeVis,
            "sne": probdr.SNE}[method]
     return cls(random_state=seed).fit_transform(X)
