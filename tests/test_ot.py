@@ -212,6 +212,56 @@ def test_sea_digits_done_when(digits):
     assert (np.abs(info["perplexity"].numpy() / 30 - 1) > 0.01).sum() <= 1
 
 
+def _kkt_rows_ok(P, info, perplexity, rel=0.01):
+    """Each row at the target perplexity within ``rel``, or unsaturated as complementary
+    slackness allows: its entropy dual at the lower bound and its perplexity above the target."""
+    perp = info["perplexity"].numpy()
+    at_bound = (info["gamma"] / info["cost_scale"]).numpy() <= 2e-10
+    off = np.abs(perp / perplexity - 1) > rel
+    return bool(np.all(~off | (at_bound & (perp > perplexity)))), int(off.sum())
+
+
+def test_sea_low_perplexity_lbfgs_is_newton_s_fixed_point(digits):
+    """Above n = 500 the "auto" optimiser is L-BFGS-B (+ Newton polish) instead of the damped
+    Newton ascent (faster at low perplexity); both reach the same SEA. Without self-loops,
+    Prop. 4.2's at-most-one unsaturated row does not apply: several rows sit at the bound."""
+    X, _ = digits
+    X = X[np.random.default_rng(0).permutation(len(X))[:600]]
+    P1, i1 = symmetric_entropic(X, 10, exclude_self=True, tol=1e-8, optimizer="newton",
+                                return_info=True)
+    P2, i2 = symmetric_entropic(X, 10, exclude_self=True, tol=1e-8, return_info=True)
+    assert i1["converged"] and i2["converged"]
+    assert np.abs(P1 - P2).max() < 1e-6
+    ok, n_off = _kkt_rows_ok(P2, i2, 10)
+    assert ok and n_off == i2["n_unsaturated"] > 1
+
+
+def test_sea_digits_perplexity_10(digits):
+    """Issue 6 done-when rule at perplexity 10 on all the digits (thesis convention, self-loops):
+    symmetric to 1e-6, rows sum to 1 within 1e-4, every row but at most one at the target
+    perplexity within 1%."""
+    X, _ = digits
+    P, info = symmetric_entropic(X, 10, return_info=True)
+    assert info["converged"]
+    assert np.abs(P - P.T).max() < 1e-6
+    assert np.abs(P.sum(1) - 1).max() < 1e-4
+    assert (np.abs(info["perplexity"].numpy() / 10 - 1) > 0.01).sum() <= 1
+
+
+@pytest.mark.slow
+def test_sea_digits_perplexity_10_without_self_loops(digits):
+    """SNEkhorn's input (diagonal excluded) at perplexity 10 on the digits: symmetric, rows sum
+    to 1, every row at the target within 1% or unsaturated at its bound (complementary
+    slackness; without self-loops more than one row may be)."""
+    X, _ = digits
+    P, info = symmetric_entropic(X, 10, exclude_self=True, return_info=True)
+    assert info["converged"]
+    assert np.abs(P - P.T).max() < 1e-6
+    assert np.abs(P.sum(1) - 1).max() < 1e-4
+    assert np.all(np.diag(P) == 0)
+    assert _kkt_rows_ok(P, info, 10)[0]
+
+
 # ----------------------------------------------------------------------------------------------
 # Sinkhorn
 # ----------------------------------------------------------------------------------------------

@@ -71,6 +71,9 @@ NEG_INF = float("-inf")
 _MAX_LOG = 100.0
 #: lower bound of the entropy duals gamma (costs scaled to median 1)
 _GAMMA_MIN = 1e-10
+#: optimizer="auto" runs Newton up to this n (its 2n x 2n Cholesky is cheap there), L-BFGS-B
+#: with a Newton polish beyond
+_NEWTON_AUTO_MAX_N = 500
 
 
 class SEAConvergenceWarning(UserWarning):
@@ -341,7 +344,11 @@ def symmetric_entropic(
     max_iter : int
         Maximum number of dual-ascent iterations.
     optimizer : {"auto", "lbfgs", "newton", "adam"}
-        ``"auto"``: ``"newton"`` up to n = 2000, ``"lbfgs"`` beyond. ``"lbfgs"``: L-BFGS-B on
+        ``"auto"``: ``"newton"`` up to n = 500, ``"lbfgs"`` beyond (on the 1797 digits,
+        one thread, ``exclude_self=True``: perplexity 30 in 12 s instead of 18 s, perplexity 10
+        in about 50 s instead of 200 s; the damped Newton ascent takes over a hundred short
+        steps when many entropy duals approach their bound, which L-BFGS-B's projected search
+        handles better). ``"lbfgs"``: L-BFGS-B on
         the concave dual with :math:`\gamma \ge 10^{-10}`, polished by Newton steps if it
         stalls before ``tol`` (the dual value then changes below float64 resolution) and
         n <= ``newton_max_n``. ``"newton"``: damped
@@ -389,7 +396,7 @@ def symmetric_entropic(
         raise ValueError(f"optimizer must be 'auto', 'lbfgs', 'newton' or 'adam', got "
                          f"{optimizer!r}.")
     if optimizer == "auto":
-        optimizer = "newton" if n <= 2000 else "lbfgs"
+        optimizer = "newton" if n <= _NEWTON_AUTO_MAX_N else "lbfgs"
     if init not in ("ea", "ones"):
         raise ValueError(f"init must be 'ea' or 'ones', got {init!r}.")
     if not (tol > 0):
@@ -466,8 +473,9 @@ def symmetric_entropic(
         lam = torch.from_numpy(x[n:]).clone()
         if not converged and n <= newton_max_n:
             # L-BFGS stalls when the dual changes below float64 resolution: polish by Newton
+            budget = max(min(50, int(max_iter)), int(max_iter) - n_iter)
             gamma, lam, converged, k = _sea_newton(gamma, lam, Cs2, target, exclude_self, tol,
-                                                   min(50, int(max_iter)), violations)
+                                                   budget, violations)
             n_iter += k
     elif optimizer == "newton":
         gamma, lam, converged, n_iter = _sea_newton(gamma0, lam0, Cs2, target, exclude_self,
