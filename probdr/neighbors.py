@@ -211,7 +211,7 @@ def knn_pruned(X: torch.Tensor, k: int, n_cells: int | None = None,
             # slab bound: with u the unit vector from c_a to c_j, |q - x| >= <x - q, u> >=
             # min_{x in j} <x, u> - <q, u>. In high dimension a cell is a thin shell far from
             # its centroid but narrow along any one direction: much tighter than the ball or
-            # half-space bound, and one matrix-vector product per cell
+            # half-space bound (the minima over each cell are precomputed, ``ext``)
             qa = X64[order[qs:qe]]
             slab = ((ext[rest, a][None, :] - qa @ (cent64[rest] - cent64[a]).T)
                     / cc[a, rest][None, :].double().clamp_min(1e-12)).float()
