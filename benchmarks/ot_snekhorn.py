@@ -209,10 +209,10 @@ def main(argv=None):
                       flush=True)
         for method in args.methods:
             a = np.array(res[method])
-            def sd(c, a=a):
-                return f" ± {a[:, c].std():.1f}" if len(a) > 1 else ""
+            def sd(c, d=1, a=a):
+                return f" ± {a[:, c].std():.{d}f}" if len(a) > 1 else ""
             rows.append([f"{name} (n={len(y)})", method, f"{a[:, 0].mean():.1f}{sd(0)}",
-                         f"{a[:, 1].mean():.2f}{sd(1)}", f"{a[:, 2].mean():.0f}"])
+                         f"{a[:, 1].mean():.2f}{sd(1, 2)}", f"{a[:, 2].mean():.0f}"])
     hdr = ["data", "method", "silhouette x100", "trustworthiness x100", "wall (s)"]
     pub = table(["data (thesis)", "sil. t-SNE", "sil. t-SNEkhorn", "trust. t-SNE",
                  "trust. t-SNEkhorn"], [list(r) for r in PUBLISHED])
@@ -221,8 +221,9 @@ def main(argv=None):
 Command: `{command_line()}` (total {time.time() - t0:.0f} s; {machine()}; torch threads:
 {torch.get_num_threads()}).
 
-Seeds {args.seeds} (mean ± s.d. over seeds when more than one; embeddings cached in `out/`,
-wall time = the original fit); initialisation `{args.init}`, the same for every method of a
+Seeds {args.seeds} (mean ± s.d. over seeds when more than one; embeddings cached in `out/`
+under the estimator's parameters and resolved optimisation schedule, wall time = the original
+fit); initialisation `{args.init}`, the same for every method of a
 seed ({"deterministic: the seed changes nothing" if args.init == "pca" else
 "N(0, 1) from the seed, rescaled by each preset as for t-SNE"}); perplexity 30; PCA to 50
 dimensions when p > 50; the t-SNE baseline is probdr's `TSNE` preset (`repulsion="auto"`:
