@@ -20,7 +20,7 @@ from pyro.infer.autoguide.initialization import init_to_value
 from tqdm.auto import tqdm
 
 from .._alloc import heap_reuse
-from .optim import GainsMomentum
+from .optim import SGD, Adam, GainsMomentum
 
 __all__ = ["Phase", "MAPResult", "run_map"]
 
@@ -57,9 +57,9 @@ def _make_optimizer(name: str, params, phase: Phase):
     if name == "gains":
         return GainsMomentum(params, lr=phase.learning_rate, momentum=phase.momentum)
     if name == "sgd":
-        return torch.optim.SGD(params, lr=phase.learning_rate, momentum=phase.momentum)
+        return SGD(params, lr=phase.learning_rate, momentum=phase.momentum)
     if name == "adam":
-        return torch.optim.Adam(params, lr=phase.learning_rate)
+        return Adam(params, lr=phase.learning_rate)
     raise ValueError(f"optimizer must be 'gains', 'sgd' or 'adam', got {name!r}.")
 
 

@@ -1,13 +1,95 @@
-"""Optimisers used by the MAP driver (torch optimisers, wrapped by Pyro's optim machinery)."""
+"""Optimisers used by the MAP driver: t-SNE's gains-and-momentum descent, SGD with momentum and
+Adam.
+
+They follow ``torch.optim``'s interface (``param_groups``, ``state``, ``zero_grad``, ``step``)
+and, for SGD and Adam, its update rules exactly (tests compare them step by step), but do not
+derive from ``torch.optim.Optimizer``: its methods import ``torch._dynamo`` on first use, about
+2 s per process (more than a whole fit on a few thousand points).
+"""
 
 from __future__ import annotations
 
 import torch
 
-__all__ = ["GainsMomentum"]
+__all__ = ["GainsMomentum", "SGD", "Adam"]
 
 
-class GainsMomentum(torch.optim.Optimizer):
+class _Optimizer:
+    """Parameter groups and per-parameter state, as in ``torch.optim.Optimizer``."""
+
+    def __init__(self, params, defaults: dict):
+        params = list(params)
+        if not params:
+            raise ValueError("the optimiser got an empty parameter list.")
+        self.defaults = dict(defaults)
+        self.param_groups = [dict(defaults, params=params)]
+        self.state: dict = {}
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        for group in self.param_groups:
+            for p in group["params"]:
+                if p.grad is None:
+                    continue
+                if set_to_none:
+                    p.grad = None
+                else:
+                    p.grad.detach_().zero_()
+
+    def _params_with_grad(self):
+        for group in self.param_groups:
+            for p in group["params"]:
+                if p.grad is not None:
+                    yield group, p, p.grad, self.state.setdefault(p, {})
+
+
+class SGD(_Optimizer):
+    """Gradient descent with (heavy-ball) momentum: ``b = momentum * b + g`` (``b = g`` on the
+    first step), ``p -= lr * b``; ``torch.optim.SGD``'s rule without dampening or Nesterov."""
+
+    def __init__(self, params, lr: float, momentum: float = 0.0):
+        if lr <= 0:
+            raise ValueError(f"lr must be positive, got {lr}.")
+        super().__init__(params, dict(lr=lr, momentum=momentum))
+
+    @torch.no_grad()
+    def step(self):
+        for group, p, g, st in self._params_with_grad():
+            if group["momentum"]:
+                if "buf" not in st:
+                    st["buf"] = g.clone()
+                else:
+                    st["buf"].mul_(group["momentum"]).add_(g)
+                g = st["buf"]
+            p.add_(g, alpha=-group["lr"])
+
+
+class Adam(_Optimizer):
+    """Adam (Kingma & Ba 2015) with bias correction, ``torch.optim.Adam``'s rule:
+    ``p -= lr / (1 - b1^t) * m / (sqrt(v) / sqrt(1 - b2^t) + eps)``."""
+
+    def __init__(self, params, lr: float = 1e-3, betas=(0.9, 0.999), eps: float = 1e-8,
+                 momentum: float = 0.0):  # momentum: ignored, for the phase interface
+        if lr <= 0:
+            raise ValueError(f"lr must be positive, got {lr}.")
+        super().__init__(params, dict(lr=lr, betas=tuple(betas), eps=eps, momentum=momentum))
+
+    @torch.no_grad()
+    def step(self):
+        for group, p, g, st in self._params_with_grad():
+            b1, b2 = group["betas"]
+            if not st:
+                st["t"] = 0
+                st["m"] = torch.zeros_like(p)
+                st["v"] = torch.zeros_like(p)
+            st["t"] += 1
+            t = st["t"]
+            st["m"].lerp_(g, 1 - b1)
+            st["v"].mul_(b2).addcmul_(g, g, value=1 - b2)
+            denom = (st["v"].sqrt() / (1 - b2 ** t) ** 0.5).add_(group["eps"])
+            p.addcdiv_(st["m"], denom, value=-group["lr"] / (1 - b1 ** t))
+
+
+class GainsMomentum(_Optimizer):
     """Gradient descent with momentum and adaptive per-coordinate gains (delta-bar-delta, Jacobs
     1988), the t-SNE optimiser of van der Maaten & Hinton (2008) and openTSNE.
 
@@ -30,26 +112,19 @@ class GainsMomentum(torch.optim.Optimizer):
                                       max_grad_norm=max_grad_norm, max_step_norm=max_step_norm))
 
     @torch.no_grad()
-    def step(self, closure=None):
-        loss = closure() if closure is not None else None
-        for group in self.param_groups:
-            for p in group["params"]:
-                if p.grad is None:
-                    continue
-                g = p.grad
-                if group["max_grad_norm"] is not None:
-                    norm = g.norm(dim=-1, keepdim=True)
-                    g = g * torch.clamp(group["max_grad_norm"] / norm.clamp_min(1e-12), max=1.0)
-                st = self.state[p]
-                if not st:
-                    st["update"] = torch.zeros_like(p)
-                    st["gains"] = torch.ones_like(p)
-                upd, gains = st["update"], st["gains"]
-                agree = torch.sign(g) == torch.sign(upd)
-                gains.copy_(torch.where(agree, gains * 0.8, gains + 0.2)).clamp_(min=group["min_gain"])
-                upd.mul_(group["momentum"]).sub_(group["lr"] * gains * g)
-                if group["max_step_norm"] is not None:
-                    norm = upd.norm(dim=-1, keepdim=True) if upd.ndim > 1 else upd.abs()
-                    upd.mul_(torch.clamp(group["max_step_norm"] / norm.clamp_min(1e-12), max=1.0))
-                p.add_(upd)
-        return loss
+    def step(self):
+        for group, p, g, st in self._params_with_grad():
+            if group["max_grad_norm"] is not None:
+                norm = g.norm(dim=-1, keepdim=True)
+                g = g * torch.clamp(group["max_grad_norm"] / norm.clamp_min(1e-12), max=1.0)
+            if not st:
+                st["update"] = torch.zeros_like(p)
+                st["gains"] = torch.ones_like(p)
+            upd, gains = st["update"], st["gains"]
+            agree = torch.sign(g) == torch.sign(upd)
+            gains.copy_(torch.where(agree, gains * 0.8, gains + 0.2)).clamp_(min=group["min_gain"])
+            upd.mul_(group["momentum"]).sub_(group["lr"] * gains * g)
+            if group["max_step_norm"] is not None:
+                norm = upd.norm(dim=-1, keepdim=True) if upd.ndim > 1 else upd.abs()
+                upd.mul_(torch.clamp(group["max_step_norm"] / norm.clamp_min(1e-12), max=1.0))
+            p.add_(upd)
