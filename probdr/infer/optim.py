@@ -67,11 +67,10 @@ class Adam(_Optimizer):
     """Adam (Kingma & Ba 2015) with bias correction, ``torch.optim.Adam``'s rule:
     ``p -= lr / (1 - b1^t) * m / (sqrt(v) / sqrt(1 - b2^t) + eps)``."""
 
-    def __init__(self, params, lr: float = 1e-3, betas=(0.9, 0.999), eps: float = 1e-8,
-                 momentum: float = 0.0):  # momentum: ignored, for the phase interface
+    def __init__(self, params, lr: float = 1e-3, betas=(0.9, 0.999), eps: float = 1e-8):
         if lr <= 0:
             raise ValueError(f"lr must be positive, got {lr}.")
-        super().__init__(params, dict(lr=lr, betas=tuple(betas), eps=eps, momentum=momentum))
+        super().__init__(params, dict(lr=lr, betas=tuple(betas), eps=eps))
 
     @torch.no_grad()
     def step(self):

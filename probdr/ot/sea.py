@@ -53,6 +53,7 @@ import numpy as np
 import torch
 
 from .._utils import as_output
+from ..infer.optim import Adam
 from ._common import as_tensor_2d, check_cost, sq_euclidean_cost
 
 __all__ = [
@@ -484,7 +485,7 @@ def symmetric_entropic(
         g = torch.sqrt(gamma0).clone().requires_grad_(False)
         lam = lam0.clone()
         params = [g.requires_grad_(True), lam.requires_grad_(True)]
-        opt = torch.optim.Adam(params, lr=lr)
+        opt = Adam(params, lr=lr)  # torch.optim's rule without its torch._dynamo import
         converged = False
         n_iter = 0
         for it in range(int(max_iter)):
