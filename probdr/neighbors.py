@@ -213,8 +213,11 @@ def knn_pruned(X: torch.Tensor, k: int, n_cells: int | None = None,
             # its centroid but narrow along any one direction: much tighter than the ball or
             # half-space bound (the minima over each cell are precomputed, ``ext``)
             qa = X64[order[qs:qe]]
+            ccr = cc[a, rest].double()
             slab = ((ext[rest, a][None, :] - qa @ (cent64[rest] - cent64[a]).T)
-                    / cc[a, rest][None, :].double().clamp_min(1e-12)).float()
+                    / ccr.clamp_min(1e-12)[None, :]).float()
+            # (near-)coincident centroids: no direction, no bound (rounding / tiny would blow up)
+            slab[:, ccr <= 1e-6 * scale2 ** 0.5] = float("-inf")
             lb = torch.maximum(torch.maximum(ball, half), slab)  # lower bounds on cell distances
             rest_sizes = counts[rest]
             # rounds of nearest-first chunks of cells, each searched only by the queries whose
