@@ -65,6 +65,15 @@ def table(header: list[str], rows: list[list]) -> str:
     return "\n".join(out)
 
 
+def _schedule(est, n: int) -> list:
+    """The estimator's resolved optimisation schedule for n points: (name, steps, learning rate,
+    momentum) per phase; empty for estimators without one."""
+    if not hasattr(est, "_phases"):
+        return []
+    return [(ph.name, int(ph.n_iter), float(ph.learning_rate), float(ph.momentum))
+            for ph in est._phases(n)[0]]
+
+
 def fit_key(est, n: int) -> str:
     """Short fingerprint of what determines a fit besides the data and the seed: the estimator's
     class, its parameters and, when it has one, its resolved optimisation schedule (steps,
@@ -82,11 +91,7 @@ def fit_key(est, n: int) -> str:
         return repr(v)
 
     params = sorted((k, norm(v)) for k, v in est.get_params().items())
-    sched = []
-    if hasattr(est, "_phases"):
-        sched = [(ph.name, int(ph.n_iter), float(ph.learning_rate), float(ph.momentum))
-                 for ph in est._phases(n)[0]]
-    text = repr((type(est).__name__, params, sched))
+    text = repr((type(est).__name__, params, _schedule(est, n)))
     return hashlib.sha1(text.encode()).hexdigest()[:10]
 
 
@@ -119,8 +124,7 @@ def cached_fit(make, X, seed: int, tag: str):
         f = np.load(path)
         if f["Z"].shape[0] == X.shape[0]:
             return f["Z"], float(json.loads(str(f["meta"]))["seconds"])
-    sched = ([(ph.name, int(ph.n_iter), float(ph.learning_rate), float(ph.momentum))
-              for ph in est._phases(X.shape[0])[0]] if hasattr(est, "_phases") else [])
+    sched = _schedule(est, X.shape[0])
     t = time.time()
     Z = est.fit_transform(X)
     sec = time.time() - t
