@@ -30,7 +30,6 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from ot_common import (  # noqa: E402
     cached_fit,
-    cached_tsne,
     command_line,
     machine,
     table,
@@ -56,17 +55,20 @@ def load(name: str, n: int | None, seed: int):
     return X, y
 
 
-def make(method: str, seed: int, init: str = "pca"):
+def make(method: str, seed: int, init: str = "pca", perplexity: float = 30.0):
+    """The preset with its own defaults. The OT presets share their SEA input between seeds
+    (:class:`SharedSEA`; same class name, so the cache key of :func:`ot_common.fit_key` is the
+    preset's)."""
     import probdr
     from probdr.ot.snekhorn import SNEkhorn, TSNEkhorn
 
     if method == "t-SNE (probdr.TSNE)":
-        return probdr.TSNE(perplexity=30, init=init, random_state=seed)
-    if method == "t-SNEkhorn":
-        return TSNEkhorn(perplexity=30, init=init, random_state=seed)
-    if method == "SNEkhorn":
-        return SNEkhorn(perplexity=30, init=init, random_state=seed)
-    raise ValueError(method)
+        return probdr.TSNE(perplexity=perplexity, init=init, random_state=seed)
+    base = {"t-SNEkhorn": TSNEkhorn, "SNEkhorn": SNEkhorn}.get(method)
+    if base is None:
+        raise ValueError(method)
+    return type(base.__name__, (SharedSEA, base), {})(perplexity=perplexity, init=init,
+                                                      random_state=seed)
 
 
 THESIS_TOL = 1e-5  # relative KL variation between consecutive steps (thesis §4.4)
@@ -175,7 +177,8 @@ def main(argv=None):
                     help="presets protocol: shared initialisation, PCA (deterministic: seeds do "
                          "not matter) or N(0, 1) drawn from the seed, rescaled by the preset")
     ap.add_argument("--perplexity", type=float, nargs="+", default=[30.0],
-                    help="thesis protocol: perplexities (a grid gives one row per value)")
+                    help="perplexities (a grid gives one row per value and the thesis' "
+                         "selection: the best mean per method and metric)")
     ap.add_argument("--lr", type=float, default=0.1, help="thesis protocol: Adam learning rate")
     ap.add_argument("--max-iter", type=int, default=3000, help="thesis protocol: step cap")
     ap.add_argument("--section", default=None, help="results section name (default: derived)")
@@ -188,32 +191,39 @@ def main(argv=None):
     from sklearn.metrics import silhouette_score
     t0 = time.time()
     rows = []
+    means = {}  # (data, method) -> [(perplexity, silhouette mean, sd, trust mean, sd)]
+    grid = len(args.perplexity) > 1
     for name in args.data:
-        res = {m: [] for m in args.methods}
-        for seed in args.seeds:
-            X, y = load(name, args.n, seed)
-            for method in args.methods:
+        for perp in args.perplexity:
+            res = {m: [] for m in args.methods}
+            for seed in args.seeds:
+                X, y = load(name, args.n, seed)
                 tag = f"{name}{'' if args.n is None else args.n}"
-                if method == "t-SNE (probdr.TSNE)" and args.init == "pca":
-                    Z, sec = cached_tsne(X, seed, tag)
-                else:
+                for method in args.methods:
                     key = method.lower().replace("-", "").split(" ")[0]
                     if args.init != "pca":
                         key += f"_{args.init}"
-                    Z, sec = cached_fit(lambda s, m=method: make(m, s, args.init), X, seed,
+                    Z, sec = cached_fit(lambda s, m=method, p=perp: make(m, s, args.init, p), X, seed,
                                         f"{key}_{tag}")
-                sil = 100 * silhouette_score(Z, y)
-                tru = 100 * trustworthiness(X, Z, n_neighbors=5)
-                res[method].append((sil, tru, sec))
-                print(name, seed, method, f"sil {sil:.2f} trust {tru:.2f} ({sec:.0f} s)",
-                      flush=True)
-        for method in args.methods:
-            a = np.array(res[method])
-            def sd(c, d=1, a=a):
-                return f" ± {a[:, c].std():.{d}f}" if len(a) > 1 else ""
-            rows.append([f"{name} (n={len(y)})", method, f"{a[:, 0].mean():.1f}{sd(0)}",
-                         f"{a[:, 1].mean():.2f}{sd(1, 2)}", f"{a[:, 2].mean():.0f}"])
-    hdr = ["data", "method", "silhouette x100", "trustworthiness x100", "wall (s)"]
+                    sil = 100 * silhouette_score(Z, y)
+                    tru = 100 * trustworthiness(X, Z, n_neighbors=5)
+                    res[method].append((sil, tru, sec))
+                    print(name, perp, seed, method, f"sil {sil:.2f} trust {tru:.2f} "
+                          f"({sec:.0f} s)", flush=True)
+            for method in args.methods:
+                a = np.array(res[method])
+                def sd(c, d=1, a=a):
+                    return f" ± {a[:, c].std():.{d}f}" if len(a) > 1 else ""
+                rows.append([f"{name} (n={len(y)})"] + ([f"{perp:g}"] if grid else [])
+                            + [method, f"{a[:, 0].mean():.1f}{sd(0)}",
+                               f"{a[:, 1].mean():.2f}{sd(1, 2)}", f"{a[:, 2].mean():.0f}"])
+                means.setdefault((f"{name} (n={len(y)})", method), []).append(
+                    (perp, a[:, 0].mean(), a[:, 0].std(), a[:, 1].mean(), a[:, 1].std()))
+    hdr = (["data"] + (["perplexity"] if grid else [])
+           + ["method", "silhouette x100", "trustworthiness x100", "wall (s)"])
+    best = ""
+    if grid:
+        best = "\n\n" + selection_table(means, args.perplexity)
     pub = table(["data (thesis)", "sil. t-SNE", "sil. t-SNEkhorn", "trust. t-SNE",
                  "trust. t-SNEkhorn"], [list(r) for r in PUBLISHED])
     body = f"""## SNEkhorn / t-SNEkhorn vs t-SNE (thesis Table 4.3 metrics)
@@ -225,12 +235,13 @@ Seeds {args.seeds} (mean ± s.d. over seeds when more than one; embeddings cache
 under the estimator's parameters and resolved optimisation schedule, wall time = the original
 fit); initialisation `{args.init}`, the same for every method of a
 seed ({"deterministic: the seed changes nothing" if args.init == "pca" else
-"N(0, 1) from the seed, rescaled by each preset as for t-SNE"}); perplexity 30; PCA to 50
+"N(0, 1) from the seed, rescaled by each preset as for t-SNE"}); perplexity
+{", ".join(f"{p:g}" for p in args.perplexity)}; PCA to 50
 dimensions when p > 50; the t-SNE baseline is probdr's `TSNE` preset (`repulsion="auto"`:
 FFT interpolation in 2-D above 1000 points). Silhouette: `sklearn.metrics.silhouette_score(Z, y)`; trustworthiness:
 `sklearn.manifold.trustworthiness(X, Z, n_neighbors=5)`.
 
-{table(hdr, rows)}
+{table(hdr, rows)}{best}
 
 Published (thesis Table 4.3, first rows; these data sets are not available offline):
 
@@ -239,7 +250,23 @@ Published (thesis Table 4.3, first rows; these data sets are not available offli
     print(body)
     if not args.no_write:
         write_section(args.section or
-                      "ot_snekhorn" + ("" if args.init == "pca" else f"_{args.init}"), body)
+                      "ot_snekhorn" + ("" if args.init == "pca" else f"_{args.init}")
+                      + ("_grid" if grid else ""), body)
+
+
+def selection_table(means, perplexities) -> str:
+    """The thesis' selection (§4.4): per method and metric, the perplexity with the best mean
+    score over the seeds."""
+    brows = []
+    for (name, method), v in means.items():
+        bs = max(v, key=lambda r: r[1])
+        bt = max(v, key=lambda r: r[3])
+        brows.append([name, method, f"{bs[1]:.1f} ± {bs[2]:.1f} (perplexity {bs[0]:g})",
+                      f"{bt[3]:.2f} ± {bt[4]:.2f} (perplexity {bt[0]:g})"])
+    return ("Thesis-style selection (best average score over the seeds, per method and "
+            f"metric, over perplexities {', '.join(f'{p:g}' for p in perplexities)}):\n\n"
+            + table(["data", "method", "best silhouette x100", "best trustworthiness x100"],
+                    brows))
 
 
 def main_thesis(args):
@@ -283,18 +310,7 @@ def main_thesis(args):
            "Adam steps (runs at the cap)", "wall (s)"]
     best = ""
     if len(args.perplexity) > 1:
-        # the thesis' selection (§4.4): per method and metric, the perplexity with the best
-        # average score over the seeds
-        brows = []
-        for (name, method), ms in means.items():
-            bs = max(ms, key=lambda m: m[1])
-            bt = max(ms, key=lambda m: m[3])
-            brows.append([name, method, f"{bs[1]:.1f} ± {bs[2]:.1f} (perplexity {bs[0]:g})",
-                          f"{bt[3]:.2f} ± {bt[4]:.2f} (perplexity {bt[0]:g})"])
-        best = ("\nThesis-style selection (best average score over the seeds, per method and "
-                f"metric, over perplexities {', '.join(f'{p:g}' for p in args.perplexity)}):\n\n"
-                + table(["data", "method", "best silhouette x100", "best trustworthiness x100"],
-                        brows) + "\n")
+        best = "\n" + selection_table(means, args.perplexity) + "\n"
     body = f"""## t-SNEkhorn vs t-SNE with the thesis' protocol (E3)
 
 Command: `{command_line()}` (total {time.time() - t0:.0f} s; {machine()}; one thread).
