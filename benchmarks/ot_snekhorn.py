@@ -223,7 +223,7 @@ def main(argv=None):
            + ["method", "silhouette x100", "trustworthiness x100", "wall (s)"])
     best = ""
     if grid:
-        best = "\n\n" + selection_table(means, args.perplexity)
+        best = "\n\n" + selection_table(means, args.perplexity, len(args.seeds))
     pub = table(["data (thesis)", "sil. t-SNE", "sil. t-SNEkhorn", "trust. t-SNE",
                  "trust. t-SNEkhorn"], [list(r) for r in PUBLISHED])
     body = f"""## SNEkhorn / t-SNEkhorn vs t-SNE (thesis Table 4.3 metrics)
@@ -254,15 +254,17 @@ Published (thesis Table 4.3, first rows; these data sets are not available offli
                       + ("_grid" if grid else ""), body)
 
 
-def selection_table(means, perplexities) -> str:
+def selection_table(means, perplexities, n_seeds: int) -> str:
     """The thesis' selection (§4.4): per method and metric, the perplexity with the best mean
-    score over the seeds."""
+    score over the seeds (± their standard deviation when there are several)."""
     brows = []
     for (name, method), v in means.items():
         bs = max(v, key=lambda r: r[1])
         bt = max(v, key=lambda r: r[3])
-        brows.append([name, method, f"{bs[1]:.1f} ± {bs[2]:.1f} (perplexity {bs[0]:g})",
-                      f"{bt[3]:.2f} ± {bt[4]:.2f} (perplexity {bt[0]:g})"])
+        s1 = f" ± {bs[2]:.1f}" if n_seeds > 1 else ""
+        s2 = f" ± {bt[4]:.2f}" if n_seeds > 1 else ""
+        brows.append([name, method, f"{bs[1]:.1f}{s1} (perplexity {bs[0]:g})",
+                      f"{bt[3]:.2f}{s2} (perplexity {bt[0]:g})"])
     return ("Thesis-style selection (best average score over the seeds, per method and "
             f"metric, over perplexities {', '.join(f'{p:g}' for p in perplexities)}):\n\n"
             + table(["data", "method", "best silhouette x100", "best trustworthiness x100"],
@@ -310,7 +312,7 @@ def main_thesis(args):
            "Adam steps (runs at the cap)", "wall (s)"]
     best = ""
     if len(args.perplexity) > 1:
-        best = "\n" + selection_table(means, args.perplexity) + "\n"
+        best = "\n" + selection_table(means, args.perplexity, len(args.seeds)) + "\n"
     body = f"""## t-SNEkhorn vs t-SNE with the thesis' protocol (E3)
 
 Command: `{command_line()}` (total {time.time() - t0:.0f} s; {machine()}; one thread).

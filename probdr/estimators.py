@@ -429,6 +429,7 @@ class GraphCoupling(DREstimator):
                       observe=observe, verbose=self.verbose, desc=type(self).__name__)
         self.loss_history_ = res.loss_history
         self.n_iter_ = res.n_iter
+        self.n_rescued_ = res.n_rescued
         if self.inference == "map":
             return res.Z
         from .infer.posterior import fit_posterior

@@ -11,6 +11,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+import warnings
+
 import numpy as np
 import pyro
 import torch
@@ -51,6 +53,46 @@ class MAPResult:
     #: the loss of every step run (shorter than the phases' total when a ``tol`` rule stopped)
     loss_history: np.ndarray
     n_iter: int
+    #: how many times a collapsed column of Z was re-centred and rescaled
+    n_rescued: int = 0
+
+
+#: a column of Z whose spread (RMS about its mean) falls below this has collapsed (see
+#: :func:`_rescue_collapsed_columns`); it is re-centred and scaled back to ``_RESCUE_SPREAD``
+COLLAPSE_FLOOR = 1e-8
+_RESCUE_SPREAD = 1e-4
+
+
+@torch.no_grad()
+def _rescue_collapsed_columns(Z: torch.Tensor, opt, floor: float) -> int:
+    """Re-centre and scale up every column of ``Z`` whose spread fell below ``floor``, and scale
+    the optimiser's velocity with it; returns the number of columns rescued.
+
+    Why: with early exaggeration and a broad input affinity (high perplexity: attraction beats
+    repulsion at every scale) gradient descent contracts the embedding geometrically, about
+    0.75x per step on the digits at perplexity 300, from the 1e-4 initial scale towards 0.
+    float32 then rounds the points of a column onto a few values (its mean, drifting under the
+    per-coordinate gains, dominates its spread) and coincident points feel no force, so the fit
+    returns a collapsed embedding. openTSNE survives this regime only thanks to float64.
+
+    Why it is exact: while a column's spread is far below the kernel's unit scale, the squared
+    distances it contributes are negligible and the gradient is linear in that column (the
+    weights w_ij = k(d_ij^2) depend on the others), and every model term in it is invariant to
+    translation (pairwise differences). Scaling the column by c > 0 and its velocity by c (the
+    gains and momentum updates are then scaled by c too) maps the trajectory onto the scaled
+    trajectory, up to O(spread^2) relative terms (1e-8 at the rescued scale 1e-4). A Gaussian
+    prior on Z is linear too but not translation invariant; its pull on the mean is negligible
+    at these scales.
+    """
+    C = Z - Z.mean(0)
+    spread = C.square().mean(0).sqrt()
+    low = (spread < floor) & (spread > 0)
+    if not bool(low.any()):
+        return 0
+    factor = torch.where(low, _RESCUE_SPREAD / spread.clamp_min(1e-300), torch.ones_like(spread))
+    Z.copy_(torch.where(low, C * factor, Z))
+    opt.scale_state_(Z, factor)
+    return int(low.sum())
 
 
 def _make_optimizer(name: str, params, phase: Phase):
@@ -73,6 +115,7 @@ def run_map(
     loss_scale: float = 1.0,
     grad_clip: float | None = None,
     observe: Callable[[], torch.Tensor] | None = None,
+    collapse_floor: float | None = COLLAPSE_FLOOR,
     verbose: bool = False,
     desc: str = "MAP",
 ) -> MAPResult:
@@ -95,6 +138,13 @@ def run_map(
     observe : callable, optional
         Returns the observed graph for each step (Monte Carlo coupling over W_X); it is passed to
         the model as its first argument ``W_X``.
+    collapse_floor : float or None
+        With the "gains" and "sgd" optimisers, a column of Z whose spread falls below this
+        value is re-centred and scaled back to 1e-4 together with its velocity, an exact
+        symmetry of the dynamics at such scales (see :func:`_rescue_collapsed_columns`; it
+        happens under early exaggeration with broad input affinities). ``None`` disables it.
+        A column whose spread is below the floor at the end (possible with Adam or without
+        the rescue) raises a ``RuntimeWarning``.
     """
     pyro.clear_param_store()
     guide = AutoDelta(model, init_loc_fn=init_to_value(values={"Z": Z0.detach().clone()}))
@@ -104,6 +154,10 @@ def run_map(
         base_kwargs["W_X"] = observe()
     guide(**base_kwargs)  # create the parameters
     params = [p for p in guide.parameters()]
+    Z_param = next((p for p in params if p.shape == Z0.shape), None)
+    rescue = (collapse_floor is not None and optimizer in ("gains", "sgd")
+              and Z_param is not None and Z0.ndim == 2)
+    n_rescued = 0
     history = np.empty(sum(ph.n_iter for ph in phases))
     total = len(history)
     step = 0
@@ -131,6 +185,8 @@ def run_map(
                     for p in params:
                         p.grad.clamp_(-grad_clip, grad_clip)
                 opt.step()
+                if rescue:
+                    n_rescued += _rescue_collapsed_columns(Z_param, opt, collapse_floor)
                 history[step] = loss.item()
                 if not np.isfinite(history[step]):
                     raise FloatingPointError(
@@ -146,7 +202,16 @@ def run_map(
                         break
     with torch.no_grad():
         Z = guide.median(**base_kwargs)["Z"].detach()
-    return MAPResult(Z=Z, loss_history=history[:step], n_iter=step)
+    if Z.ndim == 2 and Z.shape[0] > 1:
+        spread = (Z - Z.mean(0)).square().mean(0).sqrt()
+        flat = (Z.amax(0) == Z.amin(0)) | (spread < (collapse_floor or COLLAPSE_FLOOR))
+        if bool(flat.any()):
+            warnings.warn(f"{desc}: the embedding collapsed: column(s) "
+                          f"{flat.nonzero().flatten().tolist()} have a spread below "
+                          f"{collapse_floor or COLLAPSE_FLOOR:g} (points nearly or exactly "
+                          "equal). Lower the early exaggeration or the perplexity, or change the "
+                          "initialisation.", RuntimeWarning, stacklevel=2)
+    return MAPResult(Z=Z, loss_history=history[:step], n_iter=step, n_rescued=n_rescued)
 
 
 def _carry_optimizer(opt, phase):

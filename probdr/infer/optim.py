@@ -35,6 +35,22 @@ class _Optimizer:
                 else:
                     p.grad.detach_().zero_()
 
+    #: state entries that scale linearly with the parameter under a scale-equivariant update
+    #: (a velocity): :meth:`scale_state_` multiplies them with the parameter
+    _linear_state: tuple[str, ...] = ()
+
+    @torch.no_grad()
+    def scale_state_(self, p: torch.Tensor, factor: torch.Tensor) -> None:
+        """Multiply the velocity-like state of parameter ``p`` by ``factor`` (broadcast against
+        ``p``, e.g. one factor per column), so that rescaling ``p`` by the same factor maps the
+        optimiser's trajectory onto the rescaled trajectory (exact for SGD and gains-momentum
+        when the gradient is linear in ``p``; Adam's steps do not scale and it has no such
+        state)."""
+        st = self.state.get(p, {})
+        for key in self._linear_state:
+            if key in st:
+                st[key].mul_(factor)
+
     def _params_with_grad(self):
         for group in self.param_groups:
             for p in group["params"]:
@@ -45,6 +61,8 @@ class _Optimizer:
 class SGD(_Optimizer):
     """Gradient descent with (heavy-ball) momentum: ``b = momentum * b + g`` (``b = g`` on the
     first step), ``p -= lr * b``; ``torch.optim.SGD``'s rule without dampening or Nesterov."""
+
+    _linear_state = ("buf",)
 
     def __init__(self, params, lr: float, momentum: float = 0.0):
         if lr <= 0:
@@ -100,6 +118,8 @@ class GainsMomentum(_Optimizer):
     the FFT repulsion (measured at n = 20,000: ~100 points at 5-10x the embedding's radius made
     the grid 16x larger than the body of the embedding needs). ``None`` disables it.
     """
+
+    _linear_state = ("update",)
 
     def __init__(self, params, lr: float = 200.0, momentum: float = 0.5, min_gain: float = 0.01,
                  max_grad_norm: float | None = None, max_step_norm: float | None = 5.0):
