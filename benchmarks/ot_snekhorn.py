@@ -226,7 +226,9 @@ def main(argv=None):
         best = "\n\n" + selection_table(means, args.perplexity, len(args.seeds))
     pub = table(["data (thesis)", "sil. t-SNE", "sil. t-SNEkhorn", "trust. t-SNE",
                  "trust. t-SNEkhorn"], [list(r) for r in PUBLISHED])
-    body = f"""## SNEkhorn / t-SNEkhorn vs t-SNE (thesis Table 4.3 metrics)
+    title = ("SNEkhorn / t-SNEkhorn vs t-SNE (thesis Table 4.3 metrics"
+             + (", perplexity grid, the thesis' selection)" if grid else ")"))
+    body = f"""## {title}
 
 Command: `{command_line()}` (total {time.time() - t0:.0f} s; {machine()}; torch threads:
 {torch.get_num_threads()}).

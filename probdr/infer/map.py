@@ -7,11 +7,10 @@ learning rate (constant or linearly decaying) and the momentum.
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
-
-import warnings
 
 import numpy as np
 import pyro
@@ -63,6 +62,11 @@ COLLAPSE_FLOOR = 1e-8
 _RESCUE_SPREAD = 1e-4
 
 
+def _column_spread(Z: torch.Tensor) -> torch.Tensor:
+    """RMS of each column of Z about its mean."""
+    return (Z - Z.mean(0)).square().mean(0).sqrt()
+
+
 @torch.no_grad()
 def _rescue_collapsed_columns(Z: torch.Tensor, opt, floor: float) -> int:
     """Re-centre and scale up every column of ``Z`` whose spread fell below ``floor``, and scale
@@ -84,13 +88,12 @@ def _rescue_collapsed_columns(Z: torch.Tensor, opt, floor: float) -> int:
     prior on Z is linear too but not translation invariant; its pull on the mean is negligible
     at these scales.
     """
-    C = Z - Z.mean(0)
-    spread = C.square().mean(0).sqrt()
+    spread = _column_spread(Z)
     low = (spread < floor) & (spread > 0)
     if not bool(low.any()):
         return 0
     factor = torch.where(low, _RESCUE_SPREAD / spread.clamp_min(1e-300), torch.ones_like(spread))
-    Z.copy_(torch.where(low, C * factor, Z))
+    Z.copy_(torch.where(low, (Z - Z.mean(0)) * factor, Z))
     opt.scale_state_(Z, factor)
     return int(low.sum())
 
@@ -203,8 +206,7 @@ def run_map(
     with torch.no_grad():
         Z = guide.median(**base_kwargs)["Z"].detach()
     if Z.ndim == 2 and Z.shape[0] > 1:
-        spread = (Z - Z.mean(0)).square().mean(0).sqrt()
-        flat = (Z.amax(0) == Z.amin(0)) | (spread < (collapse_floor or COLLAPSE_FLOOR))
+        flat = (Z.amax(0) == Z.amin(0)) | (_column_spread(Z) < (collapse_floor or COLLAPSE_FLOOR))
         if bool(flat.any()):
             warnings.warn(f"{desc}: the embedding collapsed: column(s) "
                           f"{flat.nonzero().flatten().tolist()} have a spread below "
