@@ -14,7 +14,7 @@ import time
 
 import numpy as np
 
-METHODS = ("sne", "tsne", "largevis", "umap")
+METHODS = ("sne", "tsne", "largevis", "umap", "tsnekhorn", "snekhorn")
 
 
 def _make(method: str, args):
@@ -26,11 +26,15 @@ def _make(method: str, args):
     common.update(bayes_estimator_kwargs(args))
     if method == "umap":
         return probdr.UMAP(n_neighbors=args.n_neighbors, n_epochs=args.n_iter, **common)
-    cls = {"sne": probdr.SNE, "tsne": probdr.TSNE, "largevis": probdr.LargeVis}[method]
+    if method in ("tsnekhorn", "snekhorn") and getattr(args, "inference", "map") != "map":
+        raise ValueError(f"--inference {args.inference} is not available for {method}: the "
+                         "SNEkhorn presets are fitted by MAP only.")
+    cls = {"sne": probdr.SNE, "tsne": probdr.TSNE, "largevis": probdr.LargeVis,
+           "tsnekhorn": probdr.TSNEkhorn, "snekhorn": probdr.SNEkhorn}[method]
     kw = dict(perplexity=args.perplexity, **common)
     if args.n_iter is not None:
         kw["n_iter"] = args.n_iter
-        if method in ("sne", "tsne"):
+        if method in ("sne", "tsne", "tsnekhorn"):
             kw["early_exaggeration_iter"] = min(250, args.n_iter // 3)
     return cls(**kw)
 

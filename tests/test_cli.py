@@ -24,3 +24,20 @@ def test_cli_bad_argument_is_a_clear_error(capsys, tmp_path):
     rc = cli.main(["embed", "--data", str(bad)])
     assert rc == 2
     assert "NaN" in capsys.readouterr().err
+
+
+def test_cli_embed_tsnekhorn(tmp_path, capsys):
+    from sklearn.datasets import load_digits
+
+    data, out = tmp_path / "d.npy", tmp_path / "emb.npy"
+    np.save(data, load_digits().data[:150])
+    rc = cli.main(["embed", "--method", "tsnekhorn", "--data", str(data), "--perplexity", "10",
+                   "--n-iter", "150", "--out", str(out)])
+    assert rc == 0
+    Z = np.load(out)
+    assert Z.shape == (150, 2) and np.isfinite(Z).all()
+    text = capsys.readouterr().out
+    report = json.loads(text[:text.rindex("}") + 1])
+    assert report["method"] == "tsnekhorn" and 0.8 < report["trustworthiness@15"] <= 1.0
+    rc = cli.main(["embed", "--method", "snekhorn", "--data", str(data), "--inference", "svi"])
+    assert rc == 2 and "MAP only" in capsys.readouterr().err
