@@ -44,8 +44,8 @@ class _Optimizer:
         """Multiply the velocity-like state of parameter ``p`` by ``factor`` (broadcast against
         ``p``, e.g. one factor per column), so that rescaling ``p`` by the same factor maps the
         optimiser's trajectory onto the rescaled trajectory (exact for SGD and gains-momentum
-        when the gradient is linear in ``p``; Adam's steps do not scale and it has no such
-        state)."""
+        when the gradient is linear in ``p``). Adam's step length does not scale with the
+        gradient, so no rescaling of its state has this property: it lists no such state."""
         st = self.state.get(p, {})
         for key in self._linear_state:
             if key in st:
