@@ -348,3 +348,22 @@ def test_affinity_input_validation(fn):
         fn(X, 20)
     with pytest.raises(ValueError, match="perplexity"):
         fn(X, 1)
+
+
+@pytest.mark.parametrize("exclude_self", [False, True])
+def test_sea_blocked_evaluation_equals_dense(exclude_self):
+    # the dual ascent evaluates q and its gradient block by block (128 rows, n = 300 is not a
+    # multiple); it must equal the dense evaluation that also returns log P
+    from probdr.ot.sea import _sea_eval
+
+    gen = torch.Generator().manual_seed(0)
+    X = torch.randn(300, 5, generator=gen, dtype=torch.float64)
+    C = torch.cdist(X, X) ** 2
+    Cs2 = 2.0 * C / C[C > 0].median()
+    gamma = 0.5 + torch.rand(300, generator=gen, dtype=torch.float64)
+    lam = -torch.rand(300, generator=gen, dtype=torch.float64)
+    dense = _sea_eval(gamma, lam, Cs2, math.log(30) + 1, exclude_self)
+    blocked = _sea_eval(gamma, lam, Cs2, math.log(30) + 1, exclude_self, need_lp=False)
+    assert blocked[3] is None and dense[3].shape == (300, 300)
+    for a, b in zip(dense[:3], blocked[:3], strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-12)
