@@ -70,6 +70,9 @@ __all__ = [
 NEG_INF = float("-inf")
 #: log-affinities are clamped here during dual ascent (trial points far from the optimum only)
 _MAX_LOG = 100.0
+#: rows per block where the dual ascent and the EA bisection work row by row (a block's
+#: temporaries stay in cache instead of several n x n float64 passes through memory)
+_SEA_BLOCK = 128
 #: lower bound of the entropy duals gamma (costs scaled to median 1)
 _GAMMA_MIN = 1e-10
 #: optimizer="auto" runs Newton up to this n (its 2n x 2n Cholesky is cheap there), L-BFGS-B
@@ -140,14 +143,18 @@ def _ea_log(C: torch.Tensor, perplexity: float, exclude_self: bool, tol: float =
     lo = torch.full((n, 1), -60.0, dtype=torch.float64)  # log(beta * scale)
     hi = torch.full((n, 1), 60.0, dtype=torch.float64)
 
-    def logp_at(t):
-        logits = -torch.exp(t) * Cs
+    def logp_at(t, rows=slice(None)):
+        logits = -torch.exp(t[rows]) * Cs[rows]
         return logits - torch.logsumexp(logits, 1, keepdim=True)
+
+    def entropy_at(t):
+        # row by row, so in blocks of rows (cache-sized temporaries, same numbers)
+        return torch.cat([row_entropy(logp_at(t, slice(a, a + _SEA_BLOCK)))
+                          for a in range(0, n, _SEA_BLOCK)])
 
     for _ in range(max_iter):
         mid = 0.5 * (lo + hi)
-        lp = logp_at(mid)
-        H = row_entropy(lp)[:, None] - 1.0
+        H = entropy_at(mid)[:, None] - 1.0
         flat = H > target  # too flat: increase beta
         lo = torch.where(flat, mid, lo)
         hi = torch.where(flat, hi, mid)
@@ -206,11 +213,6 @@ def _sea_logP(gamma, lam, Cs2, exclude_self):
     lp.div_(gamma[:, None] + gamma[None, :])
     lp.clamp_(max=_MAX_LOG)
     return lp
-
-
-#: rows per block in :func:`_sea_eval` without the log-affinity (a block's temporaries stay in
-#: cache instead of four n x n float64 passes through memory)
-_SEA_BLOCK = 128
 
 
 def _sea_eval(gamma, lam, Cs2, target, exclude_self, need_lp: bool = True):
