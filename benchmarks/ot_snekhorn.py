@@ -3,7 +3,8 @@ thesis §4.4, Table 4.3): silhouette of the class labels in the embedding and tr
 (scikit-learn defaults: Euclidean silhouette, ``trustworthiness(n_neighbors=5)``), both x100.
 
 Protocol as in the thesis where it applies: PCA to 50 dimensions when the data have more;
-perplexity 30 for every method; the same (PCA) initialisation for all methods of a seed;
+perplexity 30 for every method, or a grid (``--perplexity``) with the thesis' selection of the
+best mean per method and metric; the same (PCA) initialisation for all methods of a seed;
 trustworthiness against the PCA-50 input. Optimisers are each preset's defaults (t-SNE: gains +
 momentum with exaggeration 12; t-SNEkhorn: the same schedule with exaggeration 4; SNEkhorn: Adam)
 rather than the thesis' Adam for all.
@@ -15,6 +16,7 @@ steps falls below 1e-5 (or at ``--max-iter``), PCA to 50 dimensions. The t-SNE m
 TSNE preset (coupling (D, E), Student kernel, exact repulsion) with only the optimiser changed.
 
     python benchmarks/ot_snekhorn.py --data digits --seeds 0 1 2
+    python benchmarks/ot_snekhorn.py --data digits --init random --seeds 0 1 2 3 4 --perplexity 10 20 30
     python benchmarks/ot_snekhorn.py --protocol thesis --data digits --seeds 0 1 2
 """
 
