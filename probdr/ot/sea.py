@@ -372,8 +372,9 @@ def symmetric_entropic(
         Maximum number of dual-ascent iterations.
     optimizer : {"auto", "lbfgs", "newton", "adam"}
         ``"auto"``: ``"newton"`` up to n = 500, ``"lbfgs"`` beyond (on the 1797 digits,
-        one thread, ``exclude_self=True``: perplexity 30 in 6 s instead of 18 s, perplexity 10
-        in about 37 s instead of 200 s; the damped Newton ascent takes over a hundred short
+        one thread, ``exclude_self=True``: perplexity 30 in about 6 s, perplexity 10 in about
+        37 s; Newton alone took 18 s and 200 s, measured before the blocked evaluation of the
+        dual, which speeds up both paths; the damped Newton ascent takes over a hundred short
         steps when many entropy duals approach their bound, which L-BFGS-B's projected search
         handles better). ``"lbfgs"``: L-BFGS-B on
         the concave dual with :math:`\gamma \ge 10^{-10}`, polished by Newton steps if it
