@@ -205,12 +205,13 @@ class _Converged(Exception):
     pass
 
 
-def _sea_logP(gamma, lam, Cs2, exclude_self):
-    """log P(gamma, lambda) = (lambda_i + lambda_j - 2 C_ij) / (gamma_i + gamma_j), computed in
-    place (``Cs2`` holds 2C); the excluded diagonal is left finite here and masked by callers."""
-    lp = lam[:, None] + lam[None, :]
-    lp.sub_(Cs2)
-    lp.div_(gamma[:, None] + gamma[None, :])
+def _sea_logP(gamma, lam, Cs2, exclude_self, rows: slice = slice(None)):
+    """log P(gamma, lambda) = (lambda_i + lambda_j - 2 C_ij) / (gamma_i + gamma_j) for the rows
+    ``rows``, computed in place (``Cs2`` holds 2C); the excluded diagonal is left finite here
+    and masked by callers."""
+    lp = lam[rows, None] + lam[None, :]
+    lp.sub_(Cs2[rows])
+    lp.div_(gamma[rows, None] + gamma[None, :])
     lp.clamp_(max=_MAX_LOG)
     return lp
 
@@ -237,10 +238,7 @@ def _sea_eval(gamma, lam, Cs2, target, exclude_self, need_lp: bool = True):
         plogp = torch.empty(n, dtype=gamma.dtype)
         for a in range(0, n, _SEA_BLOCK):
             b = min(a + _SEA_BLOCK, n)
-            blk = lam[a:b, None] + lam[None, :]
-            blk.sub_(Cs2[a:b])
-            blk.div_(gamma[a:b, None] + gamma[None, :])
-            blk.clamp_(max=_MAX_LOG)
+            blk = _sea_logP(gamma, lam, Cs2, exclude_self, slice(a, b))
             P = torch.exp(blk)
             if exclude_self:
                 P[:, a:b].diagonal().zero_()
