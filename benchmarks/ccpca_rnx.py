@@ -11,7 +11,7 @@ Protocol (what the paper leaves open is decided here, and stated in the output):
   15 neighbours), ``random_state=seed``;
 * initialisations: ``init="random"`` (isotropic Gaussian), ``"pca"``, ``"spectral"`` (Laplacian
   eigenmaps of the input graph) and ccPCA. ccPCA uses the D prior at perplexity 30 with N = 100
-  posterior draws (Algorithm 1, :func:`probdr.ccpca.ccpca_embedding`) for **both** methods: for
+  posterior draws (Algorithm 1, :func:`probdr.init.ccpca_embedding`) for **both** methods: for
   t-SNE this is ``init="ccpca"`` of the preset; for UMAP the preset's own input law (the
   symmetrised fuzzy graph B~) is connected in almost every draw, which would make ccPCA equal
   to PCA, so the D-prior ccPCA embedding is passed as an array after UMAP's init rescaling
@@ -70,8 +70,8 @@ def ccpca_init(X: np.ndarray, seed: int, n_samples: int = 100) -> np.ndarray:
     """ccPCA (D prior, perplexity 30, N draws) -- unscaled scores."""
     import torch
 
-    from probdr.ccpca import ccpca_embedding
-    from probdr.estimators import build_input_graph
+    from probdr.init import ccpca_embedding
+    from probdr.input.graph import build_input_graph
 
     Xt = torch.from_numpy(X)
     law = build_input_graph(Xt, "D", "entropic", perplexity=30.0, random_state=seed)

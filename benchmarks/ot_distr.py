@@ -39,7 +39,7 @@ def main(argv=None):
     from sklearn.metrics import normalized_mutual_info_score as nmi
 
     from probdr import datasets
-    from probdr.ot.distr import DistR
+    from probdr.estimators.distr import DistR
 
     t0 = time.time()
     X, y = datasets.load("digits", n_samples=args.n, random_state=0)

@@ -61,8 +61,8 @@ def load(name: str, n: int, seed: int) -> np.ndarray:
 
 
 def rho(D, Z):
-    from probdr.ot._common import pearson_distance_correlation
-    from probdr.ot.gwmds import euclidean_distance_matrix
+    from probdr.input.graph import euclidean_distance_matrix
+    from probdr.ot.costs import pearson_distance_correlation
 
     return pearson_distance_correlation(D, euclidean_distance_matrix(Z))
 
@@ -71,7 +71,8 @@ def run_euclidean(name, n, seed, n_iter):
     from sklearn.decomposition import PCA
     from sklearn.manifold import MDS
 
-    from probdr.ot.gwmds import GWMDS, euclidean_distance_matrix
+    from probdr.estimators.gwmds import GWMDS
+    from probdr.input.graph import euclidean_distance_matrix
 
     X = load(name, n, seed)
     D = euclidean_distance_matrix(X)
@@ -91,7 +92,8 @@ def run_euclidean(name, n, seed, n_iter):
 def run_geodesic(name, n, seed, n_iter, k):
     from sklearn.manifold import Isomap
 
-    from probdr.ot.gwmds import GWMDS, geodesic_distances
+    from probdr.estimators.gwmds import GWMDS
+    from probdr.input.graph import geodesic_distances
 
     X = load(name, n, seed)
     D, _ = geodesic_distances(X, k)

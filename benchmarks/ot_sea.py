@@ -29,12 +29,9 @@ def main(argv=None):
     args = ap.parse_args(argv)
     from sklearn.datasets import load_digits
 
-    from probdr.ot.sea import (
-        entropic_affinity_matrix,
-        row_perplexity,
-        sinkhorn_affinity,
-        symmetric_entropic,
-    )
+    from probdr.ot.entropic import entropic_affinity_matrix, row_perplexity
+    from probdr.ot.sea import symmetric_entropic
+    from probdr.ot.sinkhorn import sinkhorn_affinity
 
     X = load_digits().data
     xi, ex = args.perplexity, args.exclude_self

@@ -62,7 +62,7 @@ def make(method: str, seed: int, init: str = "pca", perplexity: float = 30.0):
     (:class:`SharedSEA`; same class name, so the cache key of :func:`ot_common.fit_key` is the
     preset's)."""
     import probdr
-    from probdr.ot.snekhorn import SNEkhorn, TSNEkhorn
+    from probdr.estimators.snekhorn import SNEkhorn, TSNEkhorn
 
     if method == "t-SNE (probdr.TSNE)":
         return probdr.TSNE(perplexity=perplexity, init=init, random_state=seed)
@@ -84,8 +84,8 @@ def thesis_estimator(method: str, perplexity: float, lr: float, max_iter: int, Z
     import torch
 
     import probdr
+    from probdr.estimators.snekhorn import SNEkhorn, TSNEkhorn
     from probdr.infer import Phase
-    from probdr.ot.snekhorn import SNEkhorn, TSNEkhorn
 
     class Thesis:
         def _phases(self, n):
@@ -330,7 +330,7 @@ KL(P | Q) between consecutive steps is below {THESIS_TOL:g}, or after {args.max_
 which at 1e-3 per step takes tens of thousands of steps; the authors' code
 (PythonOT/SNEkhorn) defaults to 1e-1, used here. t-SNE is probdr's TSNE model (coupling
 (D, E), Student kernel, entropic affinity on 3 x perplexity neighbours, exact repulsion) with
-only the optimiser changed; t-SNEkhorn is `probdr.ot.snekhorn.TSNEkhorn` (SEA input without
+only the optimiser changed; t-SNEkhorn is `probdr.estimators.snekhorn.TSNEkhorn` (SEA input without
 self-loops, doubly stochastic Student latent affinity by warm-started symmetric Sinkhorn to
 marginal error 1e-5, envelope gradient) with the same optimiser; its SEA input affinity is
 computed once per perplexity and shared by the seeds, its time counted in every fit's wall

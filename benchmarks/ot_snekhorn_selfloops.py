@@ -23,7 +23,7 @@ from ot_snekhorn import fit_thesis, load  # noqa: E402
 from sklearn.manifold import trustworthiness  # noqa: E402
 from sklearn.metrics import silhouette_score  # noqa: E402
 
-from probdr.ot.sea import symmetric_entropic, symmetric_sinkhorn  # noqa: E402
+from probdr.ot import symmetric_entropic, symmetric_sinkhorn  # noqa: E402
 
 CAP = 3000
 

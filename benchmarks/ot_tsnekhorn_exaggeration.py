@@ -34,7 +34,7 @@ def main():
     from sklearn.metrics import silhouette_score
 
     import probdr
-    from probdr.ot.snekhorn import TSNEkhorn
+    from probdr.estimators.snekhorn import TSNEkhorn
 
     torch.set_num_threads(1)
     khorn = type("TSNEkhorn", (SharedSEA, TSNEkhorn), {})

@@ -37,7 +37,9 @@ import torch
 from pyro import poutine
 from torch.distributions import constraints
 
-from probdr.graphs import GraphPrior, KernelWeights, _cached, _edge_terms
+from probdr._utils import tensor_cache as _cached
+from probdr.laws.graph import GraphPrior, _edge_terms
+from probdr.laws.weights import KernelWeights
 
 __all__ = ["graph_coupling_model", "flat_prior"]
 

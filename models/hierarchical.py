@@ -59,8 +59,12 @@ import pyro.distributions as dist
 import torch
 from torch.distributions import constraints
 
-from probdr.posterior_graphs import batch_memberships
-from probdr.wishart import ConjugateWishartPosterior, LowRankPrecisionWishart, theorem2_solution
+from probdr.laws.components import batch_memberships
+from probdr.laws.wishart import (
+    ConjugateWishartPosterior,
+    LowRankPrecisionWishart,
+    theorem2_solution,
+)
 
 __all__ = [
     "cc_coordinates",
@@ -156,7 +160,7 @@ def hierarchical_coupling_model(X: torch.Tensor, input_law, latent_prior, kernel
     global_weight : float
         Multiplies term (9) (``pyro.poutine.scale``); 1 is the model as written.
     """
-    from probdr.graphs import KernelWeights
+    from probdr.laws.weights import KernelWeights
 
     n, p = X.shape
     q = n_components

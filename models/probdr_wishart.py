@@ -60,8 +60,8 @@ import pyro.distributions as dist
 import torch
 from torch.distributions import constraints
 
-from probdr.neighbors import pairwise_sq_distances
-from probdr.wishart import (
+from probdr._pairwise import pairwise_sq_distances
+from probdr.laws.wishart import (
     KNNLaplacian,
     LowRankPrecisionWishart,
     laplacian_eigenmaps,

@@ -64,7 +64,7 @@ import pyro.distributions as dist
 import torch
 from torch.distributions import constraints
 
-from probdr.wishart import ConjugateWishartPosterior, LowRankPrecisionWishart
+from probdr.laws.wishart import ConjugateWishartPosterior, LowRankPrecisionWishart
 
 __all__ = [
     "wishart_pca_model",

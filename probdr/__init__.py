@@ -1,23 +1,47 @@
-"""probdr: dimensionality reduction as probabilistic programs on Pyro."""
+"""probdr: dimensionality reduction as probabilistic programs on Pyro.
+
+Layout, one way from bottom to top: solvers (:mod:`probdr.ot`, kernels, pairwise sums) -> graph
+and Wishart laws (:mod:`probdr.laws`) -> the input side (:mod:`probdr.input`) -> the Pyro models
+(:mod:`probdr.models`) -> inference (:mod:`probdr.infer`) -> estimators
+(:mod:`probdr.estimators`) -> diagnostics, metrics, plots and the command line.
+"""
 
 from . import (
-               affinities,
-               config,
-               datasets,
-               diagnostics,
-               graphs,
-               kernels,
-               metrics,
-               neighbors,
-               plotting_bayes,
-               priors,
+    config,
+    datasets,
+    diagnostics,
+    estimators,
+    infer,
+    input,
+    kernels,
+    laws,
+    metrics,
+    ot,
+    plotting,
 )
-from .ccpca import ccPCA
-from .estimators import SNE, TSNE, UMAP, GraphCoupling, LargeVis, build_input_graph
-from .ot.distr import DistR
-from .ot.gwmds import GWMDS
-from .ot.snekhorn import SNEkhorn, TSNEkhorn
-from .wishart_estimators import LaplacianWishart, WishartEigenmaps, WishartPCA
+from .estimators import (
+    GWMDS,
+    SNE,
+    TSNE,
+    UMAP,
+    DistR,
+    GraphCoupling,
+    LaplacianWishart,
+    LargeVis,
+    SNEkhorn,
+    TSNEkhorn,
+    WishartEigenmaps,
+    WishartPCA,
+    ccPCA,
+)
+from .input import affinities, neighbors
+from .input.graph import build_input_graph
+from .laws import edge_priors as priors
+
+#: the graph laws and priors, under their earlier module name
+graphs = laws
+#: the plots of the Bayesian workflow, under their earlier module name
+plotting_bayes = plotting
 
 __version__ = "0.1.0"
 
@@ -26,5 +50,6 @@ __all__ = [
     "WishartPCA", "ccPCA", "LaplacianWishart", "WishartEigenmaps",
     "SNEkhorn", "TSNEkhorn", "DistR", "GWMDS",
     "affinities", "config", "datasets", "diagnostics", "graphs", "kernels", "metrics",
-    "neighbors", "plotting_bayes", "priors",
+    "neighbors", "plotting_bayes", "priors", "estimators", "infer", "input", "laws", "ot",
+    "plotting",
 ]

@@ -23,10 +23,28 @@ import torch
 import torch.nn.functional as F
 
 from ._utils import tensor_cache
-from .neighbors import pairwise_sq_distances
 
 CACHE_BYTES = 2**30
 BLOCK_BYTES = 2**27
+
+
+def pairwise_sq_distances(A: torch.Tensor, B: torch.Tensor | None = None) -> torch.Tensor:
+    """Squared Euclidean distances between rows of ``A`` and ``B`` (clamped at 0).
+
+    In up to 3 dimensions the cross term is added by rank-one updates, several times faster than
+    a matrix product with so few columns (2-D embeddings)."""
+    B = A if B is None else B
+    a2 = (A * A).sum(1, keepdim=True)
+    b2 = (B * B).sum(1)
+    if A.shape[1] > 3:
+        d2 = torch.addmm(a2 + b2, A, B.T, alpha=-2.0)
+    else:
+        d2 = a2 + b2
+        for k in range(A.shape[1]):
+            d2.addr_(A[:, k].contiguous(), B[:, k].contiguous(), alpha=-2.0)
+    return d2.clamp_min_(0.0)
+
+
 
 
 def _blocks(n: int, itemsize: int):

@@ -11,15 +11,17 @@ import argparse
 import json
 import sys
 import time
+from typing import Any
 
 import numpy as np
+
+from .plotting import plot_uncertainty
 
 METHODS = ("sne", "tsne", "largevis", "umap", "tsnekhorn", "snekhorn")
 
 
 def _make(method: str, args):
     import probdr
-    from probdr.plotting_bayes import bayes_estimator_kwargs
 
     common = dict(n_components=args.n_components, random_state=args.random_state,
                   verbose=args.verbose)
@@ -84,7 +86,6 @@ def embed(args) -> int:
         ax.figure.savefig(args.plot, dpi=120, bbox_inches="tight")
         plt.close(ax.figure)
         print(f"plot written to {args.plot}")
-    from probdr.plotting_bayes import run_bayes_outputs
 
     run_bayes_outputs(est, args, y)
     return 0
@@ -107,7 +108,6 @@ def main(argv=None) -> int:
     e.add_argument("--pca", type=int, default=None, help="project the data on k PCs first")
     e.add_argument("--random-state", type=int, default=0)
     e.add_argument("--verbose", action="store_true")
-    from probdr.plotting_bayes import add_bayes_arguments
 
     add_bayes_arguments(e)
     args = p.parse_args(argv)
@@ -120,3 +120,85 @@ def main(argv=None) -> int:
 
 if __name__ == "__main__":  # pragma: no cover
     sys.exit(main())
+
+
+# --------------------------------------------------------------------------------------------
+# posterior inference options (--inference)
+# --------------------------------------------------------------------------------------------
+def add_bayes_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """Add ``--inference`` and its options to the ``probdr embed`` parser."""
+    g = parser.add_argument_group("posterior inference")
+    g.add_argument("--inference", choices=("map", "svi", "mcmc"), default="map",
+                   help="MAP (the classical method), or a posterior by SVI or NUTS (small n)")
+    g.add_argument("--num-samples", type=int, default=200,
+                   help="posterior draws (per chain for mcmc)")
+    g.add_argument("--num-steps", type=int, default=1000, help="SVI steps")
+    g.add_argument("--guide", choices=("normal", "lowrank"), default="normal", help="SVI guide")
+    g.add_argument("--num-chains", type=int, default=2, help="NUTS chains")
+    g.add_argument("--warmup", type=int, default=300, help="NUTS warm-up steps per chain")
+    g.add_argument("--coupling-weight", type=float, default=1.0,
+                   help="inverse temperature of the coupling likelihood (sets the spread)")
+    g.add_argument("--uncertainty-plot", default=None,
+                   help="where to write the uncertainty-ellipse plot (.png); default: next to "
+                        "--plot with suffix _uncertainty")
+    return parser
+
+
+def bayes_estimator_kwargs(args: argparse.Namespace) -> dict[str, Any]:
+    """Estimator keyword arguments from the parsed ``--inference`` options (empty for MAP)."""
+    inference = getattr(args, "inference", "map")
+    if inference == "map":
+        return {}
+    if inference == "svi":
+        params = {"num_steps": args.num_steps, "num_samples": args.num_samples,
+                  "guide": args.guide}
+        return {"inference": "svi", "inference_params": params,
+                "coupling_weight": args.coupling_weight}
+    params = {"num_chains": args.num_chains, "warmup": args.warmup,
+              "num_samples": args.num_samples}
+    return {"inference": "mcmc", "inference_params": params, "repulsion": "exact",
+            "coupling_weight": args.coupling_weight}
+
+
+def _uncertainty_path(args) -> str | None:
+    if getattr(args, "uncertainty_plot", None):
+        return args.uncertainty_plot
+    plot = getattr(args, "plot", None)
+    if plot:
+        stem, dot, ext = plot.rpartition(".")
+        return f"{stem}_uncertainty.{ext}" if dot else f"{plot}_uncertainty.png"
+    return None
+
+
+def run_bayes_outputs(est, args: argparse.Namespace, y=None) -> dict[str, Any]:
+    """After a fit with ``--inference svi|mcmc``: print a posterior summary and write the
+    uncertainty plot. Returns the summary (empty for MAP)."""
+    import json
+
+    if getattr(args, "inference", "map") == "map":
+        return {}
+    post = est.posterior_
+    sd = post.point_std()
+    summary: dict[str, Any] = {"inference": post.method, "draws": int(post.samples.shape[0]),
+                               "point_std_median": round(float(np.median(sd)), 4),
+                               "point_std_max": round(float(sd.max()), 4),
+                               "seconds": round(float(post.diagnostics.get("seconds", 0.0)), 2)}
+    if post.method == "mcmc":
+        summary["r_hat_max"] = round(post.diagnostics["r_hat_max"], 4)
+        summary["ess_min"] = round(post.diagnostics["ess_min"], 1)
+        summary["divergences"] = int(sum(post.diagnostics["divergences"]))
+    print(json.dumps({"posterior": summary}, indent=2))
+    path = _uncertainty_path(args)
+    if path:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+
+        ax = plot_uncertainty(post, y, title=f"{getattr(args, 'method', '')} posterior "
+                              f"({post.method}), 2-sd ellipses")
+        ax.figure.savefig(path, dpi=120, bbox_inches="tight")
+        plt.close(ax.figure)
+        print(f"uncertainty plot written to {path}")
+        summary["uncertainty_plot"] = path
+    return summary

@@ -25,8 +25,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from .graphs import connected_components
 from .infer.posterior import Posterior
+from .laws.components import connected_components
 
 __all__ = ["posterior_predictive_graphs", "input_graph_draws", "compare_graphs",
            "knn_reference_graph", "posterior_predictive_check", "to_arviz"]
@@ -40,7 +40,7 @@ PREDICTIVE_MAX_N = 10_000
 # --------------------------------------------------------------------------------------------
 def _edges(g) -> tuple[np.ndarray, np.ndarray, int]:
     """(rows, cols, n) of the non-zero off-diagonal entries of a graph in any representation."""
-    from .priors import _graph_edges
+    from .laws.edge_priors import _graph_edges
 
     r, c, n, _ = _graph_edges(g)
     keep = r != c
@@ -151,15 +151,13 @@ def knn_reference_graph(est=None, k: int = 15, X=None) -> torch.Tensor:
         raise ValueError(f"k must be a positive integer, got {k!r}.")
     if X is not None:
         from ._utils import check_array
-        from .neighbors import knn
+        from .input.graph import knn_edges
 
         Xt = check_array(X)
         n = Xt.shape[0]
         if k >= n:
             raise ValueError(f"k={k} must be smaller than n={n}.")
-        idx, _ = knn(Xt, int(k))
-        rows = torch.arange(n).repeat_interleave(int(k))
-        cols = idx.flatten()
+        rows, cols, _ = knn_edges(Xt, int(k))
     else:
         if est is None:
             raise ValueError("pass a fitted estimator or the data X.")

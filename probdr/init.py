@@ -7,10 +7,17 @@ that the first coordinate has standard deviation ``scale`` (openTSNE uses 1e-4) 
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import torch
 
-__all__ = ["pca", "spectral", "initialize", "INITS"]
+from .laws.components import sample_memberships
+from .laws.graph import GraphLaw, SymmetrizedBinaryGraph, UnitDegreeGraph
+from .laws.weights import DenseWeights, SparseWeights
+
+__all__ = ["pca", "spectral", "initialize", "INITS", "cc_means", "cc_mean_average", "pca_scores",
+           "ccpca_embedding"]
 
 
 def pca(X: torch.Tensor, n_components: int) -> torch.Tensor:
@@ -92,8 +99,6 @@ def initialize(
     elif init == "ccpca":
         if input_graph is None:
             raise ValueError("init='ccpca' needs the input graph law.")
-        from .ccpca import ccpca_embedding
-
         Z = ccpca_embedding(X.to(torch.float64), _ccpca_law(input_graph), n_components,
                             n_samples=ccpca_samples, generator=generator)
     else:
@@ -110,8 +115,6 @@ def _ccpca_law(law):
     node i keeps one neighbour j with probability proportional to its membership P_ij (for the
     symmetrised B~ law, the directed memberships before symmetrisation). D and E laws are used
     as they are."""
-    from .graphs import DenseWeights, SparseWeights, SymmetrizedBinaryGraph, UnitDegreeGraph
-
     if getattr(law, "prior", None) != "B":
         return law
     P = (law.base if isinstance(law, SymmetrizedBinaryGraph) else law).mean
@@ -133,3 +136,96 @@ def _rescale(Z, scale, generator):
         return Z + 1e-4 * torch.randn(Z.shape, dtype=Z.dtype, generator=generator)
     sd = Z[:, 0].std().clamp_min(1e-12)
     return Z / sd * float(scale)
+
+
+
+def cc_means(X: torch.Tensor, membership: torch.Tensor) -> torch.Tensor:
+    r""":math:`U_{[R]}U_{[R]}^\top X` for one partition: row :math:`i` replaced by the mean of
+    :math:`X` over :math:`i`'s component. ``membership``: ``(n,)`` labels ``0..R-1``."""
+    R = int(membership.max()) + 1
+    sums = torch.zeros(R, X.shape[1], dtype=X.dtype).index_add_(0, membership, X)
+    counts = torch.bincount(membership, minlength=R).to(X.dtype)
+    return (sums / counts[:, None])[membership]
+
+
+def cc_mean_average(X: torch.Tensor, memberships: torch.Tensor) -> torch.Tensor:
+    r""":math:`\frac1N\sum_\ell U^\ell_{[R]}U^{\ell\top}_{[R]}X` from ``(N, n)`` labels, in
+    :math:`O(Nnp)` time and :math:`O(np)` memory."""
+    acc = torch.zeros_like(X)
+    for m in memberships:
+        acc += cc_means(X, m)
+    return acc / memberships.shape[0]
+
+
+def pca_scores(M: torch.Tensor, n_components: int) -> torch.Tensor:
+    """Unscaled PCA scores ``U_q S_q`` of column-centred ``M`` (signs: largest |entry| of each
+    column positive)."""
+    Mc = M - M.mean(0, keepdim=True)
+    U, S, _ = torch.linalg.svd(Mc, full_matrices=False)
+    k = min(n_components, S.numel())
+    Z = torch.zeros(M.shape[0], n_components, dtype=M.dtype)
+    Z[:, :k] = U[:, :k] * S[:k]
+    idx = Z.abs().argmax(0, keepdim=True)
+    sign = torch.sign(Z.gather(0, idx))
+    sign[sign == 0] = 1.0
+    return Z * sign
+
+
+def _validate(X, n_components, n_samples):
+    if not isinstance(X, torch.Tensor) or X.ndim != 2:
+        raise ValueError("X must be a 2-D torch.Tensor of shape (n_samples, n_features).")
+    n, p = X.shape
+    if n == 0 or p == 0:
+        raise ValueError(f"X is empty: shape {tuple(X.shape)}.")
+    if not torch.isfinite(X).all():
+        raise ValueError("X contains NaN or infinite values.")
+    if not (isinstance(n_components, (int, np.integer)) and 1 <= n_components < p):
+        raise ValueError(f"n_components must be an integer in [1, p - 1] = [1, {p - 1}], got "
+                         f"{n_components!r}.")
+    if not (isinstance(n_samples, (int, np.integer)) and n_samples >= 1):
+        raise ValueError(f"n_samples must be a positive integer, got {n_samples!r}.")
+
+
+def ccpca_embedding(
+    X: torch.Tensor,
+    graph_law: GraphLaw,
+    n_components: int,
+    n_samples: int = 100,
+    generator: torch.Generator | None = None,
+) -> torch.Tensor:
+    r"""ccPCA embedding (Algorithm 1): PCA scores of the data averaged over the CC means of
+    ``n_samples`` draws of ``graph_law``.
+
+    Parameters
+    ----------
+    X : tensor (n, p), float64
+        Data.
+    graph_law : probdr.graphs.GraphLaw
+        Posterior law of the input graph, :math:`\mathbb P_{\mathcal P_X}(\cdot; K_X)` (B, D, E or
+        the symmetrised B~), with ``.sample(sample_shape)``.
+    n_components : int
+        Number of PCA components :math:`q < p`.
+    n_samples : int
+        Monte Carlo draws :math:`N` ([002]: about 100 suffice for n = 10 000).
+    generator : torch.Generator, optional
+        Source of randomness (the global torch RNG is left untouched when given).
+
+    Returns
+    -------
+    Z : tensor (n, q), float64
+        Unscaled PCA scores :math:`U_qS_q` of the column-centred averaged matrix :math:`\bar X`
+        (signs fixed: the largest-magnitude entry of each column is positive). Columns beyond the
+        rank of :math:`\bar X - \mathbf 1\bar x^\top` are zero (e.g. one component in every draw).
+    """
+    _validate(X, n_components, n_samples)
+    if graph_law.n != X.shape[0]:
+        raise ValueError(f"graph_law has {graph_law.n} nodes but X has {X.shape[0]} rows.")
+    X = X.to(torch.float64)
+    memberships = sample_memberships(graph_law, int(n_samples), generator)
+    Z = pca_scores(cc_mean_average(X, memberships), n_components)
+    if (Z.abs().amax(0) == 0).any():
+        warnings.warn("ccPCA: the CC-mean-averaged data has rank below n_components (the "
+                      "posterior graphs are connected); the last columns are zero.",
+                      RuntimeWarning, stacklevel=2)
+    return Z
+

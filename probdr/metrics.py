@@ -11,8 +11,9 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from ._pairwise import pairwise_sq_distances
 from ._utils import check_array
-from .neighbors import knn, pairwise_sq_distances
+from .input.neighbors import knn
 
 __all__ = ["trustworthiness", "knn_accuracy", "rnx", "qnx"]
 

@@ -4,7 +4,7 @@ import torch
 
 import probdr
 from probdr import affinities
-from probdr.neighbors import knn
+from probdr.input.neighbors import knn
 
 
 def test_entropic_rows_reach_target_perplexity(digits):

@@ -35,8 +35,6 @@ from pyro import poutine
 
 import probdr
 from probdr import diagnostics, priors
-from probdr.estimators import build_input_graph
-from probdr.graphs import KernelWeights, get_prior, laplacian
 from probdr.infer.posterior import (
     MCMC_MAX_PARAMS,
     Posterior,
@@ -44,7 +42,11 @@ from probdr.infer.posterior import (
     fit_posterior,
     procrustes_align,
 )
+from probdr.input.graph import build_input_graph
 from probdr.kernels import get_kernel
+from probdr.laws.components import laplacian
+from probdr.laws.graph import get_prior
+from probdr.laws.weights import KernelWeights
 from probdr.models.coupling import graph_coupling_model
 
 pytestmark = pytest.mark.filterwarnings("ignore::FutureWarning", "ignore::UserWarning")
@@ -584,7 +586,7 @@ def test_to_arviz_uses_the_arviz_1_api_when_present(svi_fit, monkeypatch):
 # plots and CLI helpers
 # ------------------------------------------------------------------------------------------
 def test_ellipse_parameters():
-    from probdr.plotting_bayes import _ellipse_params
+    from probdr.plotting import _ellipse_params
 
     C = np.array([[[4.0, 0.0], [0.0, 1.0]], [[1.0, 0.0], [0.0, 9.0]]])
     w, h, a = _ellipse_params(C, 1.0)
@@ -599,7 +601,7 @@ def test_plot_uncertainty(svi_fit, blobs):
     import matplotlib.pyplot as plt
     from matplotlib.collections import EllipseCollection
 
-    from probdr.plotting_bayes import plot_predictive_check, plot_uncertainty
+    from probdr.plotting import plot_predictive_check, plot_uncertainty
 
     _, y = blobs
     ax = plot_uncertainty(svi_fit, y)
@@ -620,11 +622,7 @@ def test_cli_helpers(blobs, tmp_path, capsys):
     import matplotlib
 
     matplotlib.use("Agg")
-    from probdr.plotting_bayes import (
-        add_bayes_arguments,
-        bayes_estimator_kwargs,
-        run_bayes_outputs,
-    )
+    from probdr.cli import add_bayes_arguments, bayes_estimator_kwargs, run_bayes_outputs
 
     X, y = blobs
     p = argparse.ArgumentParser()

@@ -60,7 +60,7 @@ def test_nuts_50_points_two_chains_rhat():
 def _unlabelled_knn_accuracy(Z, y, labelled, k=5):
     """probdr.metrics.knn_accuracy restricted to the unlabelled points: leave-one-out k-NN
     majority vote over all points (true labels of the neighbours), averaged over ~labelled."""
-    from probdr.neighbors import knn
+    from probdr.input.neighbors import knn
 
     idx, _ = knn(torch.as_tensor(Z), k)
     classes, yi = np.unique(y, return_inverse=True)

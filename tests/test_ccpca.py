@@ -9,12 +9,13 @@ import torch
 from helpers import MaxNumel
 from sklearn.datasets import make_blobs
 
-from probdr.ccpca import cc_mean_average, cc_means, ccPCA, ccpca_embedding, pca_scores
-from probdr.graphs import (
-    DenseWeights,
-    SparseWeights,
-    get_prior,
-)
+from probdr.estimators.ccpca import ccPCA
+from probdr.infer.map import map_estimate
+from probdr.init import cc_mean_average, cc_means, ccpca_embedding, pca_scores
+from probdr.laws.components import sample_memberships
+from probdr.laws.graph import get_prior
+from probdr.laws.weights import DenseWeights, SparseWeights
+from probdr.laws.wishart import WoodburyInverse
 from probdr.models.hierarchical import (
     cc_coordinates,
     corollary1_solution,
@@ -23,8 +24,6 @@ from probdr.models.hierarchical import (
     global_coupling_objective,
     hierarchical_coupling_model,
 )
-from probdr.posterior_graphs import sample_memberships
-from probdr.wishart import WoodburyInverse, map_estimate
 
 DT = torch.float64
 
@@ -42,8 +41,8 @@ def _blobs(n=600, centers=6, p=10, seed=0):
 
 def _knn_law(X, k=20, prior="D"):
     """A sparse input-graph law on k-NN lists (Gaussian kernel, per-row bandwidth)."""
-    from probdr.affinities import entropic_bandwidths
-    from probdr.neighbors import knn
+    from probdr.input.affinities import entropic_bandwidths
+    from probdr.input.neighbors import knn
 
     n = X.shape[0]
     idx, d2 = knn(X, k)
@@ -260,7 +259,7 @@ def test_hierarchical_coupling_model_runs_with_graph_laws():
 
 
 def test_ccpca_with_lead_input_graph_digits_smoke():
-    """The estimator builds its law with probdr.estimators.build_input_graph (D prior)."""
+    """The estimator builds its law with probdr.input.graph.build_input_graph (D prior)."""
     from sklearn.datasets import load_digits
 
     X = load_digits().data[:400]
@@ -277,8 +276,8 @@ def test_ccpca_init_for_binary_input_laws_uses_unit_degree_draws():
     and keeps the clusters apart (5-NN accuracy of the initial embedding well above PCA's)."""
     import probdr
     from probdr import datasets
-    from probdr.graphs import UnitDegreeGraph
     from probdr.init import _ccpca_law, initialize
+    from probdr.laws.graph import UnitDegreeGraph
     from probdr.metrics import knn_accuracy
 
     X, y = datasets.load("digits")

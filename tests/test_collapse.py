@@ -62,7 +62,7 @@ def test_tsne_at_high_perplexity_does_not_collapse(monkeypatch):
         Z = est.fit_transform(X)
     assert est.n_rescued_ > 0
     assert np.all(Z.std(0) > 0.1), Z.std(0)
-    monkeypatch.setattr(probdr.estimators, "run_map",
+    monkeypatch.setattr(probdr.estimators.coupling, "run_map",
                         functools.partial(run_map, collapse_floor=None))
     with pytest.warns(RuntimeWarning, match="collapsed"):
         Z = probdr.TSNE(**kw).fit_transform(X)

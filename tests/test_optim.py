@@ -7,7 +7,7 @@ import sys
 import pytest
 import torch
 
-from probdr.infer.optim import SGD, Adam
+from probdr.optim import SGD, Adam
 
 
 def _trajectory(make_opt, steps=25):

@@ -11,16 +11,10 @@ import numpy as np
 import pytest
 import torch
 
-from probdr.ot._common import pearson_distance_correlation, stress
-from probdr.ot.sea import (
-    SEAConvergenceWarning,
-    _sea_eval,
-    entropic_affinity_matrix,
-    row_perplexity,
-    sinkhorn_affinity,
-    symmetric_entropic,
-    symmetric_sinkhorn,
-)
+from probdr.ot.costs import pearson_distance_correlation, stress
+from probdr.ot.entropic import SEAConvergenceWarning, entropic_affinity_matrix, row_perplexity
+from probdr.ot.sea import _sea_eval, symmetric_entropic
+from probdr.ot.sinkhorn import sinkhorn_affinity, symmetric_sinkhorn
 
 
 def _data(n=60, p=5, seed=0):
@@ -50,8 +44,8 @@ def test_ea_rows_stochastic_and_calibrated(exclude_self):
 
 def test_ea_matches_knn_entropic_affinity():
     """Independent implementation: probdr.affinities on all n-1 neighbours (self excluded)."""
-    from probdr.affinities import entropic_affinity
-    from probdr.neighbors import knn
+    from probdr.input.affinities import entropic_affinity
+    from probdr.input.neighbors import knn
 
     X = torch.from_numpy(_data(50))
     idx, d2 = knn(X, 49, method="exact")

@@ -5,8 +5,9 @@ import numpy as np
 import pytest
 import torch
 
+from probdr.estimators.distr import DistR
 from probdr.models.ot_distr import prototype_affinity, srgw_energy
-from probdr.ot.distr import DistR, srgw_gradient, srgw_objective
+from probdr.ot.srgw import srgw_gradient, srgw_objective
 
 
 def _blobs(n=90, seed=0, sep=30.0):

@@ -6,9 +6,10 @@ import numpy as np
 import pytest
 import torch
 
+from probdr.estimators.gwmds import GWMDS
+from probdr.input.graph import euclidean_distance_matrix, geodesic_distances
 from probdr.models.ot_gwmds import euclidean_distances, gw_energy
-from probdr.ot._common import pearson_distance_correlation
-from probdr.ot.gwmds import GWMDS, euclidean_distance_matrix, geodesic_distances
+from probdr.ot.costs import pearson_distance_correlation
 
 
 def _s_curve(n, seed=0):

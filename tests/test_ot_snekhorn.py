@@ -8,10 +8,13 @@ import numpy as np
 import pytest
 import torch
 
-from probdr.graphs import KernelWeights
+from probdr.estimators.snekhorn import SNEkhorn, TSNEkhorn
+from probdr.input.graph import sea_input_graph
 from probdr.kernels import get_kernel
-from probdr.ot.sea import symmetric_entropic, symmetric_sinkhorn
-from probdr.ot.snekhorn import DoublyStochasticPrior, SNEkhorn, TSNEkhorn, sea_input_graph
+from probdr.laws.doubly_stochastic import DoublyStochasticPrior
+from probdr.laws.weights import KernelWeights
+from probdr.ot.sea import symmetric_entropic
+from probdr.ot.sinkhorn import symmetric_sinkhorn
 
 
 def _data(n=40, p=6, seed=0):
@@ -152,7 +155,7 @@ def test_run_map_relative_loss_tolerance_stops_early():
 def test_kernel_domain_sinkhorn_matches_log_domain(omega):
     """The kernel-domain iteration (matrix-vector products on K = 1/(1+d^2)), averaged or
     relaxed, and the log-domain one reach the same potentials."""
-    from probdr.ot.sea import sinkhorn_kernel_domain
+    from probdr.ot.sinkhorn import sinkhorn_kernel_domain
 
     n = 60
     Z = torch.randn(n, 2, dtype=torch.float64, generator=torch.Generator().manual_seed(1)) * 3
@@ -174,7 +177,7 @@ def test_kernel_domain_sinkhorn_matches_log_domain(omega):
 def _reference_ds_law(Z, kern, f):
     """The DS law without the fused path: dense log-weights f_i + f_j + log k (autograd) and the
     blocked all-pairs normaliser."""
-    from probdr.ot.snekhorn import DoublyStochasticGraph
+    from probdr.laws.doubly_stochastic import DoublyStochasticGraph
 
     return DoublyStochasticGraph(KernelWeights(Z, kern).with_log_prior(f[:, None] + f[None, :]))
 
@@ -187,7 +190,7 @@ def test_fused_ds_log_prob_and_gradient_match_dense_autograd(kernel, symmetric, 
     """The fused log-likelihood (one Sinkhorn solve, hand-written gradient) equals the generic
     evaluation through the dense weights, also when the attraction enters twice (early
     exaggeration), for an asymmetric observed graph, and on the float64 log-domain fallback."""
-    import probdr.ot.snekhorn as sk
+    import probdr.laws.doubly_stochastic as sk
 
     if fallback:
         monkeypatch.setattr(sk, "sinkhorn_kernel_domain", lambda *a, **k: None)
@@ -219,7 +222,7 @@ def test_fused_ds_float32_is_doubly_stochastic_in_float64():
     """In float32 (the presets' dtype) the kernel-domain Sinkhorn meets its tolerance when its
     marginals are recomputed in float64 from the same float32 squared distances (the float32
     distances themselves are the model's, as before the fused path)."""
-    from probdr.ot.snekhorn import _sq_distances
+    from probdr.laws.doubly_stochastic import _sq_distances
 
     n = 300
     tol = 1e-5
@@ -243,7 +246,7 @@ def test_tsnekhorn_step_scale_and_auto_learning_rate_are_tsne_s():
     point exactly as the TSNE model does. A change of either gradient's scale, or of either
     preset's rule, fails here."""
     import probdr
-    from probdr.ot.snekhorn import sea_input_graph
+    from probdr.input.graph import sea_input_graph
 
     n = 60
     X = _data(n, p=5, seed=3)

@@ -5,22 +5,17 @@ from __future__ import annotations
 import pytest
 import torch
 
-from probdr.graphs import (
-    BinaryGraph,
-    DenseWeights,
-    NEdgeGraph,
-    SparseWeights,
-    UnitDegreeGraph,
-    connected_components,
-)
-from probdr.posterior_graphs import (
+from probdr.laws.components import (
     batch_memberships,
     component_statistics,
+    connected_components,
     draw_graphs,
     monte_carlo_edge_mean,
     posterior_component_statistics,
     sample_memberships,
 )
+from probdr.laws.graph import BinaryGraph, NEdgeGraph, UnitDegreeGraph
+from probdr.laws.weights import DenseWeights, SparseWeights
 
 DT = torch.float64
 

@@ -10,6 +10,10 @@ import pytest
 import torch
 from pyro import poutine
 
+from probdr._pairwise import pairwise_sq_distances
+from probdr.estimators.wishart import LaplacianWishart, WishartEigenmaps
+from probdr.input.graph import knn_laplacian
+from probdr.laws.wishart import laplacian_eigenmaps, probdr_epsilon
 from probdr.models.probdr_wishart import (
     bernoulli_adjacency_model,
     centred,
@@ -23,9 +27,6 @@ from probdr.models.probdr_wishart import (
     student_affinity,
     wishart_matrix,
 )
-from probdr.neighbors import pairwise_sq_distances
-from probdr.wishart import knn_laplacian, laplacian_eigenmaps, probdr_epsilon
-from probdr.wishart_estimators import LaplacianWishart, WishartEigenmaps
 
 DT = torch.float64
 

@@ -10,10 +10,11 @@ import torch
 import probdr
 from probdr import config
 from probdr._fft import cauchy_log_total
-from probdr.graphs import KernelWeights, get_prior
+from probdr.input.neighbors import knn, knn_brute, knn_pruned
 from probdr.kernels import StudentKernel, UMAPKernel
+from probdr.laws.graph import get_prior
+from probdr.laws.weights import KernelWeights
 from probdr.models.coupling import graph_coupling_model
-from probdr.neighbors import knn, knn_brute, knn_pruned
 
 N = 500  # the issue's size for the stochastic-gradient checks
 
@@ -160,7 +161,7 @@ def test_memory_budget_fails_fast_with_a_clear_message():
         with pytest.raises(MemoryError, match=r"GiB.*budget"):
             law.weights.dense()
         with pytest.raises(MemoryError, match="sparse"):
-            probdr.graphs.DenseWeights(torch.zeros(1000, 1000))
+            probdr.laws.weights.DenseWeights(torch.zeros(1000, 1000))
     finally:
         config.set_memory_budget(old)
 
@@ -169,7 +170,7 @@ def test_e_law_samples_beyond_multinomial_category_limit():
     """n = 4200 dense: 17.6M cells, above torch.multinomial's 2^24 limit."""
     n = 4200
     lw = torch.zeros(n, n)
-    law = probdr.graphs.NEdgeGraph(probdr.graphs.DenseWeights(lw))
+    law = probdr.laws.graph.NEdgeGraph(probdr.laws.weights.DenseWeights(lw))
     W = law.sample()
     assert int(W.sum()) == n and int(W.diagonal().sum()) == 0
 
@@ -221,7 +222,7 @@ def test_fused_edge_sum_matches_autograd(q, kernel, clip, sorted_rows):
 def test_gains_step_norm_clip_bounds_every_point_step():
     """openTSNE's max_step_norm: no point moves more than the bound in one step, and steps below
     it are untouched."""
-    from probdr.infer.optim import GainsMomentum
+    from probdr.optim import GainsMomentum
 
     Z = torch.zeros(4, 2, requires_grad=True)
     opt = GainsMomentum([Z], lr=100.0, momentum=0.0, max_step_norm=5.0)

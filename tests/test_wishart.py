@@ -12,6 +12,17 @@ import torch
 from helpers import MaxNumel
 from pyro import poutine
 
+from probdr.estimators.wishart import WishartPCA
+from probdr.infer.map import map_estimate
+from probdr.laws.wishart import (
+    ConjugateWishartPosterior,
+    LowRankPrecisionWishart,
+    WoodburyInverse,
+    gram_logdet,
+    mvdigamma,
+    theorem2_eigenvalues,
+    theorem2_solution,
+)
 from probdr.models.wishart_pca import (
     coupling_gamma,
     default_dofs,
@@ -19,17 +30,6 @@ from probdr.models.wishart_pca import (
     wishart_pca_model,
     wishart_pca_model_dense,
 )
-from probdr.wishart import (
-    ConjugateWishartPosterior,
-    LowRankPrecisionWishart,
-    WoodburyInverse,
-    gram_logdet,
-    map_estimate,
-    mvdigamma,
-    theorem2_eigenvalues,
-    theorem2_solution,
-)
-from probdr.wishart_estimators import WishartPCA
 
 DT = torch.float64
 

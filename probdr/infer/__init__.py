@@ -1,6 +1,7 @@
-"""Inference drivers: MAP (AutoDelta + scheduled optimisers)."""
+"""Inference drivers: MAP (:func:`run_map` with scheduled optimisers, :func:`map_estimate` with
+L-BFGS or Adam) and posteriors by SVI or NUTS (:mod:`.posterior`)."""
 
-from .map import MAPResult, Phase, run_map
-from .optim import SGD, Adam, GainsMomentum
+from ..optim import SGD, Adam, GainsMomentum
+from .map import MAPResult, Phase, map_estimate, run_map
 
-__all__ = ["Phase", "MAPResult", "run_map", "GainsMomentum", "SGD", "Adam"]
+__all__ = ["Phase", "MAPResult", "run_map", "map_estimate", "GainsMomentum", "SGD", "Adam"]

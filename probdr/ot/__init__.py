@@ -1,44 +1,23 @@
-"""Optimal-transport DR: symmetric entropic affinities (SNEkhorn), DistR, GW-MDS.
+"""Optimal-transport solvers: entropic and symmetric entropic affinities (SEA), symmetric
+Sinkhorn, the semi-relaxed Gromov--Wasserstein energy, and the cost helpers. Solvers only: the
+doubly stochastic graph law is in :mod:`probdr.laws`, the estimators (SNEkhorn, DistR, GW-MDS)
+in :mod:`probdr.estimators`. See ``docs/ot.md``."""
 
-See ``docs/ot.md``. Public names:
-
-* affinities: :func:`symmetric_entropic`, :func:`entropic_affinity_matrix`,
-  :func:`sinkhorn_affinity`, :func:`symmetric_sinkhorn`, :func:`row_perplexity`;
-* estimators: :class:`SNEkhorn`, :class:`TSNEkhorn`, :class:`DistR`, :class:`GWMDS`;
-* graph law: :class:`DoublyStochasticPrior`, :class:`DoublyStochasticGraph`;
-* metrics: :func:`pearson_distance_correlation`, :func:`stress`.
-"""
-
-from ._common import pearson_distance_correlation, stress
-from .distr import DistR, srgw_gradient, srgw_objective
-from .gwmds import GWMDS, geodesic_distances
-from .sea import (
+from .costs import pearson_distance_correlation, stress
+from .entropic import (
     SEAConvergenceWarning,
+    bisect_log_beta,
     entropic_affinity_matrix,
+    row_entropy,
     row_perplexity,
-    sinkhorn_affinity,
-    symmetric_entropic,
-    symmetric_sinkhorn,
 )
-
-_LAZY = {"SNEkhorn", "TSNEkhorn", "DoublyStochasticPrior", "DoublyStochasticGraph"}
-
-
-def __getattr__(name):
-    # SNEkhorn builds on probdr.estimators, which imports probdr.affinities; importing it lazily
-    # lets probdr.affinities re-export symmetric_entropic without an import cycle
-    if name in _LAZY:
-        from . import snekhorn
-
-        return getattr(snekhorn, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
+from .sea import symmetric_entropic
+from .sinkhorn import sinkhorn_affinity, sinkhorn_kernel_domain, symmetric_sinkhorn
+from .srgw import srgw_gradient, srgw_objective
 
 __all__ = [
     "symmetric_entropic", "entropic_affinity_matrix", "sinkhorn_affinity", "symmetric_sinkhorn",
-    "row_perplexity", "SEAConvergenceWarning",
-    "SNEkhorn", "TSNEkhorn", "DoublyStochasticPrior", "DoublyStochasticGraph",
-    "DistR", "srgw_objective", "srgw_gradient",
-    "GWMDS", "geodesic_distances",
-    "pearson_distance_correlation", "stress",
+    "sinkhorn_kernel_domain", "row_perplexity", "row_entropy", "bisect_log_beta",
+    "SEAConvergenceWarning", "srgw_objective", "srgw_gradient", "pearson_distance_correlation",
+    "stress",
 ]

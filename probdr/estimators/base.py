@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from ._utils import as_output, check_array, check_random_state, resolve_dtype, seed_everything
+from .._utils import as_output, check_array, check_random_state, resolve_dtype, seed_everything
 
 
 class DREstimator:

@@ -34,35 +34,22 @@ the E law whose mean is :math:`\mathbf P^{se}` (SEA with the diagonal excluded, 
 no self-loops; the thesis keeps the self-loop).
 """
 
+
 from __future__ import annotations
 
 import warnings
 
-import numpy as np
 import torch
 
+from .._pairwise import pairwise_sq_distances
 from .._utils import tensor_cache as _cached
 from ..config import check_dense
-from ..estimators import GraphCoupling
-from ..graphs import (
-    DenseWeights,
-    GraphLaw,
-    GraphPrior,
-    KernelWeights,
-    NEdgeGraph,
-    NEdgePrior,
-    Weights,
-)
-from ..neighbors import pairwise_sq_distances
-from .sea import (
-    SEAConvergenceWarning,
-    sinkhorn_kernel_domain,
-    symmetric_entropic,
-    symmetric_sinkhorn,
-)
+from ..ot.entropic import SEAConvergenceWarning
+from ..ot.sinkhorn import sinkhorn_kernel_domain, symmetric_sinkhorn
+from .graph import GraphLaw, GraphPrior, NEdgeGraph
+from .weights import KernelWeights, Weights
 
-__all__ = ["DoublyStochasticGraph", "DoublyStochasticPrior", "SNEkhorn", "TSNEkhorn",
-           "sea_input_graph"]
+__all__ = ["DoublyStochasticGraph", "DoublyStochasticPrior"]
 
 
 def _observed(V: torch.Tensor, dtype: torch.dtype):
@@ -354,135 +341,3 @@ class DoublyStochasticPrior(GraphPrior):
                         state=st)
 
 
-def sea_input_graph(X: torch.Tensor, perplexity: float, tol: float = 1e-5) -> NEdgeGraph:
-    r"""Input graph law of SNEkhorn: the E law with weights :math:`\mathbf P^{se}` (SEA, diagonal
-    excluded), whose mean is :math:`n\mathbf P^{se}/\sum\mathbf P^{se} = \mathbf P^{se}`."""
-    log_P = symmetric_entropic(X, perplexity, exclude_self=True, tol=tol, return_log=True)
-    return NEdgePrior().posterior(DenseWeights(log_P))
-
-
-class SNEkhorn(GraphCoupling):
-    r"""SNEkhorn: couple the symmetric entropic affinity of the data with a doubly stochastic
-    Gaussian latent affinity (graph coupling (E with SEA weights, DS)).
-
-    Objective (thesis §4.3, reduced form):
-    :math:`\min_Z \langle\mathbf P^{se}, \mathbf C_Z\rangle - 2\langle\mathbf f_Z,\mathbf 1\rangle`,
-    :math:`\mathbf C_Z = -\log\mathbf K_Z`; see the module docstring for the graph reading.
-    Optimised by the package's MAP driver. Defaults: Adam (as the thesis), learning rate 0.5
-    decaying linearly to 0, no early exaggeration. With the Gaussian kernel the doubly stochastic
-    normalisation gives every point a unit repulsive mass whatever its distance, so the force on
-    an isolated point grows linearly with the distance: t-SNE's large gains steps make the
-    embedding (and the Sinkhorn iteration count, which grows with the squared embedding scale)
-    blow up. :class:`TSNEkhorn` (bounded Student forces) uses t-SNE's schedule. The envelope
-    gradient replaces backpropagation through Sinkhorn.
-
-    Parameters
-    ----------
-    perplexity : float
-        Perplexity :math:`\xi` of SEA, in :math:`(1, n-2]`.
-    n_components : int
-    kernel_z : {"gaussian", "student"}
-        Latent kernel (``"student"`` gives t-SNEkhorn).
-    sea_tol : float
-        Tolerance of SEA's dual-ascent stopping rule.
-    sinkhorn_tol, sinkhorn_max_iter : float, int
-        Latent symmetric Sinkhorn (warm-started at every step).
-    n_iter, early_exaggeration, early_exaggeration_iter, learning_rate, momentum,
-    early_momentum, optimizer, init, dtype, random_state, verbose :
-        As in :class:`probdr.GraphCoupling` (``optimizer`` in {"adam", "gains", "sgd"}).
-
-    Attributes
-    ----------
-    embedding_ : ndarray (n, q)
-    input_graph_ : NEdgeGraph
-        Its ``mean`` is :math:`\mathbf P^{se}` (dense, diagonal 0).
-    latent_prior_ : DoublyStochasticPrior
-        Holds the last Sinkhorn potentials and per-step iteration counts.
-    loss_history_ : ndarray
-
-    References
-    ----------
-    H. Van Assel, T. Vayer, R. Flamary, N. Courty, *SNEkhorn: Dimension Reduction with
-    Symmetric Entropic Affinities*, NeurIPS 2023; H. Van Assel, PhD thesis (2024), ch. 4.
-    """
-
-    def __init__(self, perplexity: float = 30.0, n_components: int = 2, *,
-                 kernel_z: str = "gaussian", sea_tol: float = 1e-5, sinkhorn_tol: float = 1e-5,
-                 sinkhorn_max_iter: int = 1000, n_iter: int = 750,
-                 early_exaggeration: float = 1.0, early_exaggeration_iter: int = 0,
-                 learning_rate=0.5, momentum: float = 0.8, early_momentum: float = 0.5,
-                 optimizer: str = "adam", init="pca", dtype: str = "float32",
-                 random_state: int | None = None, verbose: bool = False):
-        self.sea_tol = sea_tol
-        self.sinkhorn_tol = sinkhorn_tol
-        self.sinkhorn_max_iter = sinkhorn_max_iter
-        super().__init__(
-            "E", DoublyStochasticPrior(tol=sinkhorn_tol, max_iter=sinkhorn_max_iter), kernel_z,
-            perplexity, n_components, affinity="sea", repulsion="exact", init=init, n_iter=n_iter,
-            early_exaggeration=early_exaggeration,
-            early_exaggeration_iter=early_exaggeration_iter, learning_rate=learning_rate,
-            momentum=momentum, early_momentum=early_momentum, optimizer=optimizer,
-            neighbors="exact", dtype=dtype, random_state=random_state, verbose=verbose)
-
-    # the parent validates "entropic" affinities; SEA has the same perplexity constraints plus
-    # the self-loop exclusion (perplexity <= n - 2)
-    def _check_params(self, n: int, p: int) -> None:
-        if self.kernel_z not in ("gaussian", "student"):
-            raise ValueError(f"kernel_z must be 'gaussian' or 'student', got {self.kernel_z!r}.")
-        if not (isinstance(self.perplexity, (int, float, np.integer, np.floating))
-                and 1 < self.perplexity <= n - 2):
-            raise ValueError(f"perplexity must lie in (1, n - 2] = (1, {n - 2}] for SEA without "
-                             f"self-loops (n={n}), got {self.perplexity!r}.")
-        if not (self.sinkhorn_tol > 0 and self.sea_tol > 0):
-            raise ValueError("sinkhorn_tol and sea_tol must be positive.")
-        if not (isinstance(self.sinkhorn_max_iter, (int, np.integer))
-                and self.sinkhorn_max_iter >= 1):
-            raise ValueError(f"sinkhorn_max_iter must be a positive integer, got "
-                             f"{self.sinkhorn_max_iter!r}.")
-        self.affinity = "entropic"  # reuse the parent's checks of the shared parameters
-        try:
-            GraphCoupling._check_params(self, n, p)
-        finally:
-            self.affinity = "sea"
-
-    def _latent_prior(self) -> GraphPrior:
-        prior = getattr(self, "latent_prior_", None)
-        if prior is None:
-            prior = self.latent_prior_ = DoublyStochasticPrior(
-                tol=self.sinkhorn_tol, max_iter=self.sinkhorn_max_iter)
-        return prior
-
-    def _build_input_graph(self, X: torch.Tensor) -> GraphLaw:
-        return sea_input_graph(X, self.perplexity, tol=self.sea_tol)
-
-    def _fit(self, X: torch.Tensor) -> torch.Tensor:
-        self.latent_prior_ = DoublyStochasticPrior(tol=self.sinkhorn_tol,
-                                                   max_iter=self.sinkhorn_max_iter)
-        self.prior_z = self.latent_prior_
-        return super()._fit(X)
-
-
-class TSNEkhorn(SNEkhorn):
-    r"""t-SNEkhorn: SNEkhorn with the Student latent kernel :math:`(1+\|z_i-z_j\|^2)^{-1}`
-    (cost :math:`\log(1+d^2)`, thesis §4.3), fitted with t-SNE's schedule (gains + momentum,
-    openTSNE's learning rate, 750 steps) except an early exaggeration of 4 instead of 12 for the
-    first 250 steps. Why 4: on a 2000-point MNIST sample (perplexity 30, three random
-    initialisations) it reached a lower final loss than 12 in every run and a higher silhouette
-    (28.2 against 23.6; :class:`probdr.TSNE` 24.6); on the full digits the two are close on the
-    loss and 12 has the higher silhouette (55.4 against 53.1; TSNE 55.2). Measured by
-    ``benchmarks/ot_tsnekhorn_exaggeration.py`` (``docs/ot-results.md``)."""
-
-    def __init__(self, perplexity: float = 30.0, n_components: int = 2, *,
-                 sea_tol: float = 1e-5, sinkhorn_tol: float = 1e-5,
-                 sinkhorn_max_iter: int = 1000, n_iter: int = 750,
-                 early_exaggeration: float = 4.0, early_exaggeration_iter: int = 250,
-                 learning_rate="auto", momentum: float = 0.8, early_momentum: float = 0.5,
-                 optimizer: str = "gains", init="pca", dtype: str = "float32",
-                 random_state: int | None = None, verbose: bool = False):
-        super().__init__(
-            perplexity, n_components, kernel_z="student", sea_tol=sea_tol,
-            sinkhorn_tol=sinkhorn_tol, sinkhorn_max_iter=sinkhorn_max_iter, n_iter=n_iter,
-            early_exaggeration=early_exaggeration,
-            early_exaggeration_iter=early_exaggeration_iter, learning_rate=learning_rate,
-            momentum=momentum, early_momentum=early_momentum, optimizer=optimizer, init=init,
-            dtype=dtype, random_state=random_state, verbose=verbose)

@@ -16,29 +16,13 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from ._alloc import heap_reuse
+from .._alloc import heap_reuse
+from .._pairwise import pairwise_sq_distances
 
 __all__ = ["knn", "knn_brute", "knn_exact", "knn_pruned", "pairwise_sq_distances"]
 
 #: above this many points ``method="auto"`` switches from exact to approximate neighbours
 EXACT_KNN_MAX_N = 100_000
-
-
-def pairwise_sq_distances(A: torch.Tensor, B: torch.Tensor | None = None) -> torch.Tensor:
-    """Squared Euclidean distances between rows of ``A`` and ``B`` (clamped at 0).
-
-    In up to 3 dimensions the cross term is added by rank-one updates, several times faster than
-    a matrix product with so few columns (2-D embeddings)."""
-    B = A if B is None else B
-    a2 = (A * A).sum(1, keepdim=True)
-    b2 = (B * B).sum(1)
-    if A.shape[1] > 3:
-        d2 = torch.addmm(a2 + b2, A, B.T, alpha=-2.0)
-    else:
-        d2 = a2 + b2
-        for k in range(A.shape[1]):
-            d2.addr_(A[:, k].contiguous(), B[:, k].contiguous(), alpha=-2.0)
-    return d2.clamp_min_(0.0)
 
 
 def _block_rows(n: int, n_cols: int, block_bytes: float = 2**27) -> int:

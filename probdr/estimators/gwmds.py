@@ -25,57 +25,14 @@ from pyro.infer import SVI, Trace_ELBO
 from pyro.infer.autoguide import AutoDelta
 from pyro.infer.autoguide.initialization import init_to_value
 
-from ..base import DREstimator
+from ..input.graph import euclidean_distance_matrix, geodesic_distances
 from ..models.ot_gwmds import euclidean_distances, gwmds_model
-from ._common import pearson_distance_correlation
+from ..ot.costs import pearson_distance_correlation
+from .base import DREstimator
 
-__all__ = ["GWMDS", "geodesic_distances", "euclidean_distance_matrix"]
+__all__ = ["GWMDS"]
 
 INITS = ("pca", "random")
-
-
-def euclidean_distance_matrix(X) -> np.ndarray:
-    """Pairwise Euclidean distances (float64, zero diagonal)."""
-    from scipy.spatial.distance import cdist
-
-    X = np.asarray(X.detach().cpu() if isinstance(X, torch.Tensor) else X, dtype=np.float64)
-    D = cdist(X, X)
-    np.fill_diagonal(D, 0.0)
-    return D
-
-
-def geodesic_distances(X, n_neighbors: int | None = None) -> tuple[np.ndarray, int]:
-    r"""Shortest-path (geodesic) distances on the symmetrised kNN graph (Isomap's first two
-    steps), edges weighted by Euclidean length.
-
-    ``n_neighbors=None`` starts at 5 (sklearn Isomap's default) and increases k until the graph
-    is connected. With an explicit k a disconnected graph raises ``ValueError`` (GW cannot use
-    infinite distances). Returns ``(D, k)``.
-    """
-    from scipy.sparse.csgraph import connected_components, shortest_path
-    from sklearn.neighbors import kneighbors_graph
-
-    X = np.asarray(X.detach().cpu() if isinstance(X, torch.Tensor) else X, dtype=np.float64)
-    n = X.shape[0]
-    auto = n_neighbors is None
-    k = 5 if auto else int(n_neighbors)
-    k = min(k, n - 1)
-    while True:
-        G = kneighbors_graph(X, k, mode="distance", include_self=False)
-        G = G.maximum(G.T)
-        n_comp, _ = connected_components(G, directed=False)
-        if n_comp == 1:
-            break
-        if not auto or k >= n - 1:
-            raise ValueError(
-                f"the {k}-nearest-neighbour graph has {n_comp} connected components: geodesic "
-                "distances between components are infinite. Increase n_neighbors (or pass "
-                "n_neighbors=None to pick the smallest k that connects the graph).")
-        k += 1
-    D = shortest_path(G, method="D", directed=False)
-    D = 0.5 * (D + D.T)
-    np.fill_diagonal(D, 0.0)
-    return D, k
 
 
 def _sandwich(G: np.ndarray, C: np.ndarray) -> np.ndarray:

@@ -27,9 +27,13 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from .graphs import GraphLaw
+from ..config import check_dense
+from .graph import GraphLaw
+from .weights import _coo
 
 __all__ = [
+    "laplacian",
+    "connected_components",
     "rng_from",
     "draw_graphs",
     "batch_memberships",
@@ -218,3 +222,51 @@ def monte_carlo_edge_mean(law: GraphLaw, n_samples: int,
     m = s1 / n_samples
     var = (s2 / n_samples - m * m).clamp_min(0.0) * n_samples / max(n_samples - 1, 1)
     return m, torch.sqrt(var / n_samples)
+
+
+# --------------------------------------------------------------------------------------------
+# graph utilities
+# --------------------------------------------------------------------------------------------
+def laplacian(W: torch.Tensor, symmetrize: bool = True) -> torch.Tensor:
+    r"""Graph Laplacian :math:`L(\bar W)` of Definition 1, with :math:`\bar W = W + W^\top` when
+    ``symmetrize``. Dense or sparse in, same out."""
+    if W.is_sparse:
+        W = W.coalesce()
+        A = (W + W.t()).coalesce() if symmetrize else W
+        deg = torch.sparse.sum(A, 1).to_dense()
+        n = W.shape[0]
+        idx = torch.arange(n)
+        D = _coo(torch.stack([idx, idx]), deg, (n, n))
+        return (D - A).coalesce()
+    check_dense(W.shape[0], "a dense Laplacian", "Pass a sparse graph.")
+    A = W + W.T if symmetrize else W
+    A = A - torch.diag(torch.diagonal(A))
+    return torch.diag(A.sum(1)) - A
+
+
+def connected_components(W) -> tuple[int, torch.Tensor]:
+    """Connected components of the undirected graph :math:`W + W^\\top` (igraph).
+
+    Returns ``(n_components, membership)`` with membership an ``(n,)`` long tensor.
+    """
+    import igraph as ig
+
+    if isinstance(W, torch.Tensor):
+        if W.is_sparse:
+            W = W.coalesce()
+            r, c = W.indices()
+            keep = W.values() != 0
+            edges = torch.stack([r[keep], c[keep]], 1).tolist()
+        else:
+            edges = torch.nonzero(W).tolist()
+        n = W.shape[0]
+    else:  # scipy sparse or numpy
+        import scipy.sparse as sp
+
+        S = sp.coo_matrix(W)
+        edges = list(zip(S.row[S.data != 0].tolist(), S.col[S.data != 0].tolist(), strict=True))
+        n = S.shape[0]
+    g = ig.Graph(n=n, edges=edges, directed=False)
+    memb = g.connected_components().membership
+    m = torch.tensor(memb, dtype=torch.long)
+    return int(m.max().item()) + 1 if n else 0, m

@@ -7,8 +7,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from .._pairwise import pairwise_sq_distances
 from .._utils import check_array
-from ..neighbors import pairwise_sq_distances
 
 __all__ = ["as_tensor_2d", "sq_euclidean_cost", "check_cost", "upper_pairs",
            "pearson_distance_correlation", "stress"]

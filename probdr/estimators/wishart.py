@@ -22,16 +22,16 @@ import warnings
 import numpy as np
 import torch
 
-from .base import DREstimator
-from .wishart import (
+from ..infer.map import map_estimate
+from ..input.graph import knn_laplacian
+from ..laws.wishart import (
     ConjugateWishartPosterior,
     KNNLaplacian,
-    knn_laplacian,
-    map_estimate,
     probdr_epsilon,
     theorem2_eigenvalues,
     theorem2_solution,
 )
+from .base import DREstimator
 
 __all__ = ["WishartPCA", "WishartEigenmaps", "LaplacianWishart"]
 
@@ -133,7 +133,7 @@ class WishartPCA(DREstimator):
         self.center = center
 
     def _check_params(self, n: int, p: int) -> None:
-        from .models.wishart_pca import default_dofs
+        from ..models.wishart_pca import default_dofs
 
         _check_choice("solver", self.solver, ("map", "closed_form"))
         _check_choice("optimizer", self.optimizer, ("lbfgs", "adam"))
@@ -143,7 +143,7 @@ class WishartPCA(DREstimator):
         default_dofs(n, p, self.n_components, self.nu_x, self.nu_z)
 
     def _fit(self, X: torch.Tensor) -> torch.Tensor:
-        from .models.wishart_pca import coupling_gamma, default_dofs, wishart_pca_model
+        from ..models.wishart_pca import coupling_gamma, default_dofs, wishart_pca_model
 
         n, p = X.shape
         q = self.n_components
@@ -259,7 +259,7 @@ class WishartEigenmaps(_LaplacianEstimator):
                              f"{self.n_components + 2} samples, got {n}.")
 
     def _fit(self, X: torch.Tensor) -> torch.Tensor:
-        from .models.probdr_wishart import eigenmaps_model, eigenmaps_solution
+        from ..models.probdr_wishart import eigenmaps_model, eigenmaps_solution
 
         n = X.shape[0]
         q = self.n_components
@@ -389,7 +389,7 @@ class LaplacianWishart(_LaplacianEstimator):
             _check_choice("init", self.init, ("pca", "eigenmaps", "random"))
 
     def _init(self, X: torch.Tensor, L: KNNLaplacian, gen: torch.Generator) -> torch.Tensor:
-        from .models.probdr_wishart import eigenmaps_solution
+        from ..models.probdr_wishart import eigenmaps_solution
 
         n, q = X.shape[0], self.n_components
         init = self.init
@@ -409,7 +409,7 @@ class LaplacianWishart(_LaplacianEstimator):
         return Z / Z[:, 0].std().clamp_min(1e-12)
 
     def _fit(self, X: torch.Tensor) -> torch.Tensor:
-        from .models.probdr_wishart import (
+        from ..models.probdr_wishart import (
             bernoulli_adjacency_model,
             cne_model,
             laplacian_wishart_model,

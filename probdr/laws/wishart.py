@@ -52,12 +52,10 @@ __all__ = [
     "ConjugateWishartPosterior",
     "LowRankPrecisionWishart",
     "KNNLaplacian",
-    "knn_laplacian",
     "theorem2_eigenvalues",
     "theorem2_solution",
     "laplacian_eigenmaps",
     "probdr_epsilon",
-    "map_estimate",
 ]
 
 
@@ -413,24 +411,6 @@ class _ScaledLaplacian:
                                   "LowRankPrecisionWishart.latent_terms.")
 
 
-def knn_laplacian(X: torch.Tensor, n_neighbors: int = 15, *, neighbors: str = "auto",
-                  random_state: int = 0) -> KNNLaplacian:
-    r"""Laplacian of the symmetrised binary kNN graph, :math:`A = \mathbb 1[A^{kNN} +
-    A^{kNN\top} \ge 1]` (``n_neighbors`` neighbours per point, self excluded), as [004] builds
-    Laplacian eigenmaps' graph."""
-    from .neighbors import knn
-
-    n = X.shape[0]
-    if not 1 <= n_neighbors <= n - 1:
-        raise ValueError(f"n_neighbors={n_neighbors} must lie in [1, n - 1] = [1, {n - 1}] "
-                         f"for n={n} samples.")
-    idx, _ = knn(X, n_neighbors, method=neighbors, random_state=random_state)
-    r = torch.arange(n).repeat_interleave(n_neighbors)
-    c = idx.flatten()
-    keys = torch.cat([r * n + c, c * n + r]).unique()
-    return KNNLaplacian(keys // n, keys % n, n)
-
-
 def laplacian_eigenmaps(L: KNNLaplacian, q: int, *, dense_max_n: int = 4000) -> tuple[
         torch.Tensor, torch.Tensor]:
     r"""The ``q`` non-trivial smallest eigenpairs of :math:`\hat L` (eigenvectors 2..q+1),
@@ -456,103 +436,3 @@ def probdr_epsilon(n: int, n_neg: int = 5, n_neigh: int = 15) -> float:
     r""":math:`\tilde\epsilon = 4\,n_\text{neg}\,n_\text{neigh}/(3n)` ([004] App. B; 100/n with the
     defaults)."""
     return 4.0 * n_neg * n_neigh / (3.0 * n)
-
-
-# --------------------------------------------------------------------------------------------
-# MAP driver for the Wishart models (AutoDelta + L-BFGS or Adam)
-# --------------------------------------------------------------------------------------------
-def map_estimate(
-    model,
-    model_kwargs: dict,
-    init_values: dict[str, torch.Tensor],
-    *,
-    optimizer: str = "lbfgs",
-    n_iter: int = 500,
-    lr: float = 1.0,
-    tol: float = 1e-12,
-    return_history: bool = False,
-    reparam: dict | None = None,
-):
-    r"""MAP of a Pyro model with flat-prior latent sites: an ``AutoDelta`` guide started at
-    ``init_values`` and the negative log joint ``Trace_ELBO().differentiable_loss`` minimised by
-
-    * ``"lbfgs"``: ``torch.optim.LBFGS`` (strong-Wolfe line search) for ``n_iter`` iterations,
-      stopping when the loss changes by less than ``tol`` (relative) -- the precise solver used
-      for the closed-form oracles;
-    * ``"adam"``: ``pyro.infer.SVI`` with ``pyro.optim.Adam(lr)`` for ``n_iter`` steps.
-
-    ``reparam`` maps a site name to ``(to_site, from_site)``, two mutually inverse maps: the
-    optimiser then works on ``pyro.param(name + "_raw") = from_site(init)`` and the guide puts a
-    point mass at ``to_site(raw)`` -- a change of variables that preconditions badly scaled MAP
-    problems without changing the maximiser (flat priors, Delta guide).
-
-    The fit runs in a private Pyro parameter-store scope, so it never touches the caller's
-    parameters. Returns ``{site: value}`` (and the loss history if ``return_history``).
-    """
-    import pyro
-    from pyro.infer import SVI, Trace_ELBO
-    from pyro.infer.autoguide import AutoDelta
-    from pyro.infer.autoguide.initialization import init_to_value
-
-    history: list[float] = []
-    with pyro.get_param_store().scope():
-        if reparam:
-            guide = _reparam_guide(init_values, reparam)
-        else:
-            guide = AutoDelta(model, init_loc_fn=init_to_value(
-                values={k: v.detach().clone() for k, v in init_values.items()}))
-        elbo = Trace_ELBO()
-        if optimizer == "adam":
-            svi = SVI(model, guide, pyro.optim.Adam({"lr": lr}), elbo)
-            for _ in range(n_iter):
-                history.append(svi.step(**model_kwargs))
-                if not math.isfinite(history[-1]):
-                    raise FloatingPointError("MAP: the loss became non-finite; lower lr.")
-        elif optimizer == "lbfgs":
-            guide(**model_kwargs)
-            store = pyro.get_param_store()
-            params = [store[name].unconstrained() for name in store.get_all_param_names()]
-            opt = torch.optim.LBFGS(params, lr=lr, max_iter=20, history_size=20,
-                                    tolerance_grad=1e-300, tolerance_change=1e-300,
-                                    line_search_fn="strong_wolfe")
-
-            def closure():
-                opt.zero_grad(set_to_none=True)
-                loss = elbo.differentiable_loss(model, guide, **model_kwargs)
-                loss.backward()
-                return loss
-
-            prev = None
-            for _ in range(max(1, n_iter // 20)):
-                loss = float(opt.step(closure).detach())
-                history.append(loss)
-                if not math.isfinite(loss):
-                    raise FloatingPointError("MAP: the loss became non-finite.")
-                if prev is not None and abs(prev - loss) <= tol * max(1.0, abs(loss)):
-                    break
-                prev = loss
-        else:
-            raise ValueError(f"optimizer must be 'lbfgs' or 'adam', got {optimizer!r}.")
-        with torch.no_grad():
-            if reparam:
-                values = {k: reparam[k][0](pyro.param(k + "_raw")).detach().clone()
-                          for k in init_values}
-            else:
-                values = {k: v.detach().clone() for k, v in guide.median(**model_kwargs).items()}
-    if return_history:
-        return values, np.asarray(history)
-    return values
-
-
-def _reparam_guide(init_values, reparam):
-    import pyro
-    import pyro.distributions as dist
-
-    raw0 = {k: reparam[k][1](v.detach()).clone() for k, v in init_values.items()}
-
-    def guide(*args, **kwargs):
-        for k, v0 in raw0.items():
-            raw = pyro.param(k + "_raw", v0)
-            pyro.sample(k, dist.Delta(reparam[k][0](raw), event_dim=v0.ndim))
-
-    return guide

@@ -19,32 +19,22 @@ returns the exact cross-entropy of the spec (§4.2), whatever the optimiser used
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import numpy as np
 import torch
 
-from . import affinities
+from ..infer import Phase, run_map
+from ..init import initialize
+from ..input.graph import AFFINITIES, _prior_kind, build_input_graph
+from ..kernels import find_ab_params, get_kernel
+from ..laws.graph import GraphLaw, GraphPrior, check_coupling, get_prior
+from ..laws.weights import KernelWeights
+from ..models.coupling import graph_coupling_model
 from .base import DREstimator
-from .graphs import (
-    MAX_LOGIT,
-    GraphLaw,
-    GraphPrior,
-    KernelWeights,
-    SparseWeights,
-    check_coupling,
-    get_prior,
-)
-from .infer import Phase, run_map
-from .init import initialize
-from .kernels import GaussianKernel, find_ab_params, get_kernel
-from .models.coupling import graph_coupling_model
-from .neighbors import knn
 
-__all__ = ["GraphCoupling", "SNE", "TSNE", "LargeVis", "UMAP", "build_input_graph"]
+__all__ = ["GraphCoupling", "SNE", "TSNE", "LargeVis", "UMAP"]
 
-AFFINITIES = ("entropic", "umap", "binary")
 #: scale of the isotropic Gaussian prior on Z used when a posterior is asked for
 DEFAULT_Z_PRIOR_SCALE = 10.0
 REPULSIONS = ("auto", "exact", "fft", "sampled", "negative_sampling")
@@ -55,62 +45,6 @@ EXACT_REPULSION_MAX_N = 4000
 FFT_REPULSION_MIN_N = 1000
 #: the automatic learning rate is divided by this with repulsion="sampled"
 SAMPLED_LR_SHRINK = 16.0
-
-
-def _prior_kind(prior) -> str:
-    return prior.kind if isinstance(prior, GraphPrior) else str(prior).upper()
-
-
-def build_input_graph(
-    X: torch.Tensor,
-    prior_x: str | GraphPrior = "D",
-    affinity: str = "entropic",
-    *,
-    perplexity: float = 30.0,
-    n_neighbors: int | None = None,
-    edge_prior=None,
-    neighbors: str = "auto",
-    random_state: int = 0,
-) -> GraphLaw:
-    r"""The posterior law of the input graph, :math:`W_X \mid X \sim \mathbb P_{\mathcal P_X}
-    (\cdot; \pi \odot K_X)` (Proposition 1), on a kNN edge list.
-
-    ``affinity`` sets :math:`K_X` on the neighbour lists:
-
-    * ``"entropic"``: :math:`K_{X,ij} = \exp(-\|x_i - x_j\|^2/\varepsilon_i)`, bandwidths from the
-      perplexity; ``3 * perplexity`` neighbours unless ``n_neighbors`` is given (openTSNE's choice).
-      Under the D prior the mean is the row-stochastic :math:`P^D`.
-    * ``"umap"``: :math:`K_X = v/(1-v)` with UMAP memberships :math:`v_{j|i}` on
-      ``n_neighbors - 1`` neighbours (self counted, as umap-learn), so the B posterior has mean
-      :math:`v`; with ``prior_x="B~"`` the law is the symmetrised graph, mean the fuzzy union.
-    * ``"binary"``: 0/1 kNN graph (:math:`K_X = \infty` on neighbours).
-    """
-    n = X.shape[0]
-    kind = _prior_kind(prior_x)
-    symmetrize = kind in ("B~",)
-    if affinity == "entropic":
-        k = n_neighbors if n_neighbors is not None else int(min(n - 1, math.ceil(3 * perplexity)))
-    else:
-        k = (n_neighbors - 1) if n_neighbors is not None else min(n - 1, 14)
-    k = min(k, n - 1)
-    idx, d2 = knn(X, k, method=neighbors, random_state=random_state)
-    rows = torch.arange(n).repeat_interleave(k)
-    cols = idx.flatten()
-    if affinity == "entropic":
-        eps = affinities.entropic_bandwidths(d2, perplexity)
-        d2s = d2 - d2.min(1, keepdim=True).values  # row shift: P^D unchanged, no underflow
-        logk = GaussianKernel(eps).log_k(d2s)
-    elif affinity == "umap":
-        v = affinities.umap_membership(d2, n_neighbors=k + 1)
-        logk = torch.logit(v.clamp(0, 1)).clamp(-MAX_LOGIT, MAX_LOGIT)
-    elif affinity == "binary":
-        logk = torch.full_like(d2, MAX_LOGIT)
-    else:
-        raise ValueError(f"affinity must be one of {AFFINITIES}, got {affinity!r}.")
-    weights = SparseWeights(rows, cols, logk.flatten().to(torch.float64), n)
-    prior = get_prior(prior_x.replace("~", "") if isinstance(prior_x, str) else prior_x, edge_prior)
-    law = prior.posterior(weights)
-    return law.symmetrized() if symmetrize else law
 
 
 class GraphCoupling(DREstimator):
@@ -338,12 +272,12 @@ class GraphCoupling(DREstimator):
                 isinstance(self.learning_rate, (int, float)) and self.learning_rate > 0):
             raise ValueError(f"learning_rate must be 'auto' or positive, got {self.learning_rate!r}.")
         self._make_kernel()  # raises on a bad kernel name
-        from .priors import check_edge_prior
+        from ..laws.edge_priors import check_edge_prior
 
         check_edge_prior(self.edge_prior, n, "edge_prior")
         check_edge_prior(self.latent_edge_prior, n, "latent_edge_prior")
         if self.inference != "map":  # fail before the MAP fit, not after it
-            from .infer.posterior import check_inference
+            from ..infer.posterior import check_inference
 
             check_inference(self.inference, n, self.n_components,
                             repulsion=self._repulsion(n), **(self.inference_params or {}))
@@ -432,7 +366,7 @@ class GraphCoupling(DREstimator):
         self.n_rescued_ = res.n_rescued
         if self.inference == "map":
             return res.Z
-        from .infer.posterior import fit_posterior
+        from ..infer.posterior import fit_posterior
 
         self.posterior_ = fit_posterior(
             graph_coupling_model, self.model_kwargs_, res.Z, method=self.inference,

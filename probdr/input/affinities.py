@@ -18,6 +18,8 @@ import math
 
 import torch
 
+from ..ot.entropic import bisect_log_beta
+
 __all__ = ["entropic_bandwidths", "entropic_affinity", "umap_membership", "binary_knn",
            "perplexity_of_rows"]
 
@@ -33,7 +35,8 @@ def entropic_bandwidths(
     r"""Bandwidths :math:`\varepsilon_i` such that row :math:`i` of
     :math:`\mathrm{softmax}(-C_i/\varepsilon_i)` has Shannon perplexity ``perplexity``.
 
-    Bisection on :math:`\log \beta_i = -\log \varepsilon_i`, vectorised over rows, in float64.
+    Bisection on :math:`\log \beta_i = -\log \varepsilon_i` (:func:`probdr.ot.entropic.bisect_log_beta`,
+    the one entropic bisection, shared with the dense EA), vectorised over rows, in float64.
     The entropy is a decreasing function of :math:`\beta`, so bisection always converges; rows whose
     target cannot be reached (fewer distinct distances than the perplexity) get the closest value.
     """
@@ -44,20 +47,15 @@ def entropic_bandwidths(
     C = C - C.min(1, keepdim=True).values  # shift: P is unchanged, exp stays bounded
     scale = C.max(1, keepdim=True).values.clamp_min(1e-300)
     target = math.log(perplexity)
-    lo = torch.full((n, 1), -50.0, dtype=torch.float64)  # log(beta * scale)
-    hi = torch.full((n, 1), 50.0, dtype=torch.float64)
     Cs = C / scale
-    for _ in range(max_iter):
-        mid = 0.5 * (lo + hi)
-        logits = -torch.exp(mid) * Cs
+
+    def entropy_at(t):  # Shannon entropy of each row at log(beta * scale) = t
+        logits = -torch.exp(t) * Cs
         logp = logits - torch.logsumexp(logits, 1, keepdim=True)
-        H = -(logp.exp() * logp).sum(1, keepdim=True)
-        too_flat = H > target  # entropy too high -> increase beta
-        lo = torch.where(too_flat, mid, lo)
-        hi = torch.where(too_flat, hi, mid)
-        if (hi - lo).max() < tol:
-            break
-    beta = torch.exp(0.5 * (lo + hi)) / scale
+        return -(logp.exp() * logp).sum(1, keepdim=True)
+
+    t = bisect_log_beta(entropy_at, n, target, 50.0, max_iter, tol_interval=tol)
+    beta = torch.exp(t) / scale
     return (1.0 / beta).squeeze(1)
 
 
@@ -136,12 +134,3 @@ def binary_knn(sq_dist: torch.Tensor) -> torch.Tensor:
     """Binary kNN weights: 1 on every listed neighbour."""
     return torch.ones_like(sq_dist, dtype=torch.float64)
 
-
-def __getattr__(name):
-    # symmetric entropic (SNEkhorn) and Sinkhorn affinities live in probdr.ot.sea; imported
-    # lazily because probdr.ot.sea itself builds on this module
-    if name in ("symmetric_entropic", "sinkhorn_affinity"):
-        from .ot import sea
-
-        return getattr(sea, name)
-    raise AttributeError(f"module 'probdr.affinities' has no attribute {name!r}")

@@ -1,0 +1,12 @@
+"""The estimators: each chooses a model, builds its inputs through :mod:`probdr.input` and calls
+a driver of :mod:`probdr.infer`."""
+
+from .ccpca import ccPCA
+from .coupling import SNE, TSNE, UMAP, GraphCoupling, LargeVis
+from .distr import DistR
+from .gwmds import GWMDS
+from .snekhorn import SNEkhorn, TSNEkhorn
+from .wishart import LaplacianWishart, WishartEigenmaps, WishartPCA
+
+__all__ = ["GraphCoupling", "SNE", "TSNE", "LargeVis", "UMAP", "WishartPCA", "ccPCA",
+           "LaplacianWishart", "WishartEigenmaps", "SNEkhorn", "TSNEkhorn", "DistR", "GWMDS"]
