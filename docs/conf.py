@@ -8,12 +8,25 @@ Pages are Markdown (MyST). The table of contents of ``index.md`` is completed at
 every other page found in ``docs/`` (see ``_complete_toctree``): pages written by other parts of
 the project (``ot.md``, ``bayesian.md``, ``benchmarks.md``, ...) appear when they exist, and a
 missing page is never a warning.
+
+Notebooks: the teaching notebooks of ``notebooks/`` are copied into ``docs/notebooks/``
+(git-ignored) when the build starts and rendered by MyST-NB, which executes them during the build
+(they are committed without outputs). A notebook that raises fails the build. For a quicker local
+build, ``PROBDR_DOCS_EXECUTE=cache`` reuses outputs of unchanged notebooks (cache in
+``docs/_build/.jupyter_cache``) and ``PROBDR_DOCS_EXECUTE=off`` renders them without outputs.
+
+Mathematics: MathJax is served from the build itself, never from a CDN. Its files come from the
+``django-static-mathjax`` package (MathJax 3.2.2 as static files, no dependencies; in the ``dev``
+extra) and are copied into ``_static/mathjax/`` (see ``_copy_mathjax``).
 """
 
 from __future__ import annotations
 
+import filecmp
 import os
 import re
+import shutil
+from pathlib import Path
 
 try:
     import probdr
@@ -31,14 +44,14 @@ version = ".".join(release.split(".")[:2])
 
 # -- extensions --------------------------------------------------------------------------------
 extensions = [
-    "myst_parser",
+    "myst_nb",  # MyST Markdown pages (it loads myst_parser) and executed notebooks
     "sphinx.ext.autodoc",
     "sphinx.ext.mathjax",
     "sphinx.ext.viewcode",
     "numpydoc",
 ]
 
-source_suffix = {".rst": "restructuredtext", ".md": "markdown"}
+source_suffix = {".rst": "restructuredtext", ".md": "myst-nb", ".ipynb": "myst-nb"}
 root_doc = "index"
 exclude_patterns = ["_build", "README*", "**/README*", "**.ipynb_checkpoints", "Thumbs.db",
                     ".DS_Store"]
@@ -48,6 +61,21 @@ templates_path: list[str] = []
 myst_enable_extensions = ["dollarmath", "amsmath", "colon_fence", "deflist"]
 myst_heading_anchors = 3
 myst_dmath_double_inline = True
+
+# MathJax from the build's own _static folder (copied by _copy_mathjax), not from a CDN
+MATHJAX_DIR = "mathjax"
+mathjax_path = f"{MATHJAX_DIR}/tex-mml-chtml.js"  # relative to _static
+
+# MyST-NB: execute the notebooks at build time; any error fails the build
+nb_execution_mode = os.environ.get("PROBDR_DOCS_EXECUTE", "force")
+nb_execution_raise_on_error = True
+nb_execution_show_tb = True
+nb_execution_timeout = 300  # seconds per cell, as nbmake runs the same notebooks in the tests
+nb_merge_streams = True
+nb_ipywidgets_js: dict = {}  # no widgets; never load their JavaScript from a CDN
+# kernels inherit this process's environment: without MPLBACKEND they draw with the inline
+# backend and the figures reach the pages (CI exports MPLBACKEND=Agg for the test suite)
+os.environ.pop("MPLBACKEND", None)
 
 # autodoc + numpydoc: members in source order, no auto-generated member tables (they warn on
 # attributes that are documented only in the class docstring)
@@ -75,6 +103,66 @@ html_theme_options = {
 }
 html_sidebars = {"**": ["about.html", "navigation.html", "relations.html", "searchbox.html"]}
 
+# -- notebooks ---------------------------------------------------------------------------------
+DOCS = Path(__file__).resolve().parent
+NOTEBOOKS_SRC = DOCS.parent / "notebooks"
+#: where the notebooks are copied for the build (git-ignored); pages ``notebooks/<name>``
+NOTEBOOKS_DST = DOCS / "notebooks"
+
+
+def _copy_notebooks(app, config):
+    """Copy ``notebooks/*.ipynb`` into ``docs/notebooks/`` before Sphinx looks for sources.
+
+    A file is rewritten only when its content changed (unchanged notebooks keep their time stamp
+    and are not re-read by an incremental build); copies of notebooks that no longer exist are
+    removed."""
+    NOTEBOOKS_DST.mkdir(exist_ok=True)
+    sources = sorted(NOTEBOOKS_SRC.glob("*.ipynb"))
+    names = {p.name for p in sources}
+    for src in sources:
+        dst = NOTEBOOKS_DST / src.name
+        if not dst.exists() or not filecmp.cmp(src, dst, shallow=False):
+            shutil.copy2(src, dst)
+    for old in NOTEBOOKS_DST.glob("*.ipynb"):
+        if old.name not in names:
+            old.unlink()
+
+
+# -- MathJax, served locally -------------------------------------------------------------------
+#: what MathJax 3's tex-mml-chtml component loads: the component itself, its CHTML fonts, and
+#: what it may load on demand (TeX extensions by \require or autoload, the menu, accessibility)
+MATHJAX_FILES = ["tex-mml-chtml.js", "input", "output/chtml", "ui", "a11y", "sre"]
+
+
+def _mathjax_source() -> Path:
+    try:
+        import mathjax  # the django-static-mathjax distribution
+    except ImportError as exc:  # pragma: no cover - the dev extra installs it
+        raise RuntimeError(
+            "the docs serve MathJax locally from the django-static-mathjax package: "
+            'pip install -c constraints.txt -e ".[dev]"') from exc
+    es5 = Path(mathjax.__file__).resolve().parent / "static" / "mathjax" / "es5"
+    if not (es5 / "tex-mml-chtml.js").is_file():  # pragma: no cover
+        raise RuntimeError(f"no MathJax 3 build found in {es5}")
+    return es5
+
+
+def _copy_mathjax(app, exception):
+    """Copy MathJax's files into the HTML output's ``_static/mathjax/``."""
+    if exception is not None or app.builder.format != "html":
+        return
+    src = _mathjax_source()
+    dst = Path(app.outdir) / "_static" / MATHJAX_DIR
+    for name in MATHJAX_FILES:
+        path = src / name
+        if path.is_dir():
+            shutil.copytree(path, dst / name, dirs_exist_ok=True)
+        else:
+            dst.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(path, dst / name)
+    shutil.copy2(src.parent / "LICENSE", dst / "LICENSE")
+
+
 # -- the table of contents ---------------------------------------------------------------------
 #: pages every build has, in this order
 CORE_PAGES = ["quickstart", "concepts", "api"]
@@ -88,7 +176,9 @@ def _complete_toctree(app, docname, source):
     """Replace the marker line of ``index.md`` with a toctree of the pages that exist."""
     if docname != root_doc:
         return
-    found = set(app.env.found_docs) - {root_doc, *CORE_PAGES}
+    # the notebooks have their own toctree in index.md
+    found = {d for d in app.env.found_docs if not d.startswith("notebooks/")}
+    found -= {root_doc, *CORE_PAGES}
     pages = [p for p in OPTIONAL_PAGES if p in found]
     pages += sorted(found - set(OPTIONAL_PAGES))
     if pages:
@@ -106,5 +196,8 @@ def _always_reread_index(app, env, added, changed, removed):
 
 
 def setup(app):
+    _mathjax_source()  # fail early, before a long build, when MathJax is not installed
+    app.connect("config-inited", _copy_notebooks)
+    app.connect("build-finished", _copy_mathjax)
     app.connect("source-read", _complete_toctree)
     app.connect("env-get-outdated", _always_reread_index)
