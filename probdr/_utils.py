@@ -2,35 +2,12 @@
 
 from __future__ import annotations
 
-import random
 from typing import Any
 
 import numpy as np
 import torch
 
 DTYPES = {"float32": torch.float32, "float64": torch.float64}
-
-
-def check_random_state(random_state: int | None) -> int:
-    """Return an integer seed; ``None`` draws one from numpy's global generator."""
-    if random_state is None:
-        return int(np.random.randint(0, 2**31 - 1))
-    if isinstance(random_state, (int, np.integer)) and not isinstance(random_state, bool):
-        if random_state < 0:
-            raise ValueError(f"random_state must be a non-negative integer, got {random_state}.")
-        return int(random_state)
-    raise TypeError(f"random_state must be an int or None, got {type(random_state).__name__}.")
-
-
-def seed_everything(seed: int) -> torch.Generator:
-    """Seed torch, numpy, python and pyro from one integer; return a torch generator."""
-    import pyro
-
-    pyro.set_rng_seed(seed)  # seeds torch, numpy and random
-    random.seed(seed)
-    gen = torch.Generator()
-    gen.manual_seed(seed)
-    return gen
 
 
 def resolve_dtype(dtype: str | torch.dtype) -> torch.dtype:

@@ -137,8 +137,8 @@ def test_ccpca_connected_graphs_warn_rank_deficiency():
 # ---------------------------------------------------------------------------- estimator
 @pytest.mark.parametrize("bad, msg", [
     (np.array([[1.0, np.nan, 0.0]] * 40), "NaN"),
-    (np.arange(40.0), "2-D"),
-    (np.empty((0, 3)), "empty"),
+    (np.arange(40.0), "2D array"),
+    (np.empty((0, 3)), "0 sample"),
 ])
 def test_ccpca_input_validation(bad, msg):
     with pytest.raises(ValueError, match=msg):
@@ -148,8 +148,8 @@ def test_ccpca_input_validation(bad, msg):
 def test_ccpca_param_validation():
     X, _ = _blobs(n=40, centers=2, p=3, seed=4)
     X = X.numpy()
-    with pytest.raises(ValueError, match="smaller than the number of features"):
-        ccPCA(n_components=3).fit(X)
+    with pytest.raises(ValueError, match="at most the number of features"):
+        ccPCA(n_components=4).fit(X)
     with pytest.raises(ValueError, match="perplexity"):
         ccPCA(perplexity=39).fit(X)
     with pytest.raises(ValueError, match="prior_x"):

@@ -16,19 +16,21 @@ def test_bad_input_raises_clear_errors(make):
     X = rng.normal(size=(100, 5))
     bad = X.copy()
     bad[3, 2] = np.nan
-    with pytest.raises(ValueError, match="NaN or infinite"):
+    with pytest.raises(ValueError, match="NaN|infinity"):
         make().fit(bad)
     bad[3, 2] = np.inf
-    with pytest.raises(ValueError, match="NaN or infinite"):
+    with pytest.raises(ValueError, match="NaN|infinity"):
         make().fit(bad)
-    with pytest.raises(ValueError, match="2-D"):
+    with pytest.raises(ValueError, match="2D array"):
         make().fit(X[:, 0])
-    with pytest.raises(ValueError, match="empty"):
+    with pytest.raises(ValueError, match="0 sample"):
         make().fit(np.empty((0, 5)))
     with pytest.raises(ValueError, match="n_components"):
-        make(n_components=5).fit(X)
-    with pytest.raises(TypeError):
+        make(n_components=0).fit(X)
+    with pytest.raises(ValueError, match="string to float"):
         make().fit(np.array([["a", "b"], ["c", "d"]]))
+    with pytest.raises(ValueError, match="[Cc]omplex"):
+        make().fit(X + 1j)
 
 
 def test_n_too_small_for_perplexity_or_neighbors():

@@ -2,9 +2,10 @@
 a driver of :mod:`probdr.infer`."""
 
 from .ccpca import ccPCA
-from .coupling import SNE, TSNE, UMAP, GraphCoupling, LargeVis
+from .coupling import GraphCoupling
 from .distr import DistR
 from .gwmds import GWMDS
+from .presets import SNE, TSNE, UMAP, LargeVis
 from .snekhorn import SNEkhorn, TSNEkhorn
 from .wishart import LaplacianWishart, WishartEigenmaps, WishartPCA
 

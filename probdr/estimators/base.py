@@ -1,75 +1,118 @@
-"""sklearn-style estimator base shared by every probdr method."""
+"""The scikit-learn base of every probdr estimator.
+
+:class:`DREstimator` is a real :class:`sklearn.base.BaseEstimator` (parameters from the
+``__init__`` signature, ``clone``, nested ``set_params``, tags, ``check_is_fitted``), with
+``fit_transform``, ``get_feature_names_out`` and ``set_output`` from scikit-learn's mixins, input
+validation by :func:`sklearn.utils.validation.validate_data`, and a ``fit`` that touches no global
+state: it runs in a private Pyro parameter store and a private copy of torch's, numpy's and
+Python's global random streams, all seeded from ``random_state`` and restored afterwards.
+"""
 
 from __future__ import annotations
 
-import inspect
-from typing import Any
+import contextlib
+import random
+import secrets
 
 import numpy as np
 import torch
+from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, TransformerMixin
+from sklearn.utils.validation import check_is_fitted, validate_data
 
-from .._utils import as_output, check_array, check_random_state, resolve_dtype, seed_everything
+from .._utils import as_output, resolve_dtype
+
+__all__ = ["DREstimator", "resolve_seed", "isolated_random_state"]
+
+#: random_state integers accepted (numpy's legacy seeding takes 32-bit seeds)
+MAX_SEED = 2**32 - 1
 
 
-class DREstimator:
-    """Base class: ``get_params``/``set_params`` from the ``__init__`` signature, ``fit_transform``,
-    and the input checks every method shares.
+def resolve_seed(random_state) -> int:
+    """An integer seed from ``random_state``: an int in ``[0, 2**32 - 1]`` is used as it is; a
+    ``numpy.random.RandomState`` or ``numpy.random.Generator`` gives one draw; ``None`` takes
+    fresh entropy from the operating system (numpy's global generator is not touched)."""
+    if random_state is None:
+        return secrets.randbits(31)
+    if isinstance(random_state, (bool, np.bool_)):
+        raise TypeError("random_state must be None, an int, a numpy RandomState or Generator; "
+                        f"got the bool {random_state!r}.")
+    if isinstance(random_state, (int, np.integer)):
+        if not 0 <= int(random_state) <= MAX_SEED:
+            raise ValueError(f"random_state must lie in [0, 2**32 - 1], got {random_state}.")
+        return int(random_state)
+    if isinstance(random_state, np.random.RandomState):
+        return int(random_state.randint(np.iinfo(np.int32).max))
+    if isinstance(random_state, np.random.Generator):
+        return int(random_state.integers(np.iinfo(np.int32).max))
+    raise TypeError("random_state must be None, an int, a numpy RandomState or Generator; got "
+                    f"{type(random_state).__name__}.")
 
-    Subclasses implement ``_fit(X: torch.Tensor) -> torch.Tensor`` (the embedding, float tensor)
-    and may override ``_check_params(n, p)``; ``fit`` validates input, seeds everything from
-    ``random_state`` and stores ``embedding_`` (numpy) and ``random_state_`` (the seed used).
+
+@contextlib.contextmanager
+def isolated_random_state(seed: int):
+    """Run a block with torch's, numpy's and Python's global generators seeded from ``seed`` and
+    a private (empty) Pyro parameter store; restore all four afterwards, also on error."""
+    import pyro
+
+    np_state = np.random.get_state()
+    py_state = random.getstate()
+    devices = list(range(torch.cuda.device_count())) if torch.cuda.is_initialized() else []
+    with torch.random.fork_rng(devices=devices), pyro.get_param_store().scope():
+        try:
+            pyro.set_rng_seed(seed)  # torch, numpy and random
+            random.seed(seed)
+            yield
+        finally:
+            np.random.set_state(np_state)
+            random.setstate(py_state)
+
+
+class DREstimator(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
+    """Base class of the probdr estimators.
+
+    Subclasses store their parameters in ``__init__`` and nothing else, keep fixed choices as
+    class attributes, and implement ``_fit(X: torch.Tensor) -> torch.Tensor`` (the embedding);
+    they may override ``_check_params(n, p)``, which runs before any heavy work. ``fit``
+    validates ``X``, resolves ``random_state`` to the integer ``random_state_`` and stores
+    ``embedding_`` (numpy, float64), ``n_features_in_`` (and ``feature_names_in_`` for a
+    DataFrame) and ``n_samples_``.
     """
 
     #: smallest number of samples the method accepts
     _min_samples = 3
+    #: the method keeps at most as many components as features (PCA-like methods)
+    _components_at_most_features = False
 
-    @classmethod
-    def _param_names(cls) -> list[str]:
-        sig = inspect.signature(cls.__init__)
-        return [p.name for p in sig.parameters.values()
-                if p.name != "self" and p.kind not in (p.VAR_KEYWORD, p.VAR_POSITIONAL)]
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.transformer_tags.preserves_dtype = []
+        return tags
 
-    def get_params(self, deep: bool = True) -> dict[str, Any]:
-        return {k: getattr(self, k) for k in self._param_names()}
-
-    def set_params(self, **params) -> DREstimator:
-        valid = set(self._param_names())
-        for k, v in params.items():
-            if k not in valid:
-                raise ValueError(f"Invalid parameter {k!r} for {type(self).__name__}; "
-                                 f"valid: {sorted(valid)}.")
-            setattr(self, k, v)
-        return self
-
-    def __repr__(self) -> str:
-        defaults = {p.name: p.default for p in inspect.signature(type(self).__init__).parameters.values()}
-        args = []
-        for k in self._param_names():
-            v = getattr(self, k)
-            d = defaults.get(k, inspect.Parameter.empty)
-            try:
-                same = v is d or (not isinstance(v, (np.ndarray, torch.Tensor)) and v == d)
-            except Exception:  # pragma: no cover
-                same = False
-            if not same:
-                args.append(f"{k}={v!r}")
-        return f"{type(self).__name__}({', '.join(args)})"
+    @property
+    def _n_features_out(self) -> int:
+        return self.embedding_.shape[1]
 
     # -- shared checks ---------------------------------------------------------------------------
-    def _check_input(self, X) -> torch.Tensor:
-        dtype = resolve_dtype(getattr(self, "dtype", "float64"))
-        Xt = check_array(X, min_samples=self._min_samples, dtype=torch.float64)
-        n, p = Xt.shape
+    def _validate_X(self, X) -> torch.Tensor:
+        """scikit-learn's validation (2-D, finite, numeric, not complex, not sparse, enough
+        samples), then a float64 tensor."""
+        data = X.detach().cpu().numpy() if isinstance(X, torch.Tensor) else X
+        A = validate_data(self, data, accept_sparse=False, dtype=np.float64,
+                          ensure_min_samples=self._min_samples, reset=True)
+        if not A.flags.writeable:  # a read-only memmap: torch needs writable memory
+            A = A.copy()
+        return torch.from_numpy(np.ascontiguousarray(A))
+
+    def _check_n_components(self, p: int) -> None:
         q = getattr(self, "n_components", None)
-        if q is not None:
-            if not (isinstance(q, (int, np.integer)) and q >= 1):
-                raise ValueError(f"n_components must be a positive integer, got {q!r}.")
-            if q >= p:
-                raise ValueError(f"n_components={q} must be smaller than the number of features "
-                                 f"p={p}: dimensionality reduction needs q < p.")
-        self._check_params(n, p)
-        self._fit_dtype = dtype
-        return Xt
+        if q is None and "n_components" not in self.get_params():
+            return
+        if not (isinstance(q, (int, np.integer)) and not isinstance(q, (bool, np.bool_))
+                and q >= 1):
+            raise ValueError(f"n_components must be a positive integer, got {q!r}.")
+        if self._components_at_most_features and q > p:
+            raise ValueError(f"n_components={q} must be at most the number of features p={p} "
+                             f"for {type(self).__name__}.")
 
     def _check_params(self, n: int, p: int) -> None:
         """Validate hyper-parameters against the data size (override)."""
@@ -77,22 +120,32 @@ class DREstimator:
     def _fit(self, X: torch.Tensor) -> torch.Tensor:  # pragma: no cover - abstract
         raise NotImplementedError
 
-    def fit(self, X, y=None) -> DREstimator:
-        """Fit the model to ``X`` of shape ``(n_samples, n_features)``."""
-        Xt = self._check_input(X)
-        self.random_state_ = check_random_state(getattr(self, "random_state", None))
-        seed_everything(self.random_state_)
-        Z = self._fit(Xt)
+    def fit(self, X, y=None):
+        """Fit the model to ``X`` of shape ``(n_samples, n_features)``; ``y`` is ignored."""
+        Xt = self._validate_X(X)
+        n, p = Xt.shape
+        self._check_n_components(p)
+        self._fit_dtype = resolve_dtype(getattr(self, "dtype", "float64"))
+        self._check_params(n, p)
+        self.random_state_ = resolve_seed(self.random_state)
+        with isolated_random_state(self.random_state_):
+            Z = self._fit(Xt)
         if not torch.isfinite(Z).all():
             raise FloatingPointError(
                 f"{type(self).__name__} produced a non-finite embedding; try a smaller learning "
                 "rate, float64 (dtype='float64') or another initialisation.")
         self.embedding_ = Z.detach().to(torch.float64).cpu().numpy()
-        self.n_samples_, self.n_features_in_ = Xt.shape
+        self.n_samples_ = n
         return self
 
-    def fit_transform(self, X, y=None):
-        """Fit and return the embedding, ``(n_samples, n_components)``; numpy in -> numpy out,
-        torch in -> torch out."""
-        self.fit(X, y)
-        return as_output(torch.from_numpy(self.embedding_), X)
+    def fit_transform(self, X, y=None, **fit_params):
+        """Fit and return the embedding, ``(n_samples, n_components)``: numpy in -> numpy out,
+        torch in -> torch out (on its device)."""
+        self.fit(X, y, **fit_params)
+        Z = torch.from_numpy(self.embedding_)
+        if isinstance(X, torch.Tensor):
+            return as_output(Z, X).to(X.device)
+        return Z.numpy()
+
+    def _check_fitted(self) -> None:
+        check_is_fitted(self, "embedding_")

@@ -97,6 +97,8 @@ class ccPCA(DREstimator):
         :math:`\bar X` (before centring).
     """
 
+    _components_at_most_features = True
+
     def __init__(self, n_components: int = 2, prior_x: str = "D", perplexity: float = 30.0,
                  n_samples: int = 100, random_state: int | None = None):
         self.n_components = n_components

@@ -27,13 +27,13 @@ import torch
 from ..infer import Phase, run_map
 from ..init import initialize
 from ..input.graph import AFFINITIES, _prior_kind, build_input_graph
-from ..kernels import find_ab_params, get_kernel
+from ..kernels import get_kernel
 from ..laws.graph import GraphLaw, GraphPrior, check_coupling, get_prior
 from ..laws.weights import KernelWeights
 from ..models.coupling import graph_coupling_model
 from .base import DREstimator
 
-__all__ = ["GraphCoupling", "SNE", "TSNE", "LargeVis", "UMAP"]
+__all__ = ["GraphCoupling", "set_init_params"]
 
 #: scale of the isotropic Gaussian prior on Z used when a posterior is asked for
 DEFAULT_Z_PRIOR_SCALE = 10.0
@@ -45,6 +45,13 @@ EXACT_REPULSION_MAX_N = 4000
 FFT_REPULSION_MIN_N = 1000
 #: the automatic learning rate is divided by this with repulsion="sampled"
 SAMPLED_LR_SHRINK = 16.0
+
+
+def set_init_params(est, params: dict) -> None:
+    """Store an ``__init__``'s arguments (``locals()``) as attributes, and nothing else."""
+    for k, v in params.items():
+        if k not in ("self", "__class__"):
+            setattr(est, k, v)
 
 
 class GraphCoupling(DREstimator):
@@ -95,7 +102,20 @@ class GraphCoupling(DREstimator):
         ``max(200, n / exaggeration)`` in this gradient's scale, which keeps t-SNE's factor 4;
         scikit-learn's rule), 1.0 decaying to 0 for SGD (umap-learn's).
     momentum, early_momentum : float
+        Momentum of the main and early-exaggeration phases (``"gains"`` and ``"sgd"``).
     optimizer : {"gains", "sgd", "adam"}
+        ``"gains"``: t-SNE's delta-bar-delta gains with momentum, on the loss divided by n (the
+        scale of t-SNE's KL gradient, which the automatic learning rate assumes); ``"sgd"``,
+        ``"adam"``: on the loss itself.
+    learning_rate_decay : bool
+        Decay the learning rate linearly to 0 over the main phase (umap-learn's schedule).
+    grad_clip : float, optional
+        Clip every gradient coordinate, and every pair's force inside the model, to
+        ``[-grad_clip, grad_clip]`` (umap-learn clips at 4).
+    init_scale : float or "umap"
+        A named initialisation is centred and scaled so that its first coordinate has this
+        standard deviation (openTSNE's 1e-4); ``"umap"`` maps it to the box [0, 10] with 1e-4
+        noise, as umap-learn does.
     neighbors : {"auto", "exact", "approximate"}
         Input-graph neighbours (:func:`probdr.neighbors.knn`): ``"auto"`` is exact up to
         100,000 points (brute force, then a pruned cell search), pynndescent beyond.
@@ -156,6 +176,9 @@ class GraphCoupling(DREstimator):
         momentum: float = 0.8,
         early_momentum: float = 0.5,
         optimizer: str = "gains",
+        learning_rate_decay: bool = False,
+        grad_clip: float | None = None,
+        init_scale: float | str = 1e-4,
         neighbors: str = "auto",
         inference: str = "map",
         inference_params: dict | None = None,
@@ -192,6 +215,9 @@ class GraphCoupling(DREstimator):
         self.momentum = momentum
         self.early_momentum = early_momentum
         self.optimizer = optimizer
+        self.learning_rate_decay = learning_rate_decay
+        self.grad_clip = grad_clip
+        self.init_scale = init_scale
         self.neighbors = neighbors
         self.dtype = dtype
         self.random_state = random_state
@@ -227,7 +253,12 @@ class GraphCoupling(DREstimator):
         params.update(self.kernel_params or {})
         return get_kernel(self.kernel_z, **params)
 
-    def _check_params(self, n: int, p: int) -> None:
+    def _n_iter(self, n: int) -> int:
+        """Total optimisation steps for n samples."""
+        return int(self.n_iter)
+
+    def _check_input_side(self, n: int) -> None:
+        """Priors, affinity, perplexity and neighbour count against n."""
         kx, kz = _prior_kind(self.prior_x), _prior_kind(self.prior_z)
         if not isinstance(self.prior_z, GraphPrior) or kz in ("B", "D", "E"):
             check_coupling(kx, kz)
@@ -252,6 +283,10 @@ class GraphCoupling(DREstimator):
                 raise ValueError(
                     f"n_neighbors={self.n_neighbors} is too large for n={n} samples (at most "
                     f"{limit}).")
+
+    def _check_params(self, n: int, p: int) -> None:
+        self._check_input_side(n)
+        kz = _prior_kind(self._latent_prior())
         if self.repulsion not in REPULSIONS:
             raise ValueError(f"repulsion must be one of {REPULSIONS}, got {self.repulsion!r}.")
         if self.repulsion == "negative_sampling" and kz != "B":
@@ -263,11 +298,19 @@ class GraphCoupling(DREstimator):
             raise ValueError(f"coupling_weight must be positive, got {self.coupling_weight!r}.")
         if self.observe not in ("mean", "sample"):
             raise ValueError(f"observe must be 'mean' or 'sample', got {self.observe!r}.")
-        if not (isinstance(self.n_iter, (int, np.integer)) and self.n_iter >= 1):
-            raise ValueError(f"n_iter must be a positive integer, got {self.n_iter!r}.")
-        if self.early_exaggeration_iter > self.n_iter:
+        n_iter = self._n_iter(n)
+        if not (isinstance(n_iter, (int, np.integer)) and n_iter >= 1):
+            raise ValueError(f"n_iter must be a positive integer, got {n_iter!r}.")
+        if self.early_exaggeration_iter > n_iter:
             raise ValueError(f"early_exaggeration_iter={self.early_exaggeration_iter} exceeds "
-                             f"n_iter={self.n_iter}.")
+                             f"n_iter={n_iter}.")
+        if self.optimizer not in ("gains", "sgd", "adam"):
+            raise ValueError(f"optimizer must be 'gains', 'sgd' or 'adam', got {self.optimizer!r}.")
+        if self.grad_clip is not None and not self.grad_clip > 0:
+            raise ValueError(f"grad_clip must be positive or None, got {self.grad_clip!r}.")
+        if not (self.init_scale == "umap" or (isinstance(self.init_scale, (int, float))
+                                              and self.init_scale > 0)):
+            raise ValueError(f"init_scale must be positive or 'umap', got {self.init_scale!r}.")
         if self.learning_rate != "auto" and not (
                 isinstance(self.learning_rate, (int, float)) and self.learning_rate > 0):
             raise ValueError(f"learning_rate must be 'auto' or positive, got {self.learning_rate!r}.")
@@ -287,7 +330,7 @@ class GraphCoupling(DREstimator):
         is applied inside the model for the SGD presets)."""
         ee = float(self.early_exaggeration)
         n_ee = int(self.early_exaggeration_iter) if ee != 1.0 else 0
-        n_main = int(self.n_iter) - n_ee
+        n_main = self._n_iter(n) - n_ee
         if self.optimizer == "gains":
             # openTSNE's rule max(200, n / exaggeration) in openTSNE's gradient scale, which
             # leaves out t-SNE's factor 4 (dC/dz_i = 4 sum_j (p_ij - q_ij) q_ij Z (z_i - z_j));
@@ -305,15 +348,19 @@ class GraphCoupling(DREstimator):
             if n_ee:
                 phases.append(Phase(n_ee, lr(ee), self.early_momentum,
                                     model_kwargs={"exaggeration": ee}, name="exaggeration"))
-            phases.append(Phase(n_main, lr(1.0), self.momentum, name="main"))
-            return phases, 1.0 / n, None
+            phases.append(Phase(n_main, lr(1.0), self.momentum, name="main",
+                                final_learning_rate=0.0 if self.learning_rate_decay else None))
+            return phases, 1.0 / n, self.grad_clip
         lr0 = 1.0 if self.learning_rate == "auto" else float(self.learning_rate)
+        mom = self.momentum if self.optimizer == "sgd" else 0.0
+        early_mom = self.early_momentum if self.optimizer == "sgd" else 0.0
         phases = []
         if n_ee:
-            phases.append(Phase(n_ee, lr0, 0.0, model_kwargs={"exaggeration": ee},
+            phases.append(Phase(n_ee, lr0, early_mom, model_kwargs={"exaggeration": ee},
                                 name="exaggeration"))
-        phases.append(Phase(n_main, lr0, 0.0, final_learning_rate=0.0, name="main"))
-        return phases, 1.0, (4.0 if self.optimizer == "sgd" else None)
+        phases.append(Phase(n_main, lr0, mom, name="main",
+                            final_learning_rate=0.0 if self.learning_rate_decay else None))
+        return phases, 1.0, self.grad_clip
 
     # -- fitting ---------------------------------------------------------------------------
     def _build_input_graph(self, X: torch.Tensor) -> GraphLaw:
@@ -327,14 +374,11 @@ class GraphCoupling(DREstimator):
         if self.repulsion != "auto":
             return self.repulsion
         k = self._make_kernel()
-        if (n > FFT_REPULSION_MIN_N and _prior_kind(self.prior_z) == "E"
+        if (n > FFT_REPULSION_MIN_N and _prior_kind(self._latent_prior()) == "E"
                 and self.n_components == 2 and getattr(k, "name", "") == "student"
                 and getattr(k, "dof", None) == 1.0 and self.latent_edge_prior is None):
             return "fft"
         return "exact" if n <= EXACT_REPULSION_MAX_N else "sampled"
-
-    def _init_scale(self):
-        return "umap" if self.optimizer == "sgd" else 1e-4
 
     def _fit(self, X: torch.Tensor) -> torch.Tensor:
         n = X.shape[0]
@@ -345,13 +389,13 @@ class GraphCoupling(DREstimator):
         mean = self.input_graph_.mean
         W_X = mean.to(dtype).coalesce() if mean.is_sparse else mean.to(dtype)
         Z0 = initialize(self.init, X, self.n_components, graph=mean, input_graph=self.input_graph_,
-                        scale=self._init_scale(), generator=gen).to(dtype)
+                        scale=self.init_scale, generator=gen).to(dtype)
         self.model_kwargs_ = dict(
             W_X=W_X, prior_z=self._latent_prior(), kernel=self.kernel_,
             n_components=self.n_components, repulsion=self._repulsion(n),
             negative_samples=self.negative_samples, negative_weight=self.negative_weight,
             z_prior=self._resolve_z_prior(n, dtype), coupling_weight=self.coupling_weight,
-            pair_grad_clip=4.0 if self.optimizer == "sgd" else None)
+            pair_grad_clip=self.grad_clip)
         observe = None
         if self.observe == "sample":
             def observe():
@@ -408,114 +452,3 @@ class GraphCoupling(DREstimator):
                   dtype=torch.float64)
         tr = poutine.trace(poutine.condition(graph_coupling_model, data={"Z": Zt})).get_trace(**kw)
         return float(tr.log_prob_sum())
-
-
-class SNE(GraphCoupling):
-    """Stochastic neighbour embedding: coupling (D, D) with a Gaussian latent kernel
-    :math:`\\exp(-\\|z_i - z_j\\|^2)`. The default learning rate (10, with momentum and gains) was
-    measured stable; t-SNE's automatic rate (about n / 4) makes SNE diverge (the Gaussian kernel gives points
-    that fly off no force back)."""
-
-    def __init__(self, perplexity=30.0, n_components=2, *, kernel_z="gaussian", n_iter=750,
-                 early_exaggeration=4.0, early_exaggeration_iter=250, learning_rate=10.0,
-                 init="pca", repulsion="auto", negative_samples=10, observe="mean",
-                 edge_prior=None,
-                 neighbors="auto", inference="map", inference_params=None, z_prior=None,
-                 coupling_weight=1.0, latent_edge_prior=None,
-                 dtype="float32", random_state=None, verbose=False):
-        super().__init__("D", "D", kernel_z, perplexity, n_components, init=init, n_iter=n_iter,
-                         early_exaggeration=early_exaggeration,
-                         early_exaggeration_iter=early_exaggeration_iter,
-                         learning_rate=learning_rate, repulsion=repulsion,
-                         negative_samples=negative_samples, observe=observe,
-                         edge_prior=edge_prior, neighbors=neighbors, inference=inference, inference_params=inference_params,
-                         z_prior=z_prior, coupling_weight=coupling_weight,
-                         latent_edge_prior=latent_edge_prior, dtype=dtype,
-                         random_state=random_state, verbose=verbose)
-
-
-class TSNE(GraphCoupling):
-    """t-SNE: coupling (D, E) with the Student (Cauchy) latent kernel :math:`1/(1 + d^2)`;
-    exact normalisers, early exaggeration 12 for 250 of 750 steps, openTSNE's learning rate."""
-
-    def __init__(self, perplexity=30.0, n_components=2, *, dof=1.0, n_iter=750,
-                 early_exaggeration=12.0, early_exaggeration_iter=250, learning_rate="auto",
-                 init="pca", repulsion="auto", negative_samples=10, observe="mean",
-                 edge_prior=None,
-                 neighbors="auto", inference="map", inference_params=None, z_prior=None,
-                 coupling_weight=1.0, latent_edge_prior=None,
-                 dtype="float32", random_state=None, verbose=False):
-        self.dof = dof
-        super().__init__("D", "E", "student", perplexity, n_components, init=init, n_iter=n_iter,
-                         early_exaggeration=early_exaggeration,
-                         early_exaggeration_iter=early_exaggeration_iter,
-                         learning_rate=learning_rate, repulsion=repulsion,
-                         negative_samples=negative_samples, observe=observe,
-                         edge_prior=edge_prior, neighbors=neighbors, inference=inference, inference_params=inference_params,
-                         z_prior=z_prior, coupling_weight=coupling_weight,
-                         latent_edge_prior=latent_edge_prior, dtype=dtype,
-                         random_state=random_state, verbose=verbose)
-
-    def _make_kernel(self):
-        return get_kernel("student", dof=self.dof)
-
-
-class LargeVis(GraphCoupling):
-    """LargeVis: coupling (D, B) with the Student latent kernel, fitted by negative sampling
-    (5 negatives per edge, weight 7, as Tang et al.) with SGD; ``repulsion="exact"`` gives the
-    exact :math:`\\mathcal H_{D,B}`."""
-
-    def __init__(self, perplexity=30.0, n_components=2, *, n_iter=500, negative_samples=5,
-                 negative_weight=7.0, learning_rate="auto", init="spectral",
-                 repulsion="negative_sampling", observe="mean", edge_prior=None,
-                 neighbors="auto", inference="map", inference_params=None, z_prior=None,
-                 coupling_weight=1.0, latent_edge_prior=None,
-                 dtype="float32", random_state=None, verbose=False):
-        super().__init__("D", "B", "student", perplexity, n_components, init=init, n_iter=n_iter,
-                         early_exaggeration=1.0, early_exaggeration_iter=0,
-                         learning_rate=learning_rate, repulsion=repulsion,
-                         negative_samples=negative_samples, negative_weight=negative_weight,
-                         observe=observe, optimizer="sgd", edge_prior=edge_prior,
-                         neighbors=neighbors, inference=inference, inference_params=inference_params,
-                         z_prior=z_prior, coupling_weight=coupling_weight,
-                         latent_edge_prior=latent_edge_prior, dtype=dtype,
-                         random_state=random_state, verbose=verbose)
-
-
-class UMAP(GraphCoupling):
-    """UMAP: coupling (B~, B) of the symmetrised fuzzy kNN graph with UMAP's curve
-    :math:`1/(1 + a d^{2b})` as the latent edge probability (kernel ``umap_odds``), fitted by
-    negative sampling (5 per edge) with SGD, learning rate 1 decaying to 0, gradients clipped at
-    4, spectral initialisation -- umap-learn's scheme.
-
-    Attributes ``a_``, ``b_`` hold the curve fitted from ``min_dist`` and ``spread``.
-    """
-
-    def __init__(self, n_neighbors=15, n_components=2, *, min_dist=0.1, spread=1.0,
-                 n_epochs=None, negative_samples=5, negative_weight=1.0, learning_rate="auto",
-                 init="spectral", repulsion="negative_sampling", observe="mean", edge_prior=None,
-                 neighbors="auto", inference="map", inference_params=None, z_prior=None,
-                 coupling_weight=1.0, latent_edge_prior=None,
-                 dtype="float32", random_state=None, verbose=False):
-        self.min_dist = min_dist
-        self.spread = spread
-        self.n_epochs = n_epochs
-        super().__init__("B~", "B", "umap_odds", 30.0, n_components, affinity="umap",
-                         n_neighbors=n_neighbors, init=init, n_iter=1, early_exaggeration=1.0,
-                         early_exaggeration_iter=0, learning_rate=learning_rate,
-                         repulsion=repulsion, negative_samples=negative_samples,
-                         negative_weight=negative_weight, observe=observe, optimizer="sgd",
-                         edge_prior=edge_prior, neighbors=neighbors, inference=inference, inference_params=inference_params,
-                         z_prior=z_prior, coupling_weight=coupling_weight,
-                         latent_edge_prior=latent_edge_prior, dtype=dtype,
-                         random_state=random_state, verbose=verbose)
-
-    def _make_kernel(self):
-        self.a_, self.b_ = find_ab_params(self.spread, self.min_dist)
-        return get_kernel("umap_odds", a=self.a_, b=self.b_)
-
-    def _check_params(self, n, p):
-        if self.n_epochs is not None and not (isinstance(self.n_epochs, int) and self.n_epochs > 0):
-            raise ValueError(f"n_epochs must be a positive integer or None, got {self.n_epochs!r}.")
-        self.n_iter = self.n_epochs or (500 if n <= 10_000 else 200)
-        super()._check_params(n, p)

@@ -11,7 +11,7 @@ import torch
 from ..input.graph import sea_input_graph
 from ..laws.doubly_stochastic import DoublyStochasticPrior
 from ..laws.graph import GraphLaw, GraphPrior
-from .coupling import GraphCoupling
+from .coupling import GraphCoupling, set_init_params
 
 __all__ = ["SNEkhorn", "TSNEkhorn"]
 
@@ -43,7 +43,7 @@ class SNEkhorn(GraphCoupling):
     sinkhorn_tol, sinkhorn_max_iter : float, int
         Latent symmetric Sinkhorn (warm-started at every step).
     n_iter, early_exaggeration, early_exaggeration_iter, learning_rate, momentum,
-    early_momentum, optimizer, init, dtype, random_state, verbose :
+    early_momentum, optimizer, learning_rate_decay, init, dtype, random_state, verbose :
         As in :class:`probdr.GraphCoupling` (``optimizer`` in {"adam", "gains", "sgd"}).
 
     Attributes
@@ -61,27 +61,36 @@ class SNEkhorn(GraphCoupling):
     Symmetric Entropic Affinities*, NeurIPS 2023; H. Van Assel, PhD thesis (2024), ch. 4.
     """
 
+    prior_x = "E"
+    affinity = "sea"
+    repulsion = "exact"
+    neighbors = "exact"
+    n_neighbors = None
+    kernel_params = None
+    edge_prior = None
+    negative_samples = 5
+    negative_weight = 1.0
+    observe = "mean"
+    inference = "map"
+    inference_params = None
+    z_prior = None
+    coupling_weight = 1.0
+    latent_edge_prior = None
+    grad_clip = None
+    init_scale = 1e-4
+
     def __init__(self, perplexity: float = 30.0, n_components: int = 2, *,
                  kernel_z: str = "gaussian", sea_tol: float = 1e-5, sinkhorn_tol: float = 1e-5,
                  sinkhorn_max_iter: int = 1000, n_iter: int = 750,
                  early_exaggeration: float = 1.0, early_exaggeration_iter: int = 0,
                  learning_rate=0.5, momentum: float = 0.8, early_momentum: float = 0.5,
-                 optimizer: str = "adam", init="pca", dtype: str = "float32",
-                 random_state: int | None = None, verbose: bool = False):
-        self.sea_tol = sea_tol
-        self.sinkhorn_tol = sinkhorn_tol
-        self.sinkhorn_max_iter = sinkhorn_max_iter
-        super().__init__(
-            "E", DoublyStochasticPrior(tol=sinkhorn_tol, max_iter=sinkhorn_max_iter), kernel_z,
-            perplexity, n_components, affinity="sea", repulsion="exact", init=init, n_iter=n_iter,
-            early_exaggeration=early_exaggeration,
-            early_exaggeration_iter=early_exaggeration_iter, learning_rate=learning_rate,
-            momentum=momentum, early_momentum=early_momentum, optimizer=optimizer,
-            neighbors="exact", dtype=dtype, random_state=random_state, verbose=verbose)
+                 optimizer: str = "adam", learning_rate_decay: bool = True, init="pca",
+                 dtype: str = "float32", random_state: int | None = None, verbose: bool = False):
+        set_init_params(self, locals())
 
-    # the parent validates "entropic" affinities; SEA has the same perplexity constraints plus
-    # the self-loop exclusion (perplexity <= n - 2)
-    def _check_params(self, n: int, p: int) -> None:
+    # SEA has the entropic affinities' perplexity constraints plus the self-loop exclusion
+    # (perplexity <= n - 2); the latent prior is the doubly stochastic one
+    def _check_input_side(self, n: int) -> None:
         if self.kernel_z not in ("gaussian", "student"):
             raise ValueError(f"kernel_z must be 'gaussian' or 'student', got {self.kernel_z!r}.")
         if not (isinstance(self.perplexity, (int, float, np.integer, np.floating))
@@ -94,11 +103,6 @@ class SNEkhorn(GraphCoupling):
                 and self.sinkhorn_max_iter >= 1):
             raise ValueError(f"sinkhorn_max_iter must be a positive integer, got "
                              f"{self.sinkhorn_max_iter!r}.")
-        self.affinity = "entropic"  # reuse the parent's checks of the shared parameters
-        try:
-            GraphCoupling._check_params(self, n, p)
-        finally:
-            self.affinity = "sea"
 
     def _latent_prior(self) -> GraphPrior:
         prior = getattr(self, "latent_prior_", None)
@@ -113,7 +117,6 @@ class SNEkhorn(GraphCoupling):
     def _fit(self, X: torch.Tensor) -> torch.Tensor:
         self.latent_prior_ = DoublyStochasticPrior(tol=self.sinkhorn_tol,
                                                    max_iter=self.sinkhorn_max_iter)
-        self.prior_z = self.latent_prior_
         return super()._fit(X)
 
 
@@ -127,17 +130,14 @@ class TSNEkhorn(SNEkhorn):
     loss and 12 has the higher silhouette (55.4 against 53.1; TSNE 55.2). Measured by
     ``benchmarks/ot_tsnekhorn_exaggeration.py`` (``docs/ot-results.md``)."""
 
+    kernel_z = "student"
+
     def __init__(self, perplexity: float = 30.0, n_components: int = 2, *,
                  sea_tol: float = 1e-5, sinkhorn_tol: float = 1e-5,
                  sinkhorn_max_iter: int = 1000, n_iter: int = 750,
                  early_exaggeration: float = 4.0, early_exaggeration_iter: int = 250,
                  learning_rate="auto", momentum: float = 0.8, early_momentum: float = 0.5,
-                 optimizer: str = "gains", init="pca", dtype: str = "float32",
-                 random_state: int | None = None, verbose: bool = False):
-        super().__init__(
-            perplexity, n_components, kernel_z="student", sea_tol=sea_tol,
-            sinkhorn_tol=sinkhorn_tol, sinkhorn_max_iter=sinkhorn_max_iter, n_iter=n_iter,
-            early_exaggeration=early_exaggeration,
-            early_exaggeration_iter=early_exaggeration_iter, learning_rate=learning_rate,
-            momentum=momentum, early_momentum=early_momentum, optimizer=optimizer, init=init,
-            dtype=dtype, random_state=random_state, verbose=verbose)
+                 optimizer: str = "gains", learning_rate_decay: bool = False, init="pca",
+                 dtype: str = "float32", random_state: int | None = None,
+                 verbose: bool = False):
+        set_init_params(self, locals())

@@ -118,6 +118,8 @@ class WishartPCA(DREstimator):
     flat prior), which makes L-BFGS converge in a few dozen iterations whatever the scale of X.
     """
 
+    _components_at_most_features = True
+
     def __init__(self, n_components: int = 2, nu_x: float | None = None,
                  nu_z: float | None = None, random_state: int | None = None, *,
                  solver: str = "map", optimizer: str = "lbfgs", n_iter: int = 1000,
