@@ -158,7 +158,7 @@ def cc_mean_average(X: torch.Tensor, memberships: torch.Tensor) -> torch.Tensor:
 
 
 def pca_scores(M: torch.Tensor, n_components: int) -> torch.Tensor:
-    """Unscaled PCA scores ``U_q S_q`` of column-centred ``M`` (signs: largest |entry| of each
+    """Unscaled PCA scores ``U_q S_q`` of column-centred ``M`` (signs: the largest-magnitude entry of each
     column positive)."""
     Mc = M - M.mean(0, keepdim=True)
     U, S, _ = torch.linalg.svd(Mc, full_matrices=False)
