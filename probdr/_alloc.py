@@ -2,9 +2,8 @@
 
 A MAP step on a large edge list allocates and frees temporaries of tens to hundreds of MB. glibc
 serves each one above its mmap threshold (128 KiB, adjusted dynamically up to 32 MiB) with a
-fresh ``mmap``, so every step pays for zero-filling new pages: at 100,000 points, 15 million
-edges, element-wise passes ran 3-5x slower than on reused memory (``torch.log1p`` on 15M
-doubles, one thread: 107 ms into fresh pages, 37 ms into reused ones).
+fresh ``mmap``, so every step pays for zero-filling new pages, and element-wise passes over
+large edge lists run several times slower than on reused memory (``docs/benchmarks.md``).
 :func:`heap_reuse` raises the mmap and trim thresholds for the duration of a loop, so freed
 blocks stay on the heap and are reused by the next step, then restores glibc's defaults and
 returns the free memory to the system (``malloc_trim``). Elsewhere (macOS, Windows, musl) it

@@ -15,7 +15,7 @@ name           :math:`k(d^2)`                               used by
 =============  ==========================================  ===============================
 
 ``umap_odds`` is what makes the B-prior edge probability :math:`K/(1+K)` equal UMAP's curve
-exactly (spec §4.5); it is unbounded at :math:`d=0` (violates Theorem 1), so squared distances are
+exactly; it is unbounded at :math:`d=0` (violates Theorem 1), so squared distances are
 floored at ``d2_floor``.
 """
 

@@ -3,7 +3,7 @@ r"""Quality metrics of an embedding.
 * :func:`trustworthiness` -- scikit-learn's (Venna & Kaski), optionally on a random subsample.
 * :func:`knn_accuracy` -- leave-one-out k-NN classification accuracy in the embedding.
 * :func:`rnx` -- the rescaled K-ary neighbourhood agreement :math:`R_n(K)` (Lee et al. 2015;
-  spec eq. 23), exact, computed in row blocks so that it runs at n = 20,000.
+  Van Assel et al. 2022, App. B.3, eq. 23), exact, computed in row blocks so that it runs at n = 20,000.
 """
 
 from __future__ import annotations
@@ -96,8 +96,8 @@ def qnx(X, Z, K, block_size: int | None = None):
 
 
 def rnx(X, Z, K, block_size: int | None = None):
-    r"""Rescaled neighbourhood agreement :math:`R_n(K) = ((n-1)Q_n(K) - K)/(n - 1 - K)` (spec
-    eq. 23): 1 for identical neighbourhoods, about 0 for a random embedding. ``K`` is an int or
+    r"""Rescaled neighbourhood agreement :math:`R_n(K) = ((n-1)Q_n(K) - K)/(n - 1 - K)` (Van
+    Assel et al. 2022, eq. 23): 1 for identical neighbourhoods, about 0 for a random embedding. ``K`` is an int or
     a list of ints; ties in distance are broken by index."""
     Xt, _ = _pair(X, Z)
     n = Xt.shape[0]

@@ -3,8 +3,8 @@ Adam.
 
 They follow ``torch.optim``'s interface (``param_groups``, ``state``, ``zero_grad``, ``step``)
 and, for SGD and Adam, its update rules exactly (tests compare them step by step), but do not
-derive from ``torch.optim.Optimizer``: its methods import ``torch._dynamo`` on first use, about
-2 s per process (more than a whole fit on a few thousand points).
+derive from ``torch.optim.Optimizer``: its methods import ``torch._dynamo`` on first use, which
+costs more than a whole fit on a few thousand points (``docs/benchmarks.md``).
 """
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ UMAP       B~       B        umap_odds     umap         negative sampling (m=5, 
 =========  =======  =======  ============  ===========  ==========================================
 
 The exact objective (``repulsion="exact"``) is available for every preset; ``loss(Z)`` always
-returns the exact cross-entropy of the spec (§4.2), whatever the optimiser used.
+returns the exact cross-entropy (Van Assel et al. 2022, §3.1), whatever the optimiser used.
 """
 
 from __future__ import annotations
@@ -63,7 +63,7 @@ class GraphCoupling(DREstimator):
         Prior of the input graph :math:`W_X` (``"B~"``: UMAP's symmetrised B graph).
     prior_z : {"D", "B", "E"} or GraphPrior
         Prior of the latent graph :math:`W_Z`. The pair must have a defined cross-entropy
-        (spec Table 1); otherwise a ``ValueError`` lists the defined pairs.
+        (Van Assel et al. 2022, Table 1); otherwise a ``ValueError`` lists the defined pairs.
     kernel_z : str or Kernel
         Latent kernel: ``"gaussian"``, ``"student"``, ``"umap"``, ``"umap_odds"``.
     perplexity : float
@@ -435,8 +435,9 @@ class GraphCoupling(DREstimator):
         return self._latent_prior().posterior(KernelWeights(self._check_Z(Z), self._make_kernel()))
 
     def loss(self, Z) -> float:
-        r"""The coupling cross-entropy :math:`\mathcal H_{\mathcal P_X,\mathcal P_Z}(Z)` of spec §4.2,
-        exactly (all ordered pairs :math:`i \ne j`, float64), from ``input_graph_.mean``."""
+        r"""The coupling cross-entropy :math:`\mathcal H_{\mathcal P_X,\mathcal P_Z}(Z)` (Van Assel
+        et al. 2022, §3.1), exactly (all ordered pairs :math:`i \ne j`, float64), from
+        ``input_graph_.mean``."""
         law = self.latent_law(Z)
         P = self.input_graph_.mean
         return float(law.cross_entropy(P.double().coalesce() if P.is_sparse else P.double()))

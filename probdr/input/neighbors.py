@@ -5,10 +5,8 @@ Up to ``EXACT_KNN_MAX_N`` points ``knn(method="auto")`` returns exact neighbours
 to 5,000 points, then a k-means cell search with triangle-inequality, Voronoi and slab pruning
 (:func:`knn_pruned`). On well-separated clusters it visits a small fraction of the pairs; on
 100,000 overlapping 50-dimensional Gaussian blobs, where a point's neighbours can lie anywhere in
-its own cluster, it visits about 16% of them (15 s for k = 15, 23 s for k = 90 on one core,
-against 43-47 s for blocked brute force and about 80 s for pynndescent, most of it numba
-compilation paid once per process). Beyond 100,000 points approximate neighbours come from
-pynndescent.
+its own cluster, it visits about 16% of them (timings beside brute force and pynndescent in
+``docs/benchmarks.md``). Beyond 100,000 points approximate neighbours come from pynndescent.
 """
 
 from __future__ import annotations

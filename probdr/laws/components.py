@@ -1,7 +1,7 @@
 r"""Monte Carlo over posterior graphs: connected components of many draws at once.
 
-The input-graph posteriors of the graph-coupling view (Van Assel et al. 2022, Proposition 1; spec
-§3.4) are the B, D and E laws of :mod:`probdr.graphs`. ccPCA (spec §7.3) and the discussion of
+The input-graph posteriors of the graph-coupling view (Van Assel et al. 2022, Proposition 1 and
+App. A.2) are the B, D and E laws of :mod:`probdr.laws.graph`. ccPCA (§4.3 there) and the discussion of
 MRF degeneracy need, for :math:`N` draws :math:`W^{(1)}, \dots, W^{(N)}`, the connected components
 (CCs) of each symmetrised graph :math:`W^{(\ell)} + W^{(\ell)\top}`:
 

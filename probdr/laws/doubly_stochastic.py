@@ -11,7 +11,7 @@ entropic affinity of the data and a **doubly stochastic** latent affinity
 with :math:`K_{Z,ij} = \exp(-\|z_i - z_j\|^2)` (SNEkhorn) or :math:`(1+\|z_i-z_j\|^2)^{-1}`
 (t-SNEkhorn), :math:`\mathbf f_Z` the symmetric Sinkhorn potentials (bandwidth 1).
 
-**Graph-coupling reading** (spec §6.6 suggestion, made exact here). Let the latent graph follow the
+**Graph-coupling reading** (probdr's reading of the SNEkhorn objective, exact). Let the latent graph follow the
 E law (:math:`n` edges, :math:`W \sim \mathcal M(n, w/w_{++})`) with kernel :math:`\mathbf K_Z`
 and the edge prior :math:`\pi_{ij} = e^{f_i + f_j}` given by the Sinkhorn potentials of
 :math:`\mathbf K_Z`, treated as a constant (detached). Then

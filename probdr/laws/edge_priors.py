@@ -27,8 +27,8 @@ Every estimator of the graph-coupling family takes an edge prior on either graph
   :math:`\mathbb E[W_X \mid X]`, i.e. the **attraction** of the embedding (this is where label
   information belongs);
 * ``latent_edge_prior=`` on the **latent** graph :math:`W_Z`: it enters only the normaliser of
-  :math:`\mathbb P_{\mathcal P_Z}(\cdot; \pi \odot K_Z)`, i.e. the **repulsion** (spec §5: "the prior
-  for :math:`W_Z` only affects repulsion"). A latent prior that *expects* an edge explains it by
+  :math:`\mathbb P_{\mathcal P_Z}(\cdot; \pi \odot K_Z)`, i.e. the **repulsion** (Van Assel et al.
+  2022, §3.2: the prior of :math:`W_Z` only affects repulsion). A latent prior that *expects* an edge explains it by
   itself, so the kernel has to do less: pairs with :math:`\pi_{ij} > 1` are **pushed apart** and
   pairs with :math:`\pi_{ij} < 1` are allowed closer. Use it with that sign in mind.
 

@@ -1,4 +1,4 @@
-r"""Graph laws B, D, E (spec §3) as Pyro distributions, and their priors (Proposition 1).
+r"""Graph laws B, D, E (Van Assel et al. 2022, §3) as Pyro distributions, and their priors (Proposition 1).
 
 A graph law over directed graphs :math:`W \in \mathbb N^{n \times n}` (no self loops) is set by
 log edge weights :math:`\log w_{ij} = \log \pi_{ij} + \log K_{ij}` (diagonal excluded):
@@ -22,7 +22,7 @@ with :math:`\mathcal N = \sum_i W_{i+}\log w_{i+}` (D), :math:`W_{++}\log w_{++}
 :math:`\sum_{i\ne j}\log(1+w_{ij})` (B) and :math:`c = \log n! - \sum \log W_{ij}!` (E only).
 ``log_prob`` accepts an integer graph or an expected graph :math:`E[W]` (dense tensor or sparse
 COO); at an expected graph it equals the expected log-likelihood up to :math:`c`, which does not
-depend on the weights. :meth:`GraphLaw.cross_entropy` returns the spec's closed forms (§4.2).
+depend on the weights. :meth:`GraphLaw.cross_entropy` returns the paper's closed forms (§3.1 there).
 
 Weights come in three representations of one law: :class:`DenseWeights` (n x n),
 :class:`SparseWeights` (edge list; absent edges have weight 0) and :class:`KernelWeights`
@@ -118,7 +118,7 @@ class GraphLaw(TorchDistribution):
         return lp
 
     def cross_entropy(self, P) -> torch.Tensor:
-        r""":math:`-\mathbb E_{W\sim P}[\log p(W)]` as the spec's §4.2 writes it, from the expected
+        r""":math:`-\mathbb E_{W\sim P}[\log p(W)]` as Van Assel et al. (2022, §3.1) write it, from the expected
         graph ``P`` (the multinomial coefficient, constant in the weights, is not included)."""
         return -(self.attraction(P) - self.normaliser(P))
 
@@ -439,7 +439,7 @@ def get_prior(prior, edge_prior=None) -> GraphPrior:
     return table[key](edge_prior)
 
 
-#: (input prior, latent prior) pairs whose cross-entropy is defined (spec §4.4):
+#: (input prior, latent prior) pairs whose cross-entropy is defined (Van Assel et al. 2022, Table 1):
 #: supp(P_X) must lie in supp(P_Z)
 DEFINED_COUPLINGS = {("B", "B"): "UMAP (with B~)", ("B~", "B"): "UMAP", ("D", "B"): "LargeVis",
                      ("D", "D"): "SNE", ("D", "E"): "t-SNE / symmetric SNE",
@@ -453,7 +453,7 @@ def check_coupling(prior_x: str, prior_z: str) -> str:
         ok = ", ".join(f"{a}->{b} ({m})" for (a, b), m in DEFINED_COUPLINGS.items())
         raise ValueError(
             f"The coupling prior_x={prior_x!r}, prior_z={prior_z!r} is undefined: the support of "
-            f"the input graph law is not contained in the latent law's (spec §4.4, Table 1), so "
+            f"the input graph law is not contained in the latent law's (Van Assel et al. 2022, Table 1), so "
             f"the cross-entropy is infinite. Defined pairs: {ok}."
         )
     return DEFINED_COUPLINGS[key]

@@ -1,6 +1,7 @@
 r"""Structured Wishart pieces: log-determinants, traces and laws without :math:`n \times n` matrices.
 
-Three Wishart objects appear in probdr's Wishart couplings (spec §6, §7.2, §9):
+Three Wishart objects appear in probdr's Wishart couplings (Van Assel et al.
+2022, §4.1-4.2 and App. A.3; Ravuri & Lawrence 2025):
 
 * the **X-side posterior** of PCA as a Wishart coupling (Van Assel et al. 2022, A.3),
   :math:`\Theta_X \mid X \sim \mathcal W(\nu_X + p, (I_n + XX^\top)^{-1})`, whose mean is the
@@ -22,7 +23,7 @@ Everything uses the Woodbury identity and the matrix determinant lemma,
 that builds the :math:`n\times n` matrix: it is the test oracle, not the computation path.
 
 Wishart convention: :math:`\mathcal W(\nu, V)` = (degrees of freedom, scale), mean :math:`\nu V`,
-density (spec §1.3)
+density
 
 .. math::
     \log p(S) = \tfrac{\nu-n-1}{2}\log|S| - \tfrac12\mathrm{tr}(V^{-1}S) - \tfrac{\nu n}{2}\log 2
@@ -165,7 +166,7 @@ class WoodburyInverse:
 class ConjugateWishartPosterior:
     r"""Posterior of the among-row precision in Theorem 2's X-side model.
 
-    Model (spec §6.2): :math:`\Theta_X \sim \mathcal W(\nu, I_n)`,
+    Model (Van Assel et al. 2022, App. A.3): :math:`\Theta_X \sim \mathcal W(\nu, I_n)`,
     :math:`\mathrm{vec}(X) \mid \Theta_X \sim \mathcal N(0, \Theta_X^{-1}\otimes I_p)`; by
     conjugacy :math:`\Theta_X \mid X \sim \mathcal W(\nu + p, (I_n + XX^\top)^{-1})`.
 
@@ -177,7 +178,7 @@ class ConjugateWishartPosterior:
     eps : float
         Precision multiplier: with :math:`X \mid \Theta \sim \mathcal N(0, (\varepsilon\Theta)^{-1}
         \otimes I_p)` the posterior scale is :math:`(I + \varepsilon XX^\top)^{-1}` (hierarchical
-        coupling, spec §7.2). Default 1.
+        coupling, Van Assel et al. 2022, Corollary 1). Default 1.
     """
 
     def __init__(self, X: torch.Tensor, nu: float, eps: float = 1.0):
@@ -269,7 +270,7 @@ class LowRankPrecisionWishart(TorchDistribution):
 
         Needs only ``value.quad_trace(Z)``, so it is defined for singular observations (a graph
         Laplacian), whose :math:`\log|S| = -\infty` is constant in :math:`Z` but lies outside
-        the Wishart support (spec §10.3 trap 5)."""
+        the Wishart support."""
         Z = self.Z
         quad = (Z * (value @ Z)).sum() if isinstance(value, torch.Tensor) else value.quad_trace(Z)
         return -0.5 * quad + 0.5 * self.df * self.precision_logdet()
@@ -303,7 +304,7 @@ class LowRankPrecisionWishart(TorchDistribution):
 
 
 # --------------------------------------------------------------------------------------------
-# Theorem 2 closed form (spec §6.3)
+# Theorem 2 closed form (Van Assel et al. 2022, §4.1)
 # --------------------------------------------------------------------------------------------
 def theorem2_eigenvalues(d: torch.Tensor, q: int, gamma: float = 1.0) -> torch.Tensor:
     r""":math:`\lambda_i^* = \max(0, \gamma(1+d_i) - 1)` for the ``q`` largest eigenvalues
@@ -315,7 +316,7 @@ def theorem2_eigenvalues(d: torch.Tensor, q: int, gamma: float = 1.0) -> torch.T
 
 
 def theorem2_solution(X: torch.Tensor, q: int, gamma: float = 1.0) -> torch.Tensor:
-    r"""Closed-form minimiser of the precision coupling (Theorem 2, spec §6.3):
+    r"""Closed-form minimiser of the precision coupling (Van Assel et al. 2022, Theorem 2):
     :math:`Z^* = V_{[:,q]}\,\mathrm{diag}(\lambda^*)^{1/2}` with :math:`XX^\top = VDV^\top` and
     :math:`\lambda^*_i = \max(0, \gamma(1+d_i)-1)`. ``X`` is used as given (centre it first for
     PCA). Signs: the largest-magnitude entry of each column is positive."""
@@ -337,7 +338,7 @@ def _fix_signs(Z: torch.Tensor) -> torch.Tensor:
 
 
 # --------------------------------------------------------------------------------------------
-# kNN Laplacian (ProbDR, spec §9)
+# kNN Laplacian (ProbDR, Ravuri & Lawrence 2025)
 # --------------------------------------------------------------------------------------------
 class KNNLaplacian:
     r"""Graph Laplacian :math:`\hat L = D - A` of a symmetric binary adjacency, as an edge list.

@@ -243,12 +243,9 @@ def symmetric_entropic(
     max_iter : int
         Maximum number of dual-ascent iterations.
     optimizer : {"auto", "lbfgs", "newton", "adam"}
-        ``"auto"``: ``"newton"`` up to n = 500, ``"lbfgs"`` beyond (on the 1797 digits,
-        one thread, ``exclude_self=True``: perplexity 30 in about 6 s, perplexity 10 in about
-        37 s; Newton alone took 18 s and 200 s, measured before the blocked evaluation of the
-        dual, which speeds up both paths; the damped Newton ascent takes over a hundred short
-        steps when many entropy duals approach their bound, which L-BFGS-B's projected search
-        handles better). ``"lbfgs"``: L-BFGS-B on
+        ``"auto"``: ``"newton"`` up to n = 500, ``"lbfgs"`` beyond (the damped Newton ascent
+        takes over a hundred short steps when many entropy duals approach their bound, which
+        L-BFGS-B's projected search handles better; timings in ``docs/ot-results.md``). ``"lbfgs"``: L-BFGS-B on
         the concave dual with :math:`\gamma \ge 10^{-10}`, polished by Newton steps if it
         stalls before ``tol`` (the dual value then changes below float64 resolution) and
         n <= ``newton_max_n``. ``"newton"``: damped
