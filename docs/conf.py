@@ -76,6 +76,10 @@ nb_ipywidgets_js: dict = {}  # no widgets; never load their JavaScript from a CD
 # kernels inherit this process's environment: without MPLBACKEND they draw with the inline
 # backend and the figures reach the pages (CI exports MPLBACKEND=Agg for the test suite)
 os.environ.pop("MPLBACKEND", None)
+# ... and this filter: tqdm's notice that ipywidgets is missing (its progress bars then print as
+# text), raised when probdr imports Pyro, would otherwise open three notebook pages
+os.environ["PYTHONWARNINGS"] = ",".join(
+    w for w in (os.environ.get("PYTHONWARNINGS"), "ignore:IProgress not found:Warning") if w)
 
 # autodoc + numpydoc: members in source order, no auto-generated member tables (they warn on
 # attributes that are documented only in the class docstring)
