@@ -1,8 +1,24 @@
-"""MAP inference for probdr's Pyro models: AutoDelta guide, Trace_ELBO, scheduled optimisers.
+r"""MAP inference for probdr's Pyro models: one driver for every family.
 
-A fit is a list of :class:`Phase` objects (e.g. early exaggeration then the main phase); each
-phase sets the number of steps, the model keyword arguments that change (``exaggeration``), the
-learning rate (constant or linearly decaying) and the momentum.
+A MAP fit maximises the log joint :math:`\log p(\theta, \mathcal D)` of a Pyro model over its
+latent sites :math:`\theta` (the embedding ``Z`` in every family; ``Y`` in GW-MDS, ``Zbar`` in
+the ccPCA models) with a point-mass guide :math:`q = \delta_{\hat\theta}` (``AutoDelta``): the
+guide has no entropy, so the negative ELBO is :math:`-\log p(\hat\theta, \mathcal D)` and
+minimising ``Trace_ELBO`` is MAP (maximum likelihood under the flat priors of the papers).
+
+The driver is :class:`MAPFit`, the only code that creates the guide, opens a private Pyro
+parameter store (a caller's ``pyro.param`` values are never touched), evaluates the loss, steps
+the optimiser, records the loss history and checks it for non-finite values. Its users:
+
+* :func:`run_map`: a schedule of :class:`Phase` objects (e.g. early exaggeration, then the main
+  phase) with t-SNE's gains, SGD, Adam or L-BFGS -- the graph-coupling family;
+* :func:`map_estimate`: one phase of L-BFGS or Adam returning ``{site: value}``, optionally on a
+  reparametrised variable -- the Wishart family (:mod:`probdr.estimators.wishart`) and ccPCA;
+* :class:`MAPFit` itself in block-coordinate schemes that alternate MAP steps on a Pyro model
+  with another solver and keep the optimiser's state across rounds -- DistR's and GW-MDS's
+  optimal-transport steps.
+
+Posteriors (SVI, NUTS) are fitted from the MAP by :func:`probdr.infer.posterior.fit_posterior`.
 """
 
 from __future__ import annotations
@@ -10,6 +26,7 @@ from __future__ import annotations
 import math
 import warnings
 from collections.abc import Callable
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -24,12 +41,33 @@ from tqdm.auto import tqdm
 from .._alloc import heap_reuse
 from ..optim import SGD, Adam, GainsMomentum
 
-__all__ = ["Phase", "MAPResult", "run_map", "map_estimate"]
+__all__ = ["Phase", "MAPResult", "MAPFit", "RelativeChange", "run_map", "map_estimate",
+           "OPTIMIZERS"]
+
+#: the optimisers of the driver (see :class:`MAPFit`)
+OPTIMIZERS = ("gains", "sgd", "adam", "lbfgs")
+
+
+@dataclass(frozen=True)
+class RelativeChange:
+    r"""Stopping rule :math:`|\ell_{t-1} - \ell_t| \le \mathrm{tol}\,\max(1, |\ell_t|)`: the loss
+    changed by less than ``tol`` relative to its size (absolute below 1). The L-BFGS rule of
+    :func:`map_estimate`."""
+
+    tol: float
+
+    def __call__(self, previous: float, loss: float) -> bool:
+        return abs(previous - loss) <= self.tol * max(1.0, abs(loss))
 
 
 @dataclass
 class Phase:
-    """One stage of a MAP fit."""
+    """One stage of a MAP fit.
+
+    With ``optimizer="lbfgs"`` one step is one L-BFGS iteration (up to 20 inner iterations with a
+    strong-Wolfe line search), and ``learning_rate`` its initial step length; ``momentum`` and
+    ``final_learning_rate`` do not apply.
+    """
 
     n_iter: int
     learning_rate: float
@@ -45,16 +83,22 @@ class Phase:
     #: added to the recorded loss in that rule's denominator, e.g. to turn the model's negative
     #: log-likelihood into the KL divergence whose relative variation is meant
     tol_offset: float = 0.0
+    #: another stopping rule, ``converged(previous_loss, loss) -> bool``, checked after every
+    #: step from the second on (e.g. :class:`RelativeChange`); it replaces the ``tol`` rule
+    converged: Callable[[float, float], bool] | None = None
 
 
 @dataclass
 class MAPResult:
-    Z: torch.Tensor
-    #: the loss of every step run (shorter than the phases' total when a ``tol`` rule stopped)
+    #: the MAP value of the site ``"Z"`` (``None`` for models without one: see ``values``)
+    Z: torch.Tensor | None
+    #: the loss of every step run (shorter than the phases' total when a stopping rule stopped)
     loss_history: np.ndarray
     n_iter: int
     #: how many times a collapsed column of Z was re-centred and rescaled
     n_rescued: int = 0
+    #: the MAP value of every initialised latent site, ``{site: tensor}``
+    values: dict[str, torch.Tensor] = field(default_factory=dict)
 
 
 #: a column of Z whose spread (RMS about its mean) falls below this has collapsed (see
@@ -106,13 +150,297 @@ def _make_optimizer(name: str, params, phase: Phase):
         return SGD(params, lr=phase.learning_rate, momentum=phase.momentum)
     if name == "adam":
         return Adam(params, lr=phase.learning_rate)
-    raise ValueError(f"optimizer must be 'gains', 'sgd' or 'adam', got {name!r}.")
+    if name == "lbfgs":
+        return torch.optim.LBFGS(params, lr=phase.learning_rate, max_iter=20, history_size=20,
+                                 tolerance_grad=1e-300, tolerance_change=1e-300,
+                                 line_search_fn="strong_wolfe")
+    raise ValueError(f"optimizer must be one of {OPTIMIZERS}, got {name!r}.")
 
 
+def _carry_optimizer(opt, phase):
+    """Keep the optimiser's state (gains, velocity, moments) across phases; change lr and
+    momentum."""
+    for g in opt.param_groups:
+        g["lr"] = phase.learning_rate
+        g["momentum"] = phase.momentum
+    return opt
+
+
+def _reparam_guide(init_values, reparam):
+    import pyro.distributions as dist
+
+    raw0 = {k: reparam[k][1](v.detach()).clone() for k, v in init_values.items()}
+
+    def guide(*args, **kwargs):
+        for k, v0 in raw0.items():
+            raw = pyro.param(k + "_raw", v0)
+            pyro.sample(k, dist.Delta(reparam[k][0](raw), event_dim=v0.ndim))
+
+    return guide
+
+
+# --------------------------------------------------------------------------------------------
+# the driver
+# --------------------------------------------------------------------------------------------
+class MAPFit:
+    r"""One MAP fit in progress: the driver behind :func:`run_map` and :func:`map_estimate`.
+
+    Used as a context manager: entering it opens a private Pyro parameter store
+    (``pyro.get_param_store().scope()``), so that neither the fit's parameters nor the caller's
+    are seen by the other; leaving it restores the caller's store. Inside, :meth:`run` runs
+    :class:`Phase` objects on any model arguments, and :meth:`values` reads the current point.
+    Between two runs the caller may change the model's arguments (e.g. a transport plan fixed
+    during a MAP step) while the optimiser keeps its state.
+
+    Each step evaluates the loss
+    :math:`\ell(\hat\theta) = -\log p(\hat\theta, \mathcal D)` as
+    ``Trace_ELBO().differentiable_loss`` of the model against an ``AutoDelta`` guide started at
+    ``init_values`` (or, with ``reparam``, a Delta guide on a reparametrised variable),
+    differentiates ``loss_scale`` times it, and steps the optimiser:
+
+    * ``"gains"``: t-SNE's gradient descent with momentum and per-coordinate gains
+      (:class:`probdr.optim.GainsMomentum`);
+    * ``"sgd"``: gradient descent with heavy-ball momentum (:class:`probdr.optim.SGD`);
+    * ``"adam"``: Adam (:class:`probdr.optim.Adam`, ``torch.optim.Adam``'s update rule);
+    * ``"lbfgs"``: ``torch.optim.LBFGS`` with a strong-Wolfe line search, one step being one
+      call of up to 20 iterations -- the precise solver of the closed-form oracles.
+
+    Parameters
+    ----------
+    model : callable
+        Pyro model whose latent sites are the keys of ``init_values``.
+    init_values : tensor or dict
+        Initial value of the site ``"Z"``, or ``{site: initial value}``.
+    optimizer : {"gains", "sgd", "adam", "lbfgs"}
+    reparam : dict, optional
+        ``{site: (to_site, from_site)}``, two mutually inverse maps: the optimiser then works on
+        ``pyro.param(site + "_raw") = from_site(init)`` and the guide puts a point mass at
+        ``to_site(raw)`` -- a change of variables that preconditions badly scaled MAP problems
+        without changing the maximiser (the density is evaluated at the site's value; a Delta
+        guide has no Jacobian term).
+    loss_scale : float
+        The optimiser sees ``loss_scale * loss`` (e.g. ``1/n`` gives t-SNE's KL gradient scale).
+    grad_clip : float, optional
+        Clamp every gradient coordinate to ``[-grad_clip, grad_clip]`` (not with L-BFGS).
+    collapse_floor : float or None
+        With ``"gains"`` and ``"sgd"`` and a site ``"Z"`` of shape (n, q) (not reparametrised),
+        a column of Z whose spread falls below this value is re-centred and scaled back to 1e-4
+        together with its velocity (see :func:`_rescue_collapsed_columns`). ``None`` disables it.
+    verbose : bool
+        A progress bar over ``total_steps`` steps.
+    total_steps : int, optional
+        Length of the progress bar.
+    desc : str
+        Name in messages and on the progress bar.
+
+    Attributes
+    ----------
+    history : ndarray
+        The loss before every step run so far (L-BFGS: at the start of each call).
+    n_steps : int
+    n_rescued : int
+        Number of collapsed columns rescued so far.
+    guide : the Pyro guide.
+
+    Raises
+    ------
+    FloatingPointError
+        When the loss becomes non-finite.
+    """
+
+    def __init__(self, model: Callable, init_values, *, optimizer: str = "gains",
+                 reparam: dict | None = None, loss_scale: float = 1.0,
+                 grad_clip: float | None = None, collapse_floor: float | None = COLLAPSE_FLOOR,
+                 verbose: bool = False, total_steps: int | None = None, desc: str = "MAP"):
+        if optimizer not in OPTIMIZERS:
+            raise ValueError(f"optimizer must be one of {OPTIMIZERS}, got {optimizer!r}.")
+        if optimizer == "lbfgs" and grad_clip is not None:
+            raise ValueError("grad_clip does not apply to optimizer='lbfgs' (its line search "
+                             "needs the exact gradient).")
+        if isinstance(init_values, torch.Tensor):
+            init_values = {"Z": init_values}
+        if not init_values:
+            raise ValueError("init_values must name at least one latent site.")
+        self.model = model
+        self.init_values = dict(init_values)
+        self.optimizer = optimizer
+        self.reparam = reparam
+        self.loss_scale = loss_scale
+        self.grad_clip = grad_clip
+        self.collapse_floor = collapse_floor
+        self.verbose = verbose
+        self.total_steps = total_steps
+        self.desc = desc
+        self.guide = None
+        self.params: list[torch.Tensor] | None = None
+        self.opt = None
+        self.n_rescued = 0
+        self._history: list[float] = []
+        self._z_param: torch.Tensor | None = None
+        # one instance for the whole fit: its first call guesses the plate nesting (one more
+        # run of the model and the guide)
+        self._elbo = Trace_ELBO()
+        self._stack: ExitStack | None = None
+        self._bar = None
+
+    # -- context --------------------------------------------------------------------------
+    def __enter__(self) -> MAPFit:
+        stack = ExitStack()
+        stack.enter_context(pyro.get_param_store().scope())
+        self._bar = stack.enter_context(tqdm(total=self.total_steps, desc=self.desc,
+                                             disable=not self.verbose, leave=False))
+        self._stack = stack
+        if self.reparam:
+            self.guide = _reparam_guide(self.init_values, self.reparam)
+        else:
+            self.guide = AutoDelta(self.model, init_loc_fn=init_to_value(
+                values={k: v.detach().clone() for k, v in self.init_values.items()}))
+        return self
+
+    def __exit__(self, *exc) -> bool:
+        stack, self._stack = self._stack, None
+        return bool(stack.__exit__(*exc))
+
+    def _check_open(self) -> None:
+        if self._stack is None:
+            raise RuntimeError("MAPFit is used as a context manager: `with MAPFit(...) as fit:`.")
+
+    # -- state ----------------------------------------------------------------------------
+    @property
+    def history(self) -> np.ndarray:
+        return np.asarray(self._history, dtype=np.float64)
+
+    @property
+    def n_steps(self) -> int:
+        return len(self._history)
+
+    def setup(self, model_kwargs: dict[str, Any]) -> None:
+        """Create the guide's parameters by running it once on these model arguments (the first
+        :meth:`run` does it otherwise)."""
+        self._check_open()
+        if self.params is not None:
+            return
+        self.guide(**model_kwargs)
+        store = pyro.get_param_store()
+        self.params = [store[name].unconstrained() for name in store.get_all_param_names()]
+        Z0 = self.init_values.get("Z")
+        if (self.collapse_floor is not None and self.optimizer in ("gains", "sgd")
+                and not self.reparam and Z0 is not None and Z0.ndim == 2):
+            self._z_param = next((p for p in self.params if p.shape == Z0.shape), None)
+
+    def values(self, model_kwargs: dict[str, Any]) -> dict[str, torch.Tensor]:
+        """The current point ``{site: value}`` (detached copies)."""
+        self.setup(model_kwargs)
+        with torch.no_grad():
+            if self.reparam:
+                return {k: self.reparam[k][0](pyro.param(k + "_raw")).detach().clone()
+                        for k in self.init_values}
+            return {k: v.detach().clone() for k, v in self.guide.median(**model_kwargs).items()}
+
+    # -- steps ----------------------------------------------------------------------------
+    def _loss(self, kwargs) -> torch.Tensor:
+        return self._elbo.differentiable_loss(self.model, self.guide, **kwargs)
+
+    def _gradient_step(self, kwargs) -> float:
+        opt = self.opt
+        opt.zero_grad(set_to_none=True)
+        loss = self._loss(kwargs)
+        (loss * self.loss_scale).backward()
+        if self.grad_clip is not None:
+            for p in self.params:
+                p.grad.clamp_(-self.grad_clip, self.grad_clip)
+        opt.step()
+        if self._z_param is not None:
+            self.n_rescued += _rescue_collapsed_columns(self._z_param, opt, self.collapse_floor)
+        return loss.item()
+
+    def _lbfgs_step(self, kwargs) -> float:
+        losses: list[torch.Tensor] = []
+
+        def closure():
+            self.opt.zero_grad(set_to_none=True)
+            loss = self._loss(kwargs)
+            scaled = loss * self.loss_scale
+            scaled.backward()
+            losses.append(loss.detach())
+            return scaled
+
+        self.opt.step(closure)
+        return float(losses[0])
+
+    def run(self, phase: Phase, model_kwargs: dict[str, Any], *, keep_state: bool = True,
+            observe: Callable[[], torch.Tensor] | None = None) -> int:
+        """Run one phase on the model arguments ``model_kwargs`` (updated by the phase's own).
+
+        Parameters
+        ----------
+        phase : Phase
+        model_kwargs : dict
+        keep_state : bool
+            Carry the optimiser's state (gains, velocity, moments) over from the previous run,
+            setting only the phase's learning rate and momentum; ``False`` starts a new
+            optimiser. The first run always starts one.
+        observe : callable, optional
+            Returns a fresh observed graph before every step, passed as the model argument
+            ``W_X`` (Monte Carlo coupling; not with L-BFGS).
+
+        Returns
+        -------
+        int
+            The number of steps run (fewer than ``phase.n_iter`` when a stopping rule stopped).
+        """
+        self.setup(model_kwargs)
+        if observe is not None and self.optimizer == "lbfgs":
+            raise ValueError("optimizer='lbfgs' needs a deterministic objective; a fresh graph "
+                             "at every step (observe) needs a stochastic-gradient optimiser.")
+        if self.opt is None or not keep_state:
+            self.opt = _make_optimizer(self.optimizer, self.params, phase)
+        else:
+            _carry_optimizer(self.opt, phase)
+        kwargs = {**model_kwargs, **phase.model_kwargs}
+        step_fn = self._lbfgs_step if self.optimizer == "lbfgs" else self._gradient_step
+        hist = self._history
+        total = self.total_steps
+        t = 0
+        with pyro.validation_enabled(False), heap_reuse():
+            for t in range(phase.n_iter):
+                if phase.final_learning_rate is not None:
+                    frac = t / max(phase.n_iter, 1)
+                    lr = phase.learning_rate + frac * (phase.final_learning_rate
+                                                       - phase.learning_rate)
+                    for g in self.opt.param_groups:
+                        g["lr"] = lr
+                if observe is not None:
+                    kwargs["W_X"] = observe()
+                loss = step_fn(kwargs)
+                hist.append(loss)
+                step = len(hist)
+                if not math.isfinite(loss):
+                    raise FloatingPointError(
+                        f"{self.desc}: the loss became non-finite at step {step - 1}; lower the "
+                        "learning rate or use dtype='float64'.")
+                if self.verbose and total and (step % 50 == 0 or step == total):
+                    self._bar.set_postfix(loss=f"{loss:.4g}", phase=phase.name)
+                    self._bar.update(50 if step % 50 == 0 else total % 50)
+                if t >= 1:
+                    prev = hist[-2]
+                    if phase.converged is not None:
+                        stop = phase.converged(prev, loss)
+                    else:
+                        stop = (phase.tol is not None
+                                and abs(loss - prev) < phase.tol * abs(prev + phase.tol_offset))
+                    if stop:
+                        return t + 1
+        return phase.n_iter
+
+
+# --------------------------------------------------------------------------------------------
+# the two entry points
+# --------------------------------------------------------------------------------------------
 def run_map(
     model: Callable,
     model_kwargs: dict[str, Any],
-    Z0: torch.Tensor,
+    Z0,
     phases: list[Phase],
     *,
     optimizer: str = "gains",
@@ -120,21 +448,26 @@ def run_map(
     grad_clip: float | None = None,
     observe: Callable[[], torch.Tensor] | None = None,
     collapse_floor: float | None = COLLAPSE_FLOOR,
+    reparam: dict | None = None,
+    warn_collapse: bool = True,
     verbose: bool = False,
     desc: str = "MAP",
 ) -> MAPResult:
-    """Maximise the model's log joint over its latent site ``Z`` by SVI with a Delta guide.
+    """Maximise the model's log joint over its latent sites by a schedule of phases
+    (:class:`MAPFit`, in a private Pyro parameter store).
 
     Parameters
     ----------
     model : callable
-        Pyro model with a sample site ``"Z"``.
+        Pyro model with a sample site ``"Z"`` (or the sites named in ``Z0``).
     model_kwargs : dict
         Keyword arguments passed to the model at every step (a phase may override some).
-    Z0 : tensor (n, q)
-        Initial value of Z.
+    Z0 : tensor (n, q) or dict
+        Initial value of Z, or ``{site: initial value}``.
     phases : list of Phase
-    optimizer : {"gains", "sgd", "adam"}
+    optimizer : {"gains", "sgd", "adam", "lbfgs"}
+        ``"gains"`` keeps its gains and velocity across phases; the others start afresh in
+        every phase.
     loss_scale : float
         The optimiser sees ``loss_scale * loss`` (e.g. ``1/n`` gives t-SNE's KL gradient scale).
     grad_clip : float, optional
@@ -147,87 +480,43 @@ def run_map(
         value is re-centred and scaled back to 1e-4 together with its velocity, an exact
         symmetry of the dynamics at such scales (see :func:`_rescue_collapsed_columns`; it
         happens under early exaggeration with broad input affinities). ``None`` disables it.
-        A column whose spread is below the floor at the end (possible with Adam or without
-        the rescue) raises a ``RuntimeWarning``.
+    reparam : dict, optional
+        Change of variables of the optimised sites (see :class:`MAPFit`).
+    warn_collapse : bool
+        Raise a ``RuntimeWarning`` when a column of the final Z has a spread below the floor
+        (possible with Adam or without the rescue).
+    verbose : bool
+    desc : str
+
+    Returns
+    -------
+    MAPResult
     """
-    pyro.clear_param_store()
-    guide = AutoDelta(model, init_loc_fn=init_to_value(values={"Z": Z0.detach().clone()}))
-    elbo = Trace_ELBO()
-    base_kwargs = dict(model_kwargs)
-    if observe is not None:
-        base_kwargs["W_X"] = observe()
-    guide(**base_kwargs)  # create the parameters
-    params = [p for p in guide.parameters()]
-    Z_param = next((p for p in params if p.shape == Z0.shape), None)
-    rescue = (collapse_floor is not None and optimizer in ("gains", "sgd")
-              and Z_param is not None and Z0.ndim == 2)
-    n_rescued = 0
-    history = np.empty(sum(ph.n_iter for ph in phases))
-    total = len(history)
-    step = 0
-    opt = None
-    with tqdm(total=total, desc=desc, disable=not verbose, leave=False) as bar, \
-            pyro.validation_enabled(False), heap_reuse():
+    init = dict(Z0) if isinstance(Z0, dict) else {"Z": Z0}
+    with MAPFit(model, init, optimizer=optimizer, reparam=reparam, loss_scale=loss_scale,
+                grad_clip=grad_clip, collapse_floor=collapse_floor, verbose=verbose,
+                total_steps=sum(ph.n_iter for ph in phases), desc=desc) as fit:
+        base_kwargs = dict(model_kwargs)
+        if observe is not None:
+            base_kwargs["W_X"] = observe()
+        fit.setup(base_kwargs)
         for phase in phases:
-            if opt is None or optimizer != "gains":
-                opt = _make_optimizer(optimizer, params, phase)
-            else:  # keep gains and velocity across phases
-                _carry_optimizer(opt, phase)
-            kwargs = {**base_kwargs, **phase.model_kwargs}
-            for t in range(phase.n_iter):
-                if phase.final_learning_rate is not None:
-                    frac = t / max(phase.n_iter, 1)
-                    lr = phase.learning_rate + frac * (phase.final_learning_rate - phase.learning_rate)
-                    for g in opt.param_groups:
-                        g["lr"] = lr
-                if observe is not None:
-                    kwargs["W_X"] = observe()
-                opt.zero_grad(set_to_none=True)
-                loss = elbo.differentiable_loss(model, guide, **kwargs)
-                (loss * loss_scale).backward()
-                if grad_clip is not None:
-                    for p in params:
-                        p.grad.clamp_(-grad_clip, grad_clip)
-                opt.step()
-                if rescue:
-                    n_rescued += _rescue_collapsed_columns(Z_param, opt, collapse_floor)
-                history[step] = loss.item()
-                if not np.isfinite(history[step]):
-                    raise FloatingPointError(
-                        f"{desc}: the loss became non-finite at step {step}; lower the learning "
-                        "rate or use dtype='float64'.")
-                step += 1
-                if verbose and (step % 50 == 0 or step == total):
-                    bar.set_postfix(loss=f"{history[step - 1]:.4g}", phase=phase.name)
-                    bar.update(50 if step % 50 == 0 else total % 50)
-                if phase.tol is not None and t >= 1:
-                    prev = history[step - 2]
-                    if abs(history[step - 1] - prev) < phase.tol * abs(prev + phase.tol_offset):
-                        break
-    with torch.no_grad():
-        Z = guide.median(**base_kwargs)["Z"].detach()
-    if Z.ndim == 2 and Z.shape[0] > 1:
-        flat = (Z.amax(0) == Z.amin(0)) | (_column_spread(Z) < (collapse_floor or COLLAPSE_FLOOR))
+            fit.run(phase, base_kwargs, keep_state=optimizer == "gains", observe=observe)
+        values = fit.values(base_kwargs)
+    Z = values.get("Z")
+    floor = collapse_floor or COLLAPSE_FLOOR
+    if warn_collapse and Z is not None and Z.ndim == 2 and Z.shape[0] > 1:
+        flat = (Z.amax(0) == Z.amin(0)) | (_column_spread(Z) < floor)
         if bool(flat.any()):
             warnings.warn(f"{desc}: the embedding collapsed: column(s) "
                           f"{flat.nonzero().flatten().tolist()} have a spread below "
-                          f"{collapse_floor or COLLAPSE_FLOOR:g} (points nearly or exactly "
-                          "equal). Lower the early exaggeration or the perplexity, or change the "
-                          "initialisation.", RuntimeWarning, stacklevel=2)
-    return MAPResult(Z=Z, loss_history=history[:step], n_iter=step, n_rescued=n_rescued)
+                          f"{floor:g} (points nearly or exactly equal). Lower the early "
+                          "exaggeration or the perplexity, or change the initialisation.",
+                          RuntimeWarning, stacklevel=2)
+    return MAPResult(Z=Z, loss_history=fit.history, n_iter=fit.n_steps,
+                     n_rescued=fit.n_rescued, values=values)
 
 
-def _carry_optimizer(opt, phase):
-    """Keep the optimiser's state (gains, velocity) across phases; change lr and momentum."""
-    for g in opt.param_groups:
-        g["lr"] = phase.learning_rate
-        g["momentum"] = phase.momentum
-    return opt
-
-
-# --------------------------------------------------------------------------------------------
-# MAP driver for the Wishart models (AutoDelta + L-BFGS or Adam)
-# --------------------------------------------------------------------------------------------
 def map_estimate(
     model,
     model_kwargs: dict,
@@ -240,86 +529,31 @@ def map_estimate(
     return_history: bool = False,
     reparam: dict | None = None,
 ):
-    r"""MAP of a Pyro model with flat-prior latent sites: an ``AutoDelta`` guide started at
-    ``init_values`` and the negative log joint ``Trace_ELBO().differentiable_loss`` minimised by
+    r"""MAP of a Pyro model in one phase of L-BFGS or Adam: :func:`run_map` with one
+    :class:`Phase`, returning the point ``{site: value}``.
 
-    * ``"lbfgs"``: ``torch.optim.LBFGS`` (strong-Wolfe line search) for ``n_iter`` iterations,
-      stopping when the loss changes by less than ``tol`` (relative) -- the precise solver used
+    * ``"lbfgs"``: ``max(1, n_iter // 20)`` calls of ``torch.optim.LBFGS`` (20 iterations each,
+      strong-Wolfe line search, initial step ``lr``), stopping when the loss changes by less
+      than ``tol`` relative to its size (:class:`RelativeChange`) -- the precise solver used
       for the closed-form oracles;
-    * ``"adam"``: ``pyro.infer.SVI`` with ``pyro.optim.Adam(lr)`` for ``n_iter`` steps.
+    * ``"adam"``: ``n_iter`` Adam steps of learning rate ``lr``.
 
     ``reparam`` maps a site name to ``(to_site, from_site)``, two mutually inverse maps: the
-    optimiser then works on ``pyro.param(name + "_raw") = from_site(init)`` and the guide puts a
-    point mass at ``to_site(raw)`` -- a change of variables that preconditions badly scaled MAP
-    problems without changing the maximiser (flat priors, Delta guide).
+    optimiser then works on ``from_site(init)`` and the guide puts a point mass at
+    ``to_site(raw)`` -- a change of variables that preconditions badly scaled MAP problems
+    without changing the maximiser (see :class:`MAPFit`).
 
     The fit runs in a private Pyro parameter-store scope, so it never touches the caller's
     parameters. Returns ``{site: value}`` (and the loss history if ``return_history``).
     """
-    import pyro
-    from pyro.infer import SVI, Trace_ELBO
-    from pyro.infer.autoguide import AutoDelta
-    from pyro.infer.autoguide.initialization import init_to_value
-
-    history: list[float] = []
-    with pyro.get_param_store().scope():
-        if reparam:
-            guide = _reparam_guide(init_values, reparam)
-        else:
-            guide = AutoDelta(model, init_loc_fn=init_to_value(
-                values={k: v.detach().clone() for k, v in init_values.items()}))
-        elbo = Trace_ELBO()
-        if optimizer == "adam":
-            svi = SVI(model, guide, pyro.optim.Adam({"lr": lr}), elbo)
-            for _ in range(n_iter):
-                history.append(svi.step(**model_kwargs))
-                if not math.isfinite(history[-1]):
-                    raise FloatingPointError("MAP: the loss became non-finite; lower lr.")
-        elif optimizer == "lbfgs":
-            guide(**model_kwargs)
-            store = pyro.get_param_store()
-            params = [store[name].unconstrained() for name in store.get_all_param_names()]
-            opt = torch.optim.LBFGS(params, lr=lr, max_iter=20, history_size=20,
-                                    tolerance_grad=1e-300, tolerance_change=1e-300,
-                                    line_search_fn="strong_wolfe")
-
-            def closure():
-                opt.zero_grad(set_to_none=True)
-                loss = elbo.differentiable_loss(model, guide, **model_kwargs)
-                loss.backward()
-                return loss
-
-            prev = None
-            for _ in range(max(1, n_iter // 20)):
-                loss = float(opt.step(closure).detach())
-                history.append(loss)
-                if not math.isfinite(loss):
-                    raise FloatingPointError("MAP: the loss became non-finite.")
-                if prev is not None and abs(prev - loss) <= tol * max(1.0, abs(loss)):
-                    break
-                prev = loss
-        else:
-            raise ValueError(f"optimizer must be 'lbfgs' or 'adam', got {optimizer!r}.")
-        with torch.no_grad():
-            if reparam:
-                values = {k: reparam[k][0](pyro.param(k + "_raw")).detach().clone()
-                          for k in init_values}
-            else:
-                values = {k: v.detach().clone() for k, v in guide.median(**model_kwargs).items()}
+    if optimizer == "lbfgs":
+        phase = Phase(max(1, n_iter // 20), lr, converged=RelativeChange(tol), name="L-BFGS")
+    elif optimizer == "adam":
+        phase = Phase(n_iter, lr, name="Adam")
+    else:
+        raise ValueError(f"optimizer must be 'lbfgs' or 'adam', got {optimizer!r}.")
+    res = run_map(model, model_kwargs, dict(init_values), [phase], optimizer=optimizer,
+                  reparam=reparam, collapse_floor=None, warn_collapse=False)
     if return_history:
-        return values, np.asarray(history)
-    return values
-
-
-def _reparam_guide(init_values, reparam):
-    import pyro
-    import pyro.distributions as dist
-
-    raw0 = {k: reparam[k][1](v.detach()).clone() for k, v in init_values.items()}
-
-    def guide(*args, **kwargs):
-        for k, v0 in raw0.items():
-            raw = pyro.param(k + "_raw", v0)
-            pyro.sample(k, dist.Delta(reparam[k][0](raw), event_dim=v0.ndim))
-
-    return guide
+        return res.values, res.loss_history
+    return res.values
