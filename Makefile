@@ -31,4 +31,4 @@ bench:
 	$(PY) benchmarks/run.py $(BENCH_ARGS)
 
 clean:
-	rm -rf docs/_build .pytest_cache build *.egg-info
+	rm -rf docs/_build docs/notebooks .pytest_cache build *.egg-info
