@@ -11,8 +11,10 @@ DistR looks for a small weighted point cloud :math:`\mu_Z = \sum_k [\mathbf h_Z]
     = \min_{\mathbf Z}\ \min_{\mathbf T\in\mathcal U_n(\mathbf h_X)}
     E_L(\mathbf C_X, \mathbf C_Z(\mathbf Z), \mathbf T),\qquad \mathbf h_Z = \mathbf T^\top\mathbf 1_N,
 
-solved by block-coordinate descent (thesis §5.3.3): a **Z-step** (Adam on the Pyro model
-:func:`probdr.models.ot_distr.distr_model`, T fixed) alternates with a **T-step** (semi-relaxed
+solved by block-coordinate descent (thesis §5.3.3): a **Z-step** (Adam steps of probdr's MAP
+driver :class:`probdr.infer.map.MAPFit` on the Pyro model
+:func:`probdr.models.ot_distr.distr_model`, T fixed; the optimiser keeps its moments from one
+round to the next) alternates with a **T-step** (semi-relaxed
 GW for fixed Z: POT's conditional gradient with exact line search, warm-started, or KL mirror
 descent :math:`\mathbf T\leftarrow\mathrm{diag}(\mathbf h/\mathbf K\mathbf 1)\mathbf K`,
 :math:`\mathbf K = \mathbf T\odot\exp(-\nabla F/\varepsilon)`). The coupling is a soft assignment
@@ -26,12 +28,9 @@ from __future__ import annotations
 import warnings
 
 import numpy as np
-import pyro
 import torch
-from pyro.infer import SVI, Trace_ELBO
-from pyro.infer.autoguide import AutoDelta
-from pyro.infer.autoguide.initialization import init_to_value
 
+from ..infer.map import MAPFit, Phase
 from ..input.graph import sea_affinity
 from ..models.ot_distr import distr_model, prototype_affinity, srgw_energy
 from ..ot.srgw import _f1
@@ -273,35 +272,34 @@ class DistR(DREstimator):
         kind, loss = self.affinity_out, self.loss
         C_np, h_np = C_X.numpy(), h.numpy()
 
-        pyro.clear_param_store()
-        guide = AutoDelta(distr_model, init_loc_fn=init_to_value(values={"Z": Z0}))
-        svi = SVI(distr_model, guide, pyro.optim.Adam({"lr": float(self.learning_rate)}),
-                  Trace_ELBO())
+        # the Z-steps are MAP steps of the Pyro model (one Adam optimiser over all rounds)
+        z_phase = Phase(int(self.z_steps), float(self.learning_rate), name="Z-step")
         history: list[float] = []
         Z = Z0
         it = 0
-        for it in range(1, int(self.n_outer) + 1):
-            # Z-step (T fixed): A = T^T C_X T is cached
-            A = T.T @ C_X @ T
-            q = T.sum(0)
-            for _ in range(int(self.z_steps)):
-                svi.step(A, q, d, kind, loss, const)
-            Z = guide.median(A, q, d, kind, loss, const)["Z"].detach()
-            # T-step (Z fixed)
-            Cbar = prototype_affinity(Z, kind).numpy()
-            T = torch.from_numpy(self._t_step(C_np, Cbar, h_np, T.numpy()))
-            with torch.no_grad():
-                E = float(srgw_energy(Z, T.T @ C_X @ T, T.sum(0), kind, loss, const))
-            if not np.isfinite(E):
-                raise FloatingPointError("DistR: the objective became non-finite; lower the "
-                                         "learning rate.")
-            history.append(E)
-            if self.verbose:
-                print(f"DistR round {it}: E = {E:.6g}, effective prototypes "
-                      f"{int((T.sum(0) > 1e-10 / N).sum())}")
-            if len(history) >= 2 and abs(history[-2] - E) <= self.tol * max(abs(history[-2]),
-                                                                            1e-300):
-                break
+        with MAPFit(distr_model, {"Z": Z0}, optimizer="adam", collapse_floor=None,
+                    desc="DistR Z-step") as fit:
+            for it in range(1, int(self.n_outer) + 1):
+                # Z-step (T fixed): A = T^T C_X T is cached
+                kw = dict(A=T.T @ C_X @ T, q=T.sum(0), n_components=d, kind=kind, loss=loss,
+                          const=const)
+                fit.run(z_phase, kw)
+                Z = fit.values(kw)["Z"]
+                # T-step (Z fixed)
+                Cbar = prototype_affinity(Z, kind).numpy()
+                T = torch.from_numpy(self._t_step(C_np, Cbar, h_np, T.numpy()))
+                with torch.no_grad():
+                    E = float(srgw_energy(Z, T.T @ C_X @ T, T.sum(0), kind, loss, const))
+                if not np.isfinite(E):
+                    raise FloatingPointError("DistR: the objective became non-finite; lower "
+                                             "the learning rate.")
+                history.append(E)
+                if self.verbose:
+                    print(f"DistR round {it}: E = {E:.6g}, effective prototypes "
+                          f"{int((T.sum(0) > 1e-10 / N).sum())}")
+                if len(history) >= 2 and abs(history[-2] - E) <= self.tol * max(
+                        abs(history[-2]), 1e-300):
+                    break
         self.loss_history_ = np.asarray(history)
         self.n_iter_ = it
         Tn = T.numpy()

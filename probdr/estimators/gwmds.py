@@ -9,22 +9,20 @@ Gromov-Wasserstein distance*, [G] Algorithm 1).
 
 (the standard GW index pattern :math:`\pi_{ik}\pi_{jl}`; [G] prints :math:`\pi_{ij}\pi_{kl}`).
 Each iteration solves GW for the current Y with POT's conditional-gradient solver (warm-started
-from the previous plan), then takes one gradient step on Y with the plan fixed (MAP step of the
-Pyro model :func:`probdr.models.ot_gwmds.gwmds_model`). After the last step the plan is
-recomputed for the final Y and the embedding is *aligned* with the data by the barycentric
-projection :math:`y^\star_i = \sum_j \pi_{ij} y_j / p_i` (= :math:`n\sum_j\pi_{ij}y_j`), which
+from the previous plan), then takes one gradient step on Y with the plan fixed (a MAP step of
+probdr's driver :class:`probdr.infer.map.MAPFit` on the Pyro model
+:func:`probdr.models.ot_gwmds.gwmds_model`). After the last step the plan is recomputed for the
+final Y and the embedding is *aligned* with the data by the barycentric projection
+:math:`y^\star_i = \sum_j \pi_{ij} y_j / p_i` (= :math:`n\sum_j\pi_{ij}y_j`), which
 restores the correspondence that GW, being invariant to permutations of Y, does not keep.
 """
 
 from __future__ import annotations
 
 import numpy as np
-import pyro
 import torch
-from pyro.infer import SVI, Trace_ELBO
-from pyro.infer.autoguide import AutoDelta
-from pyro.infer.autoguide.initialization import init_to_value
 
+from ..infer.map import MAPFit, Phase
 from ..input.graph import euclidean_distance_matrix, geodesic_distances
 from ..models.ot_gwmds import euclidean_distances, gwmds_model
 from ..ot.costs import pearson_distance_correlation
@@ -217,34 +215,34 @@ class GWMDS(DREstimator):
         Y0, in_correspondence = self._initial(X, scale, gen)
         G = np.eye(n) / n if in_correspondence else None
 
-        pyro.clear_param_store()
-        guide = AutoDelta(gwmds_model, init_loc_fn=init_to_value(values={"Y": Y0}))
+        # one MAP step of the Pyro model per iteration, plan fixed (one optimiser throughout)
         if self.optimizer == "gd":
-            optim = pyro.optim.SGD({"lr": float(self.learning_rate) * n})
+            name, step = "sgd", Phase(1, float(self.learning_rate) * n, name="Y-step")
         else:
-            optim = pyro.optim.Adam({"lr": float(self.learning_rate)})
-        svi = SVI(gwmds_model, guide, optim, Trace_ELBO())
+            name, step = "adam", Phase(1, float(self.learning_rate), name="Y-step")
         history = []
         quiet = 0
         Y = Y0
         it = 0
-        for it in range(1, int(self.n_iter) + 1):
-            G, gw = self._solve_plan(C_X, Y, G)
-            history.append(gw)
-            if not np.isfinite(gw):
-                raise FloatingPointError("GW-MDS: the GW value became non-finite; lower the "
-                                         "learning rate.")
-            plan_t = torch.from_numpy(G)
-            A = torch.from_numpy(_sandwich(G, C_X))
-            svi.step(C_Xt, plan_t, d, A)
-            Y = guide.median(C_Xt, plan_t, d, A)["Y"].detach()
-            if self.verbose and (it % 20 == 0 or it == 1):
-                print(f"GW-MDS iteration {it}: GW = {gw:.6g}")
-            if len(history) >= 2:
-                rel = abs(history[-2] - history[-1]) / max(abs(history[-2]), 1e-300)
-                quiet = quiet + 1 if rel < self.tol else 0
-                if quiet >= 5:
-                    break
+        with MAPFit(gwmds_model, {"Y": Y0}, optimizer=name, collapse_floor=None,
+                    desc="GW-MDS Y-step") as fit:
+            for it in range(1, int(self.n_iter) + 1):
+                G, gw = self._solve_plan(C_X, Y, G)
+                history.append(gw)
+                if not np.isfinite(gw):
+                    raise FloatingPointError("GW-MDS: the GW value became non-finite; lower the "
+                                             "learning rate.")
+                kw = dict(C_X=C_Xt, plan=torch.from_numpy(G), n_components=d,
+                          A=torch.from_numpy(_sandwich(G, C_X)))
+                fit.run(step, kw)
+                Y = fit.values(kw)["Y"]
+                if self.verbose and (it % 20 == 0 or it == 1):
+                    print(f"GW-MDS iteration {it}: GW = {gw:.6g}")
+                if len(history) >= 2:
+                    rel = abs(history[-2] - history[-1]) / max(abs(history[-2]), 1e-300)
+                    quiet = quiet + 1 if rel < self.tol else 0
+                    if quiet >= 5:
+                        break
         # the plan of the final Y (the loop's last plan is one step stale)
         G, gw = self._solve_plan(C_X, Y, G)
         self.plan_ = G
