@@ -2,7 +2,7 @@
 the entropic affinity P^e, its symmetrisation (P^e + P^e^T)/2, the doubly stochastic (Sinkhorn)
 affinity P^ds with the same mean entropy, and the symmetric entropic affinity P^se (SEA).
 
-Issue-6 done-when for SEA on digits: symmetric to 1e-6, rows sum to 1 within 1e-4, every row but
+Checks of SEA on digits: symmetric to 1e-6, rows sum to 1 within 1e-4, every row but
 at most one at the target perplexity within 1%.
 
     python benchmarks/ot_sea.py --perplexity 30
@@ -71,7 +71,7 @@ scikit-learn digits (n = 1797, 64 features, raw pixels), perplexity {xi:g},
 
 {table(hdr, rows)}
 
-Issue-6 done-when (SEA symmetric to 1e-6, rows sum to 1 within 1e-4, all rows but at most one
+Checks (SEA symmetric to 1e-6, rows sum to 1 within 1e-4, all rows but at most one
 within 1% of the perplexity): **{"met" if ok else "NOT met"}** (max asymmetry {sym:.1e}, max row-sum
 error {rs:.1e}, {n_off} rows off; {info['n_unsaturated']} rows with an inactive entropy constraint).
 """

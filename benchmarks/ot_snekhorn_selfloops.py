@@ -1,4 +1,4 @@
-"""Diagnostic for t-SNEkhorn (issue 6): an independent plain-PyTorch t-SNEkhorn, with and without
+"""Diagnostic for t-SNEkhorn: an independent plain-PyTorch t-SNEkhorn, with and without
 the self-loops that the thesis' code keeps in P^se and Q^ds, against probdr's TSNEkhorn and t-SNE
 under the thesis protocol (benchmarks/ot_snekhorn.py --protocol thesis) on a digits subsample.
 
