@@ -116,6 +116,31 @@ def test_ee_coupling_exact_cross_entropy_by_enumeration():
                                    atol=1e-10)
 
 
+def test_ee_graph_coupling_estimator_loss_and_log_joint():
+    r"""[002] §3.1, Remark 4, through ``probdr.GraphCoupling(prior_x="E", prior_z="E")``: the
+    fitted input graph's mean P has :math:`P_{++} = n`, ``loss(Z)`` is
+    :math:`-\sum_{i\ne j}P_{ij}\log Q^E_{ij}` (plain torch, Cauchy kernel) and ``log_joint(Z)``
+    is minus the loss plus a constant that does not depend on Z."""
+    import probdr
+
+    rng = np.random.default_rng(0)
+    n = 50
+    X = rng.normal(size=(n, 6))
+    est = probdr.GraphCoupling(prior_x="E", prior_z="E", perplexity=8.0, n_iter=5,
+                               early_exaggeration_iter=0, random_state=0).fit(X)
+    P = est.input_graph_.mean.to_dense().to(DT)
+    assert float(P.sum()) == pytest.approx(n, rel=1e-12)
+    off = _offdiag(n)
+    consts = []
+    for scale in (0.2, 1.0, 3.0):
+        Z = scale * torch.as_tensor(rng.normal(size=(n, 2)))
+        logQ = torch.log_softmax(_cauchy_logK(Z).flatten(), 0).view(n, n)
+        closed = float(-(P[off] * logQ[off]).sum())
+        assert est.loss(Z.numpy()) == pytest.approx(closed, rel=1e-10)
+        consts.append(est.log_joint(Z.numpy()) + closed)
+    assert max(consts) - min(consts) < 1e-8 * abs(consts[0])
+
+
 # --------------------------------------------------------------------------------------------
 # hierarchical coupling: terms (8) + (9)
 # --------------------------------------------------------------------------------------------
