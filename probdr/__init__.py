@@ -6,6 +6,8 @@ and Wishart laws (:mod:`probdr.laws`) -> the input side (:mod:`probdr.input`) ->
 (:mod:`probdr.estimators`) -> diagnostics, metrics, plots and the command line.
 """
 
+import sys as _sys
+
 from . import (
     config,
     datasets,
@@ -42,6 +44,11 @@ from .laws import edge_priors as priors
 graphs = laws
 #: the plots of the Bayesian workflow, under their earlier module name
 plotting_bayes = plotting
+# the earlier module names stay importable (``from probdr.graphs import GraphLaw``)
+for _old, _module in {"graphs": laws, "priors": priors, "neighbors": neighbors,
+                      "affinities": affinities, "plotting_bayes": plotting}.items():
+    _sys.modules[f"{__name__}.{_old}"] = _module
+del _old, _module
 
 __version__ = "0.1.0"
 

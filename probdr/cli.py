@@ -21,18 +21,18 @@ METHODS = ("sne", "tsne", "largevis", "umap", "tsnekhorn", "snekhorn")
 
 
 def _make(method: str, args):
-    import probdr
+    from . import estimators as est
 
     common = dict(n_components=args.n_components, random_state=args.random_state,
                   verbose=args.verbose)
     common.update(bayes_estimator_kwargs(args))
     if method == "umap":
-        return probdr.UMAP(n_neighbors=args.n_neighbors, n_epochs=args.n_iter, **common)
+        return est.UMAP(n_neighbors=args.n_neighbors, n_epochs=args.n_iter, **common)
     if method in ("tsnekhorn", "snekhorn") and getattr(args, "inference", "map") != "map":
         raise ValueError(f"--inference {args.inference} is not available for {method}: the "
                          "SNEkhorn presets are fitted by MAP only.")
-    cls = {"sne": probdr.SNE, "tsne": probdr.TSNE, "largevis": probdr.LargeVis,
-           "tsnekhorn": probdr.TSNEkhorn, "snekhorn": probdr.SNEkhorn}[method]
+    cls = {"sne": est.SNE, "tsne": est.TSNE, "largevis": est.LargeVis,
+           "tsnekhorn": est.TSNEkhorn, "snekhorn": est.SNEkhorn}[method]
     kw = dict(perplexity=args.perplexity, **common)
     if args.n_iter is not None:
         kw["n_iter"] = args.n_iter
@@ -42,7 +42,7 @@ def _make(method: str, args):
 
 
 def _load(data: str, pca: int | None, random_state: int):
-    from probdr import datasets
+    from . import datasets
 
     if data.endswith(".npy"):
         X = np.load(data)
@@ -58,7 +58,7 @@ def _load(data: str, pca: int | None, random_state: int):
 
 
 def embed(args) -> int:
-    from probdr import metrics, plotting
+    from . import metrics, plotting
 
     X, y = _load(args.data, args.pca, args.random_state or 0)
     est = _make(args.method, args)

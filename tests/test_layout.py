@@ -1,0 +1,123 @@
+"""The package's layout flows one way: every module imports only from its own layer or those
+below it, there is no import cycle, and the earlier module names still import."""
+
+import ast
+import importlib
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+#: layers from the bottom up; a module may import from its own layer or any lower one
+LAYERS = [
+    ["probdr._utils", "probdr.config", "probdr._alloc", "probdr._fft", "probdr.datasets",
+     "probdr.kernels", "probdr._pairwise", "probdr.optim"],
+    ["probdr.ot"],
+    ["probdr.laws"],
+    ["probdr.input"],
+    ["probdr.models"],
+    ["probdr.infer"],
+    ["probdr.init"],
+    ["probdr.estimators"],
+    ["probdr.diagnostics", "probdr.metrics"],
+    ["probdr.plotting"],
+    ["probdr.cli"],
+]
+
+
+def _rank(module: str) -> int | None:
+    if module == "probdr":
+        return len(LAYERS)
+    for r, layer in enumerate(LAYERS):
+        if any(module == m or module.startswith(m + ".") for m in layer):
+            return r
+    return None
+
+
+def _modules():
+    for path in sorted((ROOT / "probdr").rglob("*.py")):
+        rel = path.relative_to(ROOT).with_suffix("")
+        parts = list(rel.parts)
+        yield ".".join(parts[:-1] if parts[-1] == "__init__" else parts), path, parts[-1] == "__init__"
+    for path in sorted((ROOT / "models").glob("*.py")):
+        name = "probdr.models" + ("" if path.stem == "__init__" else "." + path.stem)
+        yield name, path, path.stem == "__init__"
+
+
+def _imports(name: str, path: Path, is_package: bool):
+    """Every probdr module imported anywhere in the file (functions included)."""
+    package = name if is_package else name.rpartition(".")[0]
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")
+                base = base[: len(base) - (node.level - 1)]
+                target = ".".join(base + ([node.module] if node.module else []))
+            else:
+                target = node.module or ""
+            if target.startswith("probdr"):
+                if node.module is None or _rank(target) is None:  # "from . import x"
+                    for alias in node.names:
+                        yield f"{target}.{alias.name}"
+                else:
+                    yield target
+        elif isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name.startswith("probdr"):
+                    yield alias.name
+
+
+def test_every_module_has_a_layer():
+    missing = [name for name, _, _ in _modules() if _rank(name) is None]
+    assert not missing, missing
+
+
+def test_no_module_imports_from_a_layer_above_its_own():
+    upward = []
+    for name, path, is_pkg in _modules():
+        for target in _imports(name, path, is_pkg):
+            r_from, r_to = _rank(name), _rank(target)
+            if r_to is not None and r_to > r_from:
+                upward.append(f"{name} -> {target}")
+    assert not upward, upward
+
+
+def test_no_import_cycle_and_no_lazy_getattr():
+    graph = {}
+    for name, path, is_pkg in _modules():
+        assert "def __getattr__" not in path.read_text(), name
+        graph[name] = {t for t in _imports(name, path, is_pkg) if t != name}
+    # modules only (a package's __init__ re-exporting its children is not a cycle of code)
+    packages = {n for n, _, is_pkg in _modules() if is_pkg}
+    edges = {n: {t for t in ts if t in graph and t not in packages}
+             for n, ts in graph.items() if n not in packages}
+    state = {}
+
+    def visit(n, stack):
+        state[n] = 1
+        for m in edges.get(n, ()):
+            if state.get(m) == 1:
+                raise AssertionError("import cycle: " + " -> ".join(stack + [n, m]))
+            if m not in state:
+                visit(m, stack + [n])
+        state[n] = 2
+
+    for n in edges:
+        if n not in state:
+            visit(n, [])
+
+
+def test_no_file_over_about_500_lines():
+    long = {str(p.relative_to(ROOT)): n for _, p, _ in _modules()
+            if (n := len(p.read_text().splitlines())) > 520}
+    assert not long, long
+
+
+@pytest.mark.parametrize("old, new", [
+    ("probdr.graphs", "probdr.laws"), ("probdr.priors", "probdr.laws.edge_priors"),
+    ("probdr.neighbors", "probdr.input.neighbors"),
+    ("probdr.affinities", "probdr.input.affinities"),
+    ("probdr.plotting_bayes", "probdr.plotting")])
+def test_earlier_module_names_still_import(old, new):
+    assert importlib.import_module(old) is importlib.import_module(new)
