@@ -239,8 +239,13 @@ class SymmetrizedBinaryGraph(GraphLaw):
             weights = DenseWeights(torch.logit(Pt).clamp(-MAX_LOGIT, MAX_LOGIT))
         super().__init__(weights)
 
+    # the law is a product over unordered pairs i < j, and the symmetric weights list each pair
+    # twice (ij and ji): both terms of log p are halved sums over ordered pairs
+    def attraction(self, value) -> torch.Tensor:
+        return 0.5 * super().attraction(value)
+
     def normaliser(self, value):
-        return self.weights.sum_softplus()
+        return 0.5 * self.weights.sum_softplus()
 
     @property
     def mean(self):
