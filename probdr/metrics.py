@@ -80,6 +80,9 @@ def qnx(X, Z, K, block_size: int | None = None):
     Ks = np.atleast_1d(np.asarray(K))
     if not np.issubdtype(Ks.dtype, np.integer) or (Ks < 1).any() or (Ks > n - 2).any():
         raise ValueError(f"K must be integers in [1, n-2] = [1, {n - 2}], got {K}.")
+    if block_size is not None and not (isinstance(block_size, (int, np.integer))
+                                       and not isinstance(block_size, bool) and block_size >= 1):
+        raise ValueError(f"block_size must be a positive integer or None, got {block_size!r}.")
     bs = block_size or max(1, min(n, int(2**26 // (8 * n))))
     hits = np.zeros(len(Ks), dtype=np.float64)
     Xc = Xt - Xt.mean(0)

@@ -73,3 +73,69 @@ def test_params_api():
         est.set_params(bogus=1)
     with pytest.raises(RuntimeError, match="not fitted"):
         probdr.TSNE().loss(np.zeros((3, 2)))
+
+
+def test_duplicated_and_constant_rows_give_finite_embeddings():
+    """All-zero, 90% identical and 0/1 data: the entropic calibration takes the uniform affinity
+    on rows whose neighbours are all equidistant (openTSNE and umap-learn embed such data)."""
+    rng = np.random.default_rng(0)
+    data = [np.zeros((60, 5)), np.vstack([np.ones((54, 5)), rng.normal(size=(6, 5))]),
+            rng.integers(0, 2, (60, 5)).astype(float)]
+    for X in data:
+        for est in (probdr.TSNE(perplexity=10, n_iter=40, early_exaggeration_iter=10),
+                    probdr.LargeVis(perplexity=10, n_iter=20), probdr.UMAP(n_epochs=20),
+                    probdr.ccPCA(perplexity=10, n_samples=5, n_components=2)):
+            Z = est.set_params(random_state=0).fit_transform(X)
+            assert Z.shape == (60, 2) and np.isfinite(Z).all()
+    import torch
+
+    P = probdr.affinities.entropic_affinity(torch.zeros(50, 10), 5.0)
+    assert torch.isfinite(P).all() and torch.allclose(P, torch.full_like(P, 0.1))
+
+
+@pytest.mark.parametrize("params, match", [
+    (dict(early_exaggeration_iter=-1), "early_exaggeration_iter"),
+    (dict(early_exaggeration=0), "early_exaggeration"),
+    (dict(early_exaggeration=-2.0), "early_exaggeration"),
+    (dict(momentum=1.5), "momentum"),
+    (dict(early_momentum=-0.1), "early_momentum"),
+    (dict(init="bar"), "init"),
+    (dict(neighbors="x"), "neighbors"),
+    (dict(n_components=None), "n_components"),
+    (dict(n_components=True), "n_components"),
+    (dict(random_state=2**32), "random_state"),
+])
+def test_parameters_checked_before_heavy_work(params, match, monkeypatch):
+    """Each bad option raises a ValueError naming it before the neighbour search starts."""
+    import probdr.input.graph as ig
+
+    def boom(*a, **k):
+        raise AssertionError("the neighbour search ran before the parameter check")
+
+    monkeypatch.setattr(ig, "knn_edges", boom)
+    X = np.random.default_rng(0).normal(size=(60, 6))
+    with pytest.raises(ValueError, match=match):
+        probdr.TSNE(perplexity=10, **params).fit(X)
+
+
+@pytest.mark.parametrize("params, match", [(dict(negative_samples=0), "negative_samples"),
+                                           (dict(negative_weight=-1.0), "negative_weight")])
+def test_umap_sampling_parameters(params, match):
+    X = np.random.default_rng(0).normal(size=(60, 6))
+    with pytest.raises(ValueError, match=match):
+        probdr.UMAP(**params).fit(X)
+
+
+def test_numpy_scalars_are_numbers():
+    X = np.random.default_rng(0).normal(size=(60, 6))
+    Z = probdr.TSNE(perplexity=np.float32(5), n_iter=np.int64(30), early_exaggeration_iter=10,
+                    learning_rate=np.float64(20.0), random_state=0).fit_transform(X)
+    assert np.isfinite(Z).all()
+
+
+def test_rnx_block_size_is_checked():
+    X = np.random.default_rng(0).normal(size=(40, 4))
+    with pytest.raises(ValueError, match="block_size"):
+        probdr.metrics.rnx(X, X[:, :2], 5, block_size=-1)
+    assert probdr.metrics.rnx(X, X[:, :2], 5, block_size=7) == pytest.approx(
+        probdr.metrics.rnx(X, X[:, :2], 5))

@@ -19,13 +19,15 @@ returns the exact cross-entropy (Van Assel et al. 2022, §3.1), whatever the opt
 
 from __future__ import annotations
 
+from numbers import Integral, Real
 from typing import Any
 
 import numpy as np
 import torch
+from sklearn.utils import check_scalar
 
 from ..infer import Phase, run_map
-from ..init import initialize
+from ..init import INITS, initialize
 from ..input.graph import AFFINITIES, _prior_kind, build_input_graph
 from ..kernels import get_kernel
 from ..laws.graph import GraphLaw, GraphPrior, check_coupling, get_prior
@@ -266,7 +268,8 @@ class GraphCoupling(DREstimator):
         if aff not in AFFINITIES:
             raise ValueError(f"affinity must be 'auto' or one of {AFFINITIES}, got {aff!r}.")
         if aff == "entropic":
-            if not (isinstance(self.perplexity, (int, float)) and self.perplexity >= 1):
+            if not (isinstance(self.perplexity, Real) and not isinstance(self.perplexity, bool)
+                    and self.perplexity >= 1):
                 raise ValueError(f"perplexity must be a number >= 1, got {self.perplexity!r}.")
             if self.perplexity >= n - 1:
                 raise ValueError(
@@ -294,8 +297,17 @@ class GraphCoupling(DREstimator):
                              "(UMAP, LargeVis); use repulsion='exact' with D or E.")
         if self.inference not in ("map", "svi", "mcmc"):
             raise ValueError(f"inference must be 'map', 'svi' or 'mcmc', got {self.inference!r}.")
-        if not (isinstance(self.coupling_weight, (int, float)) and self.coupling_weight > 0):
-            raise ValueError(f"coupling_weight must be positive, got {self.coupling_weight!r}.")
+        check_scalar(self.coupling_weight, "coupling_weight", Real, min_val=0,
+                     include_boundaries="neither")
+        check_scalar(self.early_exaggeration, "early_exaggeration", Real, min_val=0,
+                     include_boundaries="neither")
+        check_scalar(self.early_exaggeration_iter, "early_exaggeration_iter", Integral, min_val=0)
+        for name in ("momentum", "early_momentum"):
+            check_scalar(getattr(self, name), name, Real, min_val=0, max_val=1,
+                         include_boundaries="left")
+        check_scalar(self.negative_samples, "negative_samples", Integral, min_val=1)
+        check_scalar(self.negative_weight, "negative_weight", Real, min_val=0,
+                     include_boundaries="neither")
         if self.observe not in ("mean", "sample"):
             raise ValueError(f"observe must be 'mean' or 'sample', got {self.observe!r}.")
         n_iter = self._n_iter(n)
@@ -304,15 +316,20 @@ class GraphCoupling(DREstimator):
         if self.early_exaggeration_iter > n_iter:
             raise ValueError(f"early_exaggeration_iter={self.early_exaggeration_iter} exceeds "
                              f"n_iter={n_iter}.")
+        if isinstance(self.init, str) and self.init not in INITS:
+            raise ValueError(f"init must be one of {INITS} or an (n, q) array, got {self.init!r}.")
+        if self.neighbors not in ("auto", "exact", "approximate"):
+            raise ValueError("neighbors must be 'auto', 'exact' or 'approximate', got "
+                             f"{self.neighbors!r}.")
         if self.optimizer not in ("gains", "sgd", "adam"):
             raise ValueError(f"optimizer must be 'gains', 'sgd' or 'adam', got {self.optimizer!r}.")
         if self.grad_clip is not None and not self.grad_clip > 0:
             raise ValueError(f"grad_clip must be positive or None, got {self.grad_clip!r}.")
-        if not (self.init_scale == "umap" or (isinstance(self.init_scale, (int, float))
+        if not (self.init_scale == "umap" or (isinstance(self.init_scale, Real)
                                               and self.init_scale > 0)):
             raise ValueError(f"init_scale must be positive or 'umap', got {self.init_scale!r}.")
         if self.learning_rate != "auto" and not (
-                isinstance(self.learning_rate, (int, float)) and self.learning_rate > 0):
+                isinstance(self.learning_rate, Real) and self.learning_rate > 0):
             raise ValueError(f"learning_rate must be 'auto' or positive, got {self.learning_rate!r}.")
         self._make_kernel()  # raises on a bad kernel name
         from ..laws.edge_priors import check_edge_prior

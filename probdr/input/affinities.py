@@ -56,7 +56,10 @@ def entropic_bandwidths(
 
     t = bisect_log_beta(entropy_at, n, target, 50.0, max_iter, tol_interval=tol)
     beta = torch.exp(t) / scale
-    return (1.0 / beta).squeeze(1)
+    # a row whose neighbours are all at the same distance (duplicated points) has the uniform
+    # affinity whatever the bandwidth, and its bisection ends at beta = inf: take bandwidth 1
+    spread = (C.max(1, keepdim=True).values > 0)
+    return torch.where(spread, 1.0 / beta, torch.ones_like(beta)).squeeze(1)
 
 
 def entropic_affinity(sq_dist: torch.Tensor, perplexity: float, **kw) -> torch.Tensor:
