@@ -1,0 +1,391 @@
+r"""ProbDR's unifying model (Ravuri & Lawrence, AABI 2025, eq. 1) as a scikit-learn estimator.
+
+.. math::
+    S \mid Z \sim \mathcal W^{-1}\big(Z_cZ_c^\top + \alpha HK(Z)H + \gamma I,\ \nu\big),\qquad
+    p(Z) \propto 1,
+
+fitted by MAP on the Pyro model :func:`probdr.models.probdr_general.probdr_general_model`, with
+the covariance estimate :math:`S` of the data chosen by the user (the kNN Laplacian read as a
+precision, the sample covariance, which gives dual probabilistic PCA, or a given matrix).
+
+Reference
+---------
+A. Ravuri, N. D. Lawrence. *Towards One Model for Classical Dimensionality Reduction: A
+Probabilistic Perspective on UMAP and t-SNE*. AABI 2025, eqs. (1), (2), (5) and footnote 4.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+import warnings
+
+import numpy as np
+import torch
+
+from ..infer.map import map_estimate
+from ..input.graph import knn_laplacian
+from ..laws.wishart import probdr_epsilon, theorem2_solution
+from ..models.probdr_general import KERNELS, closed_form, probdr_general_model
+from .base import DREstimator
+
+__all__ = ["ProbDR"]
+
+COVARIANCES = ("laplacian", "sample")
+
+
+def _is_real(v) -> bool:
+    return (isinstance(v, numbers.Real) and not isinstance(v, (bool, np.bool_))
+            and math.isfinite(float(v)))
+
+
+def _check_int(name: str, v, low: int = 1) -> None:
+    if not (isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_))
+            and v >= low):
+        raise ValueError(f"{name} must be an integer >= {low}, got {v!r}.")
+
+
+def _check_choice(name: str, v, choices) -> None:
+    if not (isinstance(v, str) and v in choices):
+        raise ValueError(f"{name} must be one of {choices}, got {v!r}.")
+
+
+def _principal_axes(Z: torch.Tensor) -> torch.Tensor:
+    """Centre Z, rotate it onto its principal axes (decreasing variance) and fix signs (largest
+    entry of each column positive); the centred Gram matrix is unchanged."""
+    Z = Z - Z.mean(0, keepdim=True)
+    _, V = torch.linalg.eigh(Z.T @ Z)
+    Z = Z @ V.flip(1)
+    idx = Z.abs().argmax(0, keepdim=True)
+    s = torch.sign(Z.gather(0, idx))
+    s[s == 0] = 1.0
+    return Z * s
+
+
+class ProbDR(DREstimator):
+    r"""The unifying ProbDR model (Ravuri & Lawrence 2025, eq. 1), fitted by MAP.
+
+    A covariance estimate :math:`S` (n x n) of the data is modelled as
+
+    .. math::
+        S \mid Z \sim \mathcal W^{-1}\big(\Psi(Z), \nu\big),\qquad
+        \Psi(Z) = Z_cZ_c^\top + \alpha\,HK(Z)H + \gamma I,\qquad p(Z)\propto 1,
+
+    :math:`Z_c = HZ`, :math:`H = I - \mathbf 1\mathbf 1^\top/n`, :math:`K_{ij} = k(\|z_i -
+    z_j\|^2)`. With :math:`\Lambda = S^{-1}` the :math:`Z`-dependent log-likelihood is
+
+    .. math:: \ell(Z) = \tfrac\nu2\log|\Psi(Z)| - \tfrac12\mathrm{tr}\big(\Psi(Z)\Lambda\big),
+
+    and the model only ever uses :math:`\Lambda`:
+
+    * ``covariance="laplacian"``: :math:`\Lambda = c(\hat L + \epsilon I)`, the Laplacian of the
+      symmetrised binary ``n_neighbors``-NN graph read as a precision (never inverted);
+    * ``covariance="sample"``: :math:`S = Y_cY_c^\top/d` (centred data, d features, dual
+      probabilistic PCA), :math:`\Lambda = c(S + \epsilon I)^{-1}` from one eigendecomposition
+      (:math:`S` is singular for :math:`d < n`);
+    * an array (n, n): a covariance :math:`S`, :math:`\Lambda = c(S + \epsilon I)^{-1}`;
+
+    :math:`c` is ``precision_scale`` and :math:`\epsilon` ``ridge``.
+
+    **Closed form at** :math:`\alpha = 0`. The MAP is :math:`Z^* = U_q\,\mathrm{diag}
+    (\lambda^*)^{1/2}` (up to a rotation) with Gram eigenvalues
+
+    .. math:: \lambda^*_i = \max\big(0,\ \nu/\mu_i - \gamma\big)
+
+    along the eigenvectors :math:`u_i` of the :math:`q` smallest eigenvalues :math:`\mu_i` of
+    :math:`\Lambda` on centred vectors. For the Laplacian and the sample covariance
+    (:math:`S\mathbf 1\propto\mathbf 1`) this is :math:`\max(0, \nu s_i - \gamma)` along the top
+    non-constant eigenvectors of the modelled :math:`S = \Lambda^{-1}`, i.e. :math:`s_i =
+    (\sigma_i + \epsilon)/c` for the sample covariance's eigenvalues :math:`\sigma_i`; the
+    sample covariance's MAP spans PCA's top components (dual PPCA, [004] footnote 4).
+
+    **The paper's models.** Eq. (2), Laplacian eigenmaps: ``covariance="laplacian"``,
+    ``alpha=0``, ``gamma=beta``, ``precision_scale=nu`` (:math:`\Lambda = \nu\hat L`). Eq. (5), the
+    UMAP/t-SNE-like model (the defaults): ``covariance="laplacian"``, ``alpha=0.5``,
+    ``kernel="student"`` (:math:`K = P^u`, :math:`P^u_{ij} = 1/(1 + d_{ij}^2)`),
+    :math:`\gamma = \tfrac12\tilde\epsilon^{-1}` with :math:`\tilde\epsilon = 4 n_\text{neg}
+    n_\text{neigh}/(3n)`, :math:`\nu = n`, ``precision_scale=1``.
+
+    Parameters
+    ----------
+    n_components : int
+        Embedding dimension :math:`q \le n - 1`.
+    covariance : {"laplacian", "sample"} or array (n, n)
+        The covariance estimate :math:`S` (see above).
+    random_state : int or None
+        Seed of the kNN search and of the random initialisation.
+    alpha : float
+        Weight :math:`\alpha \ge 0` of the double-centred latent kernel.
+    kernel : {"student", "gaussian"} or callable
+        :math:`k(d^2)`: Student-t/Cauchy :math:`1/(1+d^2)` (eq. 5), Gaussian
+        :math:`\exp(-d^2/2)`, or a callable of the squared distances (tensor in, tensor out).
+    gamma : float, optional
+        :math:`\gamma > 0`. Default :math:`\tfrac12\tilde\epsilon^{-1} = 3n/(8 n_\text{neg}
+        n_\text{neighbors})` (eq. 5).
+    nu : float, optional
+        Degrees of freedom, :math:`\nu > n - 1`. Default :math:`n` (eq. 5).
+    n_neighbors : int
+        Neighbours per point of the kNN graph (``covariance="laplacian"``) and
+        :math:`n_\text{neigh}` in :math:`\tilde\epsilon`.
+    n_neg : int
+        :math:`n_\text{neg}` in :math:`\tilde\epsilon` (5).
+    ridge : float, optional
+        :math:`\epsilon \ge 0`. Default: for the Laplacian 0 if the kNN graph is connected, else
+        :math:`10^{-3}` times the mean degree (with a warning); for the sample covariance
+        :math:`10^{-6}\,\mathrm{tr}(S)/n` (:math:`S` is singular when :math:`d < n`); 0 for an
+        array.
+    precision_scale : float
+        :math:`c > 0`, multiplies :math:`\Lambda`.
+    solver : {"map", "closed_form"}
+        MAP on the Pyro model, or the :math:`\alpha = 0` eigen-solution (``alpha=0`` only).
+    optimizer : {"auto", "lbfgs", "adam"}
+        ``"auto"``: L-BFGS for :math:`\alpha = 0`, Adam (the paper's optimiser) for
+        :math:`\alpha > 0`. L-BFGS runs on the whitened variable :math:`Y = \Lambda^{1/2}Z`
+        (same maximiser); Adam on :math:`Z`.
+    init : {"pca", "eigen", "random"} or array (n, q)
+        ``"pca"``: PCA scores, ``"random"``: standard normal, both rescaled to unit standard
+        deviation of the first axis (as :class:`probdr.LaplacianWishart`); ``"eigen"``: the
+        :math:`\alpha = 0` closed form of this model (unscaled).
+    n_iter : int, optional
+        L-BFGS: budget of function evaluations (default 2000, stopping at a relative loss
+        change of :math:`10^{-13}`); Adam: steps (default 50, the paper's).
+    learning_rate : float
+        L-BFGS initial step or Adam learning rate (default 1, the paper's).
+    max_n : int
+        Refuse larger inputs: the precision is a dense :math:`n\times n` matrix.
+    neighbors : {"auto", "exact", "approximate"}
+        kNN search.
+
+    Attributes
+    ----------
+    embedding_ : ndarray (n, q)
+        MAP embedding, centred and rotated to its principal axes.
+    precision_ : ndarray (n, n)
+        :math:`\Lambda`.
+    gamma_, nu_, ridge_, eps_tilde_ : float
+    gram_eigenvalues_ : ndarray (q,)
+        Eigenvalues of :math:`Z_cZ_c^\top` (decreasing).
+    closed_form_eigenvalues_ : ndarray (q,) or None
+        :math:`\lambda^*` (``alpha=0``; ``None`` otherwise).
+    laplacian_ : KNNLaplacian
+        (``covariance="laplacian"``)
+    n_graph_components_ : int
+        (``covariance="laplacian"``)
+    loss_history_ : ndarray
+        Negative log joint during the MAP fit (empty for the closed form).
+    """
+
+    _lbfgs_tol = 1e-13
+
+    def __init__(self, n_components: int = 2, covariance="laplacian",
+                 random_state: int | None = None, *, alpha: float = 0.5, kernel="student",
+                 gamma: float | None = None, nu: float | None = None, n_neighbors: int = 15,
+                 n_neg: int = 5, ridge: float | None = None, precision_scale: float = 1.0,
+                 solver: str = "map", optimizer: str = "auto", init="pca",
+                 n_iter: int | None = None, learning_rate: float = 1.0, max_n: int = 6000,
+                 neighbors: str = "auto"):
+        self.n_components = n_components
+        self.covariance = covariance
+        self.random_state = random_state
+        self.alpha = alpha
+        self.kernel = kernel
+        self.gamma = gamma
+        self.nu = nu
+        self.n_neighbors = n_neighbors
+        self.n_neg = n_neg
+        self.ridge = ridge
+        self.precision_scale = precision_scale
+        self.solver = solver
+        self.optimizer = optimizer
+        self.init = init
+        self.n_iter = n_iter
+        self.learning_rate = learning_rate
+        self.max_n = max_n
+        self.neighbors = neighbors
+
+    # -- parameters ------------------------------------------------------------------------------
+    def _gamma(self, n: int) -> float:
+        if self.gamma is not None:
+            return float(self.gamma)
+        return 0.5 / probdr_epsilon(n, self.n_neg, self.n_neighbors)
+
+    def _check_params(self, n: int, p: int) -> None:
+        q = self.n_components
+        _check_int("max_n", self.max_n)
+        if n > self.max_n:
+            raise ValueError(
+                f"ProbDR works with dense n x n matrices (the precision, and the latent kernel's "
+                f"Cholesky for alpha > 0); n={n} exceeds max_n={self.max_n}. Subsample, or raise "
+                "max_n if you have the memory.")
+        if q > n - 1:
+            raise ValueError(f"n_components={q} must be at most n - 1 = {n - 1} (the centred "
+                             "embedding has rank <= n - 1).")
+        cov = self.covariance
+        if isinstance(cov, str):
+            _check_choice("covariance", cov, COVARIANCES)
+        else:
+            S = np.asarray(cov)
+            if S.dtype.kind not in "biuf" or S.shape != (n, n):
+                raise ValueError(f"covariance must be 'laplacian', 'sample' or a real array of "
+                                 f"shape ({n}, {n}), got {type(cov).__name__} of shape "
+                                 f"{getattr(S, 'shape', None)}.")
+            S = S.astype(np.float64)
+            if not np.isfinite(S).all():
+                raise ValueError("covariance contains non-finite values.")
+            if not np.allclose(S, S.T, rtol=1e-10, atol=1e-12 * max(np.abs(S).max(), 1e-300)):
+                raise ValueError("covariance must be a symmetric matrix.")
+        if not (_is_real(self.alpha) and self.alpha >= 0):
+            raise ValueError(f"alpha must be a finite number >= 0, got {self.alpha!r}.")
+        if not (callable(self.kernel) or (isinstance(self.kernel, str)
+                                          and self.kernel in KERNELS)):
+            raise ValueError(f"kernel must be one of {tuple(KERNELS)} or a callable of the "
+                             f"squared distances, got {self.kernel!r}.")
+        _check_int("n_neighbors", self.n_neighbors)
+        _check_int("n_neg", self.n_neg)
+        if isinstance(cov, str) and cov == "laplacian":
+            if self.n_neighbors > n - 1:
+                raise ValueError(f"n_neighbors={self.n_neighbors} is too large for n={n} "
+                                 f"samples: the kNN graph needs n_neighbors <= n - 1 = {n - 1}.")
+            _check_choice("neighbors", self.neighbors, ("auto", "exact", "approximate"))
+        if self.gamma is not None and not (_is_real(self.gamma) and self.gamma > 0):
+            raise ValueError(f"gamma must be a finite positive number or None, got "
+                             f"{self.gamma!r}.")
+        if self.nu is not None and not (_is_real(self.nu) and self.nu > n - 1):
+            raise ValueError(f"nu must be a finite number > n - 1 = {n - 1} (inverse Wishart "
+                             f"degrees of freedom) or None, got {self.nu!r}.")
+        if self.ridge is not None and not (_is_real(self.ridge) and self.ridge >= 0):
+            raise ValueError(f"ridge must be a finite number >= 0 or None, got {self.ridge!r}.")
+        if not (_is_real(self.precision_scale) and self.precision_scale > 0):
+            raise ValueError(f"precision_scale must be a finite positive number, got "
+                             f"{self.precision_scale!r}.")
+        _check_choice("solver", self.solver, ("map", "closed_form"))
+        if self.solver == "closed_form" and self.alpha != 0:
+            raise ValueError(f"solver='closed_form' needs alpha=0 (the kernel term has no closed "
+                             f"form), got alpha={self.alpha!r}.")
+        _check_choice("optimizer", self.optimizer, ("auto", "lbfgs", "adam"))
+        if isinstance(self.init, str):
+            _check_choice("init", self.init, ("pca", "eigen", "random"))
+        else:
+            Z0 = np.asarray(self.init)
+            if Z0.dtype.kind not in "biuf" or Z0.shape != (n, q) or not np.isfinite(Z0).all():
+                raise ValueError(f"init must be 'pca', 'eigen', 'random' or a finite array of "
+                                 f"shape ({n}, {q}), got {self.init!r:.60}.")
+        if self.n_iter is not None:
+            _check_int("n_iter", self.n_iter)
+        if not (_is_real(self.learning_rate) and self.learning_rate > 0):
+            raise ValueError(f"learning_rate must be a finite positive number, got "
+                             f"{self.learning_rate!r}.")
+
+    # -- the precision -----------------------------------------------------------------------------
+    def _precision(self, X: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
+        r""":math:`\Lambda` (dense) and a factor :math:`W`, :math:`\Lambda = W^\top W` (``None``
+        for the Laplacian, which is well conditioned on the embedding's span)."""
+        n, p = X.shape
+        c = float(self.precision_scale)
+        cov = self.covariance
+        self.laplacian_ = None
+        if isinstance(cov, str) and cov == "laplacian":
+            L = knn_laplacian(X, self.n_neighbors, neighbors=self.neighbors,
+                              random_state=self.random_state_)
+            self.laplacian_ = L
+            self.n_graph_components_ = L.n_connected_components()
+            ridge = self.ridge
+            if ridge is None:
+                ridge = 0.0
+                if self.n_graph_components_ > 1:
+                    ridge = 1e-3 * float(L.degree.mean())
+                    warnings.warn(
+                        f"The {self.n_neighbors}-NN graph has {self.n_graph_components_} "
+                        f"connected components, so the Laplacian has more than one zero "
+                        f"eigenvalue; using ridge={ridge:.3g} (pass ridge= or increase "
+                        "n_neighbors).", RuntimeWarning, stacklevel=4)
+            self.ridge_ = float(ridge)
+            return c * (L.dense() + self.ridge_ * torch.eye(n, dtype=torch.float64)), None
+        if isinstance(cov, str):  # sample covariance, dual PPCA
+            Yc = X - X.mean(0, keepdim=True)
+            S = Yc @ Yc.T / p
+            default_ridge = max(1e-6 * float(torch.diagonal(S).mean()), 1e-12)
+        else:
+            S = torch.as_tensor(np.asarray(cov, dtype=np.float64))
+            S = 0.5 * (S + S.T)
+            default_ridge = 0.0
+        self.ridge_ = default_ridge if self.ridge is None else float(self.ridge)
+        s, V = torch.linalg.eigh(S)
+        s = s + self.ridge_
+        if not bool(s[0] > 1e-12 * max(float(s[-1].abs()), 1e-300)):
+            raise ValueError(f"covariance + ridge * I is not positive definite (smallest "
+                             f"eigenvalue {float(s[0]):.3g}); pass a positive ridge.")
+        return (V * (c / s)) @ V.T, (V * torch.sqrt(c / s)).T.contiguous()
+
+    # -- fit ------------------------------------------------------------------------------------
+    def _init(self, X, Lam, nu, gamma, gen) -> torch.Tensor:
+        n, q = X.shape[0], self.n_components
+        init = self.init
+        if not isinstance(init, str):
+            return torch.as_tensor(np.asarray(init, dtype=np.float64)).clone()
+        if init == "eigen":
+            return closed_form(Lam, q, nu, gamma)[0]
+        if init == "pca":
+            Z = theorem2_solution(X - X.mean(0, keepdim=True), q)
+        else:
+            Z = torch.randn(n, q, dtype=torch.float64, generator=gen)
+        Z = Z - Z.mean(0, keepdim=True)
+        sd = Z.std(0)
+        scale = float(sd[0]) if float(sd[0]) > 0 else 1.0
+        Z = Z / scale
+        dead = sd <= 1e-12 * scale  # zero PCA axes (q > rank): a stationary point, perturb them
+        if bool(dead.any()):
+            Z[:, dead] = 1e-2 * torch.randn(n, int(dead.sum()), dtype=torch.float64,
+                                            generator=gen)
+        return Z
+
+    def _fit(self, X: torch.Tensor) -> torch.Tensor:
+        n = X.shape[0]
+        q = self.n_components
+        alpha = float(self.alpha)
+        self.eps_tilde_ = probdr_epsilon(n, self.n_neg, self.n_neighbors)
+        self.gamma_ = self._gamma(n)
+        self.nu_ = float(n) if self.nu is None else float(self.nu)
+        Lam, W = self._precision(X)
+        self.precision_ = Lam.numpy()
+        self.closed_form_eigenvalues_ = None
+        self.loss_history_ = np.empty(0)
+        if alpha == 0.0:
+            Zcf, lam, _ = closed_form(Lam, q, self.nu_, self.gamma_)
+            self.closed_form_eigenvalues_ = lam.numpy()
+        gen = torch.Generator().manual_seed(self.random_state_)
+        if self.solver == "closed_form":
+            Z = Zcf
+        else:
+            Z0 = self._init(X, Lam, self.nu_, self.gamma_, gen)
+            optimizer = self.optimizer
+            if optimizer == "auto":
+                optimizer = "lbfgs" if alpha == 0.0 else "adam"
+            n_iter = self.n_iter if self.n_iter is not None else (
+                2000 if optimizer == "lbfgs" else 50)
+            kwargs = dict(precision=Lam, n_components=q, nu=self.nu_, gamma=self.gamma_,
+                          alpha=alpha, kernel=self.kernel, factor=W)
+            reparam = _whitening(Lam) if optimizer == "lbfgs" else None
+            vals, self.loss_history_ = map_estimate(
+                probdr_general_model, kwargs, {"Z": Z0}, optimizer=optimizer, n_iter=n_iter,
+                lr=float(self.learning_rate), tol=self._lbfgs_tol, return_history=True,
+                reparam=reparam)
+            Z = vals["Z"]
+        Z = _principal_axes(Z.detach())
+        self.gram_eigenvalues_ = torch.linalg.eigvalsh(Z.T @ Z).flip(0).numpy()
+        return Z
+
+
+def _whitening(Lam: torch.Tensor) -> dict:
+    r"""The change of variables :math:`Y = PZ`, :math:`P = (\Lambda + \tau I)^{1/2}` with
+    :math:`\tau` lifting null directions (the constant vector of a Laplacian) to the smallest
+    positive eigenvalue: the trace term :math:`\tfrac12\mathrm{tr}(Z^\top\Lambda Z)` becomes
+    (about) :math:`\tfrac12\|Y\|^2`, so that L-BFGS sees a problem of unit scale. One dense
+    eigendecomposition. Returns ``{"Z": (to_site, from_site)}``."""
+    w, V = torch.linalg.eigh(0.5 * (Lam + Lam.T))
+    top = max(float(w[-1]), 1e-300)
+    positive = w > 1e-10 * top
+    floor = float(w[positive].min()) if bool(positive.any()) else 1.0
+    d = torch.sqrt(w.clamp_min(floor))
+    P, P_inv = (V * d) @ V.T, (V / d) @ V.T
+    return {"Z": (lambda Y: P_inv @ Y, lambda Z: P @ Z)}
