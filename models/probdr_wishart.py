@@ -1,6 +1,6 @@
-r"""ProbDR's Laplacian--Wishart models (Ravuri & Lawrence, AABI 2025; spec §9).
+r"""ProbDR's Laplacian--Wishart models (Ravuri & Lawrence, AABI 2025).
 
-Notation: ``Z`` (n, q) is the embedding ([004] writes it :math:`X`); the data enter only through
+Notation: ``Z`` (n, q) is the embedding (the paper writes it :math:`X`); the data enter only through
 the symmetrised binary kNN graph (adjacency :math:`A`, degrees :math:`D`, Laplacian
 :math:`\hat L = D - A`). :math:`H = I - \mathbf 1\mathbf 1^\top/n`, :math:`P^u_{ij} = 1/(1+\|z_i-z_j\|^2)`,
 :math:`\tilde\epsilon = 4 n_\text{neg} n_\text{neigh}/(3n)`.
@@ -11,12 +11,12 @@ Models
 
 .. math:: \nu\hat L \mid Z \sim \mathcal W\big((ZZ^\top + \beta I)^{-1}, \nu\big)
 
-([004]'s order: scale, dof), whose :math:`Z`-dependent log-likelihood is
+(the paper's order: scale, dof), whose :math:`Z`-dependent log-likelihood is
 :math:`\tfrac\nu2\big[\log|\beta I + ZZ^\top| - \mathrm{tr}(Z^\top\hat L Z)\big]`. Its maximiser is
 :math:`Z = U_{2..q+1}\,\mathrm{diag}\big((1/l_i - \beta)_+\big)^{1/2}`: the non-trivial smallest
 eigenvectors :math:`U` of :math:`\hat L`, i.e. Laplacian eigenmaps.
 
-**Laplacian--Wishart model** (eq. 5), the model [004] proposes for UMAP/t-SNE-like embeddings:
+**Laplacian--Wishart model** (eq. 5), the model the paper proposes for UMAP/t-SNE-like embeddings:
 
 .. math::
     \hat L \mid Z \sim \mathcal W\big(M(Z)^{-1}, n\big),\qquad
@@ -37,15 +37,26 @@ Choices made here (documented deviations)
 * **The Laplacian is singular** (:math:`\hat L\mathbf 1 = 0`), so it lies outside the Wishart support
   and :math:`\log|\hat L| = -\infty`. Every term that involves only :math:`\hat L` is constant in
   :math:`Z`; eqs. (2) and (5) therefore enter as ``pyro.factor`` with **the Z-dependent Wishart terms
-  only** (spec §10.3 trap 5). An optional ridge :math:`\hat L + \delta I` ([004] fn. 4) is available
+  only**. An optional ridge :math:`\hat L + \delta I` (the paper's footnote 4) is available
   for eq. (2) (it is needed when the kNN graph is disconnected).
 * **Centring.** :math:`\mathrm{tr}(Z^\top\hat LZ)` does not see translations, while
   :math:`\log|\beta I + ZZ^\top|` and :math:`\log|M(Z)|` grow without bound along :math:`Z + \mathbf 1 m^\top`.
   As ProbDR does, the likelihood is evaluated at the column-centred :math:`HZ` (equivalently
   :math:`ZZ^\top` is replaced by :math:`HZZ^\top H`): the constant eigenvector is excluded and the
   eigenmaps MAP is exactly eigenvectors 2..q+1. The returned embedding is :math:`HZ`.
-* The :math:`\tilde\epsilon^{-1}` noise term and :math:`\nu = n` follow [004] §3 / spec §9.6; the
+* The :math:`\tilde\epsilon^{-1}` noise term and :math:`\nu = n` follow the paper's §3; the
   eq. (5) log-determinant is dense (Cholesky, :math:`O(n^3)` per step).
+
+Posterior
+---------
+Every model here takes a prior ``z_prior`` on Z (default flat, as in the paper) and a **coupling
+weight** :math:`\omega > 0` (an inverse temperature, ``poutine.scale`` on the likelihood or
+energy; 1 is the paper's model): :math:`p_\omega(Z \mid \hat L) \propto p(Z)\,
+p(\hat L \mid Z)^{\omega}`. The likelihoods are flat along translations of Z (they see
+:math:`HZ`) and invariant to rotations, so a posterior needs a proper prior (the estimators use
+an isotropic Gaussian) and draws are compared after a Procrustes alignment. As :math:`\omega`
+grows the posterior concentrates on the MAP. For the CNE energy, which is not a likelihood, this
+is a Gibbs (pseudo-)posterior.
 
 Reference
 ---------
@@ -58,6 +69,7 @@ from __future__ import annotations
 import pyro
 import pyro.distributions as dist
 import torch
+from pyro import poutine
 from torch.distributions import constraints
 
 from probdr._pairwise import pairwise_sq_distances
@@ -81,11 +93,22 @@ __all__ = [
     "cne_energy",
     "cne_model",
     "probdr_epsilon",
+    "laplacian_whitening",
+    "WHITENING_DENSE_MAX_N",
 ]
+
+#: above this many points :func:`laplacian_whitening` is a scalar (no dense eigendecomposition)
+WHITENING_DENSE_MAX_N = 4000
 
 
 def _flat(n: int, q: int):
     return dist.ImproperUniform(constraints.real, (), (n, q))
+
+
+def _z_prior(n: int, q: int, z_prior):
+    """The prior of the site Z: flat (improper) unless a distribution is given."""
+    return _flat(n, q) if z_prior is None else z_prior
+
 
 
 def centred(Z: torch.Tensor) -> torch.Tensor:
@@ -131,24 +154,44 @@ def laplacian_wishart_loglik(Z: torch.Tensor, L: KNNLaplacian, eps_tilde: float,
 
 
 def laplacian_wishart_model(L: KNNLaplacian, n_components: int, eps_tilde: float,
-                            nu: float | None = None):
-    """Pyro model of eq. (5): flat prior on Z, the Laplacian's Z-dependent Wishart terms as a
-    factor (the Laplacian is singular; see the module docstring)."""
-    Z = pyro.sample("Z", _flat(L.n, n_components))
-    pyro.factor("wishart_L", laplacian_wishart_loglik(centred(Z), L, eps_tilde, nu))
+                            nu: float | None = None, *, z_prior=None,
+                            coupling_weight: float = 1.0):
+    r"""Pyro model of eq. (5): a prior on Z (flat by default), the Laplacian's Z-dependent
+    Wishart terms as a factor (the Laplacian is singular; see the module docstring).
+
+    Parameters
+    ----------
+    z_prior : distribution over (n, q), optional
+        Prior on Z; default flat (improper), as in the paper.
+    coupling_weight : float
+        Weight :math:`\omega` of the likelihood (``poutine.scale``); 1 is the paper's model.
+    """
+    Z = pyro.sample("Z", _z_prior(L.n, n_components, z_prior))
+    with poutine.scale(scale=coupling_weight):
+        pyro.factor("wishart_L", laplacian_wishart_loglik(centred(Z), L, eps_tilde, nu))
     return Z
 
 
 def eigenmaps_model(L: KNNLaplacian, n_components: int, beta: float = 1e-3,
-                    nu: float | None = None, ridge: float = 0.0):
+                    nu: float | None = None, ridge: float = 0.0, *, z_prior=None,
+                    coupling_weight: float = 1.0):
     r"""Pyro model of eq. (2): :math:`\nu(\hat L + \delta I) \mid Z \sim
     \mathcal W((HZZ^\top H + \beta I)^{-1}, \nu)`, Z-dependent terms only
-    (:meth:`LowRankPrecisionWishart.latent_terms`: :math:`O(\mathrm{nnz}\,q + nq^2)` per step)."""
+    (:meth:`LowRankPrecisionWishart.latent_terms`: :math:`O(\mathrm{nnz}\,q + nq^2)` per step).
+
+    Parameters
+    ----------
+    z_prior : distribution over (n, q), optional
+        Prior on Z; default flat (improper), as in the paper.
+    coupling_weight : float
+        Weight :math:`\omega` of the likelihood (``poutine.scale``); 1 is the paper's model.
+    """
     n = L.n
     nu = float(n) if nu is None else float(nu)
-    Z = pyro.sample("Z", _flat(n, n_components))
+    Z = pyro.sample("Z", _z_prior(n, n_components, z_prior))
     law = LowRankPrecisionWishart(nu, centred(Z), beta)
-    pyro.factor("wishart_L", law.latent_terms(L.scaled(nu, ridge)))
+    with poutine.scale(scale=coupling_weight):
+        pyro.factor("wishart_L", law.latent_terms(L.scaled(nu, ridge)))
     return Z
 
 
@@ -173,17 +216,27 @@ def _adjacency_rows(L: KNNLaplacian, idx: torch.Tensor) -> torch.Tensor:
 
 
 def bernoulli_adjacency_model(L: KNNLaplacian, n_components: int, eps_tilde: float,
-                              subsample_size: int | None = None):
+                              subsample_size: int | None = None, *, z_prior=None,
+                              coupling_weight: float = 1.0):
     r"""Pyro model of eq. (4): :math:`A_{ij} \mid Z \sim \mathcal B(\tilde\epsilon/(1+d_{ij}^2))`
     independently for all ordered pairs :math:`i\ne j`, observed at the kNN adjacency. Rows can
-    be subsampled (``pyro.plate`` rescales the likelihood)."""
+    be subsampled (``pyro.plate`` rescales the likelihood).
+
+    Parameters
+    ----------
+    z_prior : distribution over (n, q), optional
+        Prior on Z; default flat (improper), as in the paper.
+    coupling_weight : float
+        Weight :math:`\omega` of the likelihood (``poutine.scale``); 1 is the paper's model.
+    """
     if not 0 < eps_tilde < 1:
         raise ValueError(f"eq. (4) needs 0 < eps_tilde < 1 to define probabilities, got "
                          f"{eps_tilde:.4g} (eps_tilde = 4 n_neg n_neigh / (3n) = 100/n with the "
                          "defaults, so n must exceed 100).")
     n = L.n
-    Z = pyro.sample("Z", _flat(n, n_components))
-    with pyro.plate("rows", n, subsample_size=subsample_size) as idx:
+    Z = pyro.sample("Z", _z_prior(n, n_components, z_prior))
+    with pyro.plate("rows", n, subsample_size=subsample_size) as idx, \
+            poutine.scale(scale=coupling_weight):
         d2 = pairwise_sq_distances(Z[idx], Z)
         probs = eps_tilde / (1.0 + d2)
         mask = torch.ones_like(probs, dtype=torch.bool)
@@ -210,11 +263,47 @@ def cne_energy(Z: torch.Tensor, L: KNNLaplacian, eps_tilde: float,
 
 
 def cne_model(L: KNNLaplacian, n_components: int, eps_tilde: float,
-              subsample_size: int | None = None):
-    """Pyro model with the CNE energy (eq. 3) as a factor (not a likelihood; baseline)."""
+              subsample_size: int | None = None, *, z_prior=None, coupling_weight: float = 1.0):
+    r"""Pyro model with the CNE energy (eq. 3) as a factor (not a likelihood; baseline).
+
+    Parameters
+    ----------
+    z_prior : distribution over (n, q), optional
+        Prior on Z; default flat (improper), as in the paper.
+    coupling_weight : float
+        Weight :math:`\omega` of the energy (``poutine.scale``); 1 is the paper's model.
+    """
     n = L.n
-    Z = pyro.sample("Z", _flat(n, n_components))
-    with pyro.plate("rows", n, subsample_size=subsample_size) as idx:
+    Z = pyro.sample("Z", _z_prior(n, n_components, z_prior))
+    with pyro.plate("rows", n, subsample_size=subsample_size) as idx, \
+            poutine.scale(scale=coupling_weight):
         pyro.factor("cne", cne_energy(Z, L, eps_tilde, idx))
     return Z
 
+
+def laplacian_whitening(L: KNNLaplacian, ridge: float = 0.0, nu: float | None = None) -> dict:
+    r"""A linear change of variables :math:`Y = PZ` for the posterior of these models, as
+    ``{"Z": (to_site, from_site)}`` for :func:`probdr.infer.posterior.fit_posterior`.
+
+    :math:`P = \big(\nu(\hat L + \delta I + l_2 I)\big)^{1/2}` (dense eigendecomposition;
+    :math:`l_2` the smallest non-zero eigenvalue of :math:`\hat L`): the trace term
+    :math:`\tfrac\nu2\mathrm{tr}(Z^\top(\hat L + \delta I)Z)`, of curvature
+    :math:`\nu(l_j + \delta)` along eigenvector j, has curvature
+    :math:`(l_j + \delta)/(l_j + \delta + l_2) < 1` in Y, so that Adam and NUTS see a posterior
+    of unit scale instead of one spread over the Laplacian's spectrum (:math:`\nu = n` for
+    eq. (2), 1 for the :math:`\tfrac12\mathrm{tr}(Z^\top\hat LZ)` of eq. (5)). Above
+    :data:`WHITENING_DENSE_MAX_N` points, the scalar
+    :math:`P = (\nu(\mathrm{tr}\hat L/n + \delta))^{1/2}` (the mean curvature).
+    """
+    n = L.n
+    nu = float(n) if nu is None else float(nu)
+    if n > WHITENING_DENSE_MAX_N:
+        c = (nu * (L.trace() / n + ridge)) ** 0.5
+        return {"Z": (lambda Y: Y / c, lambda Z: c * Z)}
+    w, V = torch.linalg.eigh(L.dense())
+    w = w.clamp_min(0.0)
+    positive = w > 1e-10 * max(float(w[-1]), 1e-300)
+    l2 = float(w[positive].min()) if bool(positive.any()) else 1.0
+    d = torch.sqrt(nu * (w + ridge + l2))
+    P, P_inv = (V * d) @ V.T, (V / d) @ V.T
+    return {"Z": (lambda Y: P_inv @ Y, lambda Z: P @ Z)}

@@ -1,4 +1,4 @@
-r"""PCA as a Wishart precision coupling (Van Assel et al. 2022, Theorem 2; spec §6).
+r"""PCA as a Wishart precision coupling (Van Assel et al. 2022, Theorem 2).
 
 Model
 -----
@@ -12,7 +12,7 @@ precisions:
     \Theta_Z &\sim \mathcal W(\nu_Z, I_n), &\qquad
     \mathrm{vec}(Z) \mid \Theta_Z &\sim \mathcal N(0, \Theta_Z^{-1} \otimes I_q),
 
-with posteriors (conjugacy, spec §6.2)
+with posteriors (conjugacy)
 
 .. math::
     \Theta_X \mid X \sim \mathcal W\big(\nu_X + p, (I_n + XX^\top)^{-1}\big),\qquad
@@ -30,8 +30,8 @@ whose minimiser (Theorem 2) is :math:`Z^* Z^{*\top} = V_{[:,q]}\mathrm{diag}(\la
 
 .. math:: \gamma = \frac{\nu_Z + q}{\nu_X + p}
 
-(spec Appendix Z #7: the ratio printed in [002] A.3 has the indices swapped; this is the one the
-objective implies). With :math:`\nu_Z = \nu_X + p - q`, :math:`\gamma = 1` and :math:`Z^*` is a PCA
+(the ratio printed in Van Assel et al. 2022, Appendix A.3, has the indices swapped; this is the one
+the objective implies). With :math:`\nu_Z = \nu_X + p - q`, :math:`\gamma = 1` and :math:`Z^*` is a PCA
 embedding of :math:`X`.
 
 Pyro form
@@ -51,6 +51,24 @@ structured :class:`probdr.wishart.WoodburyInverse` mean (Woodbury identity + det
 :math:`n\times n` matrices: the test oracle. ``wishart_pca_generative`` is the X-side generative
 model (Wishart prior, Gaussian likelihood), used to check the conjugate posterior.
 
+Posterior
+---------
+The flat prior is the paper's, for the MAP. For posterior inference the model takes a prior
+``z_prior`` on Z (the estimators use an isotropic Gaussian, wide next to the MAP) and a
+**coupling weight** :math:`\omega > 0` (an inverse temperature) on the coupling likelihood,
+
+.. math::
+    p_\omega(Z \mid \bar\Theta_X) \;\propto\; p(Z)\,
+    \mathcal W\big(\bar\Theta_X;\ \nu_Z + q,\ (I_n + ZZ^\top)^{-1}\big)^{\omega},
+
+which concentrates on the MAP as :math:`\omega` grows (the log-likelihood is multiplied by
+:math:`\omega`; a Laplace approximation has covariance :math:`\approx H^{-1}/\omega`). Here the
+likelihood alone would be integrable in Z (a Gaussian in Z times a power of
+:math:`|I_n + ZZ^\top|`); the Laplacian models of the family are flat along translations and do
+need the prior. Like the MAP, the posterior is invariant to :math:`Z \mapsto ZR`,
+:math:`R \in O(q)` (the likelihood sees :math:`ZZ^\top`, an isotropic prior is rotation
+invariant), so draws are compared after a Procrustes alignment.
+
 Reference
 ---------
 H. Van Assel, T. Espinasse, J. Chiquet, F. Picard. *A Probabilistic Graph Coupling View of
@@ -62,12 +80,14 @@ from __future__ import annotations
 import pyro
 import pyro.distributions as dist
 import torch
+from pyro import poutine
 from torch.distributions import constraints
 
 from probdr.laws.wishart import ConjugateWishartPosterior, LowRankPrecisionWishart
 
 __all__ = [
     "wishart_pca_model",
+    "whitening",
     "wishart_pca_model_dense",
     "wishart_pca_generative",
     "default_dofs",
@@ -94,9 +114,16 @@ def coupling_gamma(nu_x: float, nu_z: float, p: int, q: int) -> float:
     return (nu_z + q) / (nu_x + p)
 
 
+def _z_prior(n: int, q: int, z_prior) -> dist.TorchDistribution:
+    """The prior of the site Z: flat (improper) unless a distribution is given."""
+    return dist.ImproperUniform(constraints.real, (), (n, q)) if z_prior is None else z_prior
+
+
 def wishart_pca_model(X: torch.Tensor, n_components: int, nu_x: float, nu_z: float,
-                      posterior: ConjugateWishartPosterior | None = None):
-    """Structured Pyro model of the precision coupling (no n x n matrix).
+                      posterior: ConjugateWishartPosterior | None = None, *,
+                      z_prior: dist.TorchDistribution | None = None,
+                      coupling_weight: float = 1.0):
+    r"""Structured Pyro model of the precision coupling (no n x n matrix).
 
     Parameters
     ----------
@@ -107,23 +134,47 @@ def wishart_pca_model(X: torch.Tensor, n_components: int, nu_x: float, nu_z: flo
         Wishart degrees of freedom of the X and Z sides.
     posterior : ConjugateWishartPosterior, optional
         Precomputed X-side posterior (its factorisation costs O(np min(n, p)) once).
+    z_prior : distribution over (n, q), optional
+        Prior on Z; default flat (improper), as in the paper. Posterior inference needs a proper
+        one.
+    coupling_weight : float
+        Weight :math:`\omega` of the coupling likelihood (``poutine.scale``), see the module
+        docstring; 1 is the paper's model.
     """
     n = X.shape[0]
     post = ConjugateWishartPosterior(X, nu_x) if posterior is None else posterior
-    Z = pyro.sample("Z", dist.ImproperUniform(constraints.real, (), (n, n_components)))
-    pyro.sample("Theta_Z", LowRankPrecisionWishart(nu_z + n_components, Z), obs=post.mean)
+    Z = pyro.sample("Z", _z_prior(n, n_components, z_prior))
+    with poutine.scale(scale=coupling_weight):
+        pyro.sample("Theta_Z", LowRankPrecisionWishart(nu_z + n_components, Z), obs=post.mean)
     return Z
 
 
-def wishart_pca_model_dense(X: torch.Tensor, n_components: int, nu_x: float, nu_z: float):
+def whitening(posterior: ConjugateWishartPosterior, scale: float = 1.0) -> dict:
+    r"""The linear change of variables :math:`Y = c\,(I_n + XX^\top)^{-1/2}Z` as
+    ``{"Z": (to_site, from_site)}`` for :class:`probdr.infer.map.MAPFit` and
+    :func:`probdr.infer.posterior.fit_posterior`.
+
+    It whitens the trace term: :math:`\tfrac{\nu_X+p}{2}\mathrm{tr}(Z^\top(I_n+XX^\top)^{-1}Z)
+    = \tfrac{\nu_X+p}{2c^2}\|Y\|_F^2`, so the optimiser no longer sees curvatures spread over
+    the spectrum of :math:`XX^\top`. With :math:`c = (\nu_X + p)^{1/2}` the term has unit
+    curvature (the posterior's scale at coupling weight 1). Structured: :math:`O(npq)`.
+    """
+    W = posterior._scale_inv
+    return {"Z": (lambda Y: W.matpow(Y / scale, -0.5), lambda Z: scale * W.matpow(Z, 0.5))}
+
+
+def wishart_pca_model_dense(X: torch.Tensor, n_components: int, nu_x: float, nu_z: float, *,
+                            z_prior: dist.TorchDistribution | None = None,
+                            coupling_weight: float = 1.0):
     """Dense version of :func:`wishart_pca_model` with ``torch.distributions.Wishart`` (oracle;
     O(n^3) per step)."""
     n, p = X.shape
     eye = torch.eye(n, dtype=X.dtype)
     Theta_bar = (nu_x + p) * torch.linalg.inv(eye + X @ X.T)
-    Z = pyro.sample("Z", dist.ImproperUniform(constraints.real, (), (n, n_components)))
-    pyro.sample("Theta_Z", dist.Wishart(df=torch.tensor(nu_z + n_components, dtype=X.dtype),
-                                        precision_matrix=eye + Z @ Z.T), obs=Theta_bar)
+    Z = pyro.sample("Z", _z_prior(n, n_components, z_prior))
+    with poutine.scale(scale=coupling_weight):
+        pyro.sample("Theta_Z", dist.Wishart(df=torch.tensor(nu_z + n_components, dtype=X.dtype),
+                                            precision_matrix=eye + Z @ Z.T), obs=Theta_bar)
     return Z
 
 
