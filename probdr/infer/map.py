@@ -8,17 +8,11 @@ minimising ``Trace_ELBO`` is MAP (maximum likelihood under the flat priors of th
 
 The driver is :class:`MAPFit`, the only code that creates the guide, opens a private Pyro
 parameter store (a caller's ``pyro.param`` values are never touched), evaluates the loss, steps
-the optimiser, records the loss history and checks it for non-finite values. Its users:
-
-* :func:`run_map`: a schedule of :class:`Phase` objects (e.g. early exaggeration, then the main
-  phase) with t-SNE's gains, SGD, Adam or L-BFGS -- the graph-coupling family;
-* :func:`map_estimate`: one phase of L-BFGS or Adam returning ``{site: value}``, optionally on a
-  reparametrised variable -- the Wishart family (:mod:`probdr.estimators.wishart`) and ccPCA;
-* :class:`MAPFit` itself in block-coordinate schemes that alternate MAP steps on a Pyro model
-  with another solver and keep the optimiser's state across rounds -- DistR's and GW-MDS's
-  optimal-transport steps.
-
-Posteriors (SVI, NUTS) are fitted from the MAP by :func:`probdr.infer.posterior.fit_posterior`.
+the optimiser, records the loss history and checks it for non-finite values. It serves
+:func:`run_map` (a schedule of :class:`Phase` objects: the graph couplings),
+:func:`map_estimate` (one L-BFGS or Adam phase: the Wishart family, ccPCA) and, directly, the
+block-coordinate schemes that alternate MAP steps with optimal transport (DistR, GW-MDS).
+Posteriors (SVI, NUTS) start from the MAP: :func:`probdr.infer.posterior.fit_posterior`.
 """
 
 from __future__ import annotations
@@ -158,12 +152,10 @@ def _make_optimizer(name: str, params, phase: Phase):
 
 
 def _carry_optimizer(opt, phase):
-    """Keep the optimiser's state (gains, velocity, moments) across phases; change lr and
-    momentum."""
+    """Keep the optimiser's state (gains, velocity, moments); set the phase's lr and momentum."""
     for g in opt.param_groups:
         g["lr"] = phase.learning_rate
         g["momentum"] = phase.momentum
-    return opt
 
 
 def _reparam_guide(init_values, reparam):
@@ -192,11 +184,9 @@ class MAPFit:
     Between two runs the caller may change the model's arguments (e.g. a transport plan fixed
     during a MAP step) while the optimiser keeps its state.
 
-    Each step evaluates the loss
-    :math:`\ell(\hat\theta) = -\log p(\hat\theta, \mathcal D)` as
-    ``Trace_ELBO().differentiable_loss`` of the model against an ``AutoDelta`` guide started at
-    ``init_values`` (or, with ``reparam``, a Delta guide on a reparametrised variable),
-    differentiates ``loss_scale`` times it, and steps the optimiser:
+    Each step evaluates :math:`\ell(\hat\theta) = -\log p(\hat\theta, \mathcal D)`
+    (``Trace_ELBO().differentiable_loss`` against an ``AutoDelta`` guide started at
+    ``init_values``), differentiates ``loss_scale`` times it, and steps the optimiser:
 
     * ``"gains"``: t-SNE's gradient descent with momentum and per-coordinate gains
       (:class:`probdr.optim.GainsMomentum`);
@@ -226,26 +216,14 @@ class MAPFit:
         With ``"gains"`` and ``"sgd"`` and a site ``"Z"`` of shape (n, q) (not reparametrised),
         a column of Z whose spread falls below this value is re-centred and scaled back to 1e-4
         together with its velocity (see :func:`_rescue_collapsed_columns`). ``None`` disables it.
-    verbose : bool
-        A progress bar over ``total_steps`` steps.
-    total_steps : int, optional
-        Length of the progress bar.
-    desc : str
-        Name in messages and on the progress bar.
+    verbose, total_steps, desc : bool, int or None, str
+        A progress bar (over ``total_steps`` steps); ``desc`` names the fit there and in errors.
 
     Attributes
     ----------
     history : ndarray
-        The loss before every step run so far (L-BFGS: at the start of each call).
-    n_steps : int
-    n_rescued : int
-        Number of collapsed columns rescued so far.
-    guide : the Pyro guide.
-
-    Raises
-    ------
-    FloatingPointError
-        When the loss becomes non-finite.
+        The loss before every step run so far (L-BFGS: at the start of each call); ``n_steps``
+        its length, ``n_rescued`` the number of collapsed columns rescued, ``guide`` the guide.
     """
 
     def __init__(self, model: Callable, init_values, *, optimizer: str = "gains",
@@ -306,13 +284,8 @@ class MAPFit:
             raise RuntimeError("MAPFit is used as a context manager: `with MAPFit(...) as fit:`.")
 
     # -- state ----------------------------------------------------------------------------
-    @property
-    def history(self) -> np.ndarray:
-        return np.asarray(self._history, dtype=np.float64)
-
-    @property
-    def n_steps(self) -> int:
-        return len(self._history)
+    history = property(lambda self: np.asarray(self._history, dtype=np.float64))
+    n_steps = property(lambda self: len(self._history))
 
     def setup(self, model_kwargs: dict[str, Any]) -> None:
         """Create the guide's parameters by running it once on these model arguments (the first
@@ -322,7 +295,7 @@ class MAPFit:
             return
         self.guide(**model_kwargs)
         store = pyro.get_param_store()
-        self.params = [store[name].unconstrained() for name in store.get_all_param_names()]
+        self.params = [store[name].unconstrained() for name in store.keys()]
         Z0 = self.init_values.get("Z")
         if (self.collapse_floor is not None and self.optimizer in ("gains", "sgd")
                 and not self.reparam and Z0 is not None and Z0.ndim == 2):
@@ -370,7 +343,8 @@ class MAPFit:
 
     def run(self, phase: Phase, model_kwargs: dict[str, Any], *, keep_state: bool = True,
             observe: Callable[[], torch.Tensor] | None = None) -> int:
-        """Run one phase on the model arguments ``model_kwargs`` (updated by the phase's own).
+        """Run one phase on the model arguments ``model_kwargs`` (updated by the phase's own);
+        returns the number of steps run (fewer than ``phase.n_iter`` if a stopping rule stopped).
 
         Parameters
         ----------
@@ -383,11 +357,6 @@ class MAPFit:
         observe : callable, optional
             Returns a fresh observed graph before every step, passed as the model argument
             ``W_X`` (Monte Carlo coupling; not with L-BFGS).
-
-        Returns
-        -------
-        int
-            The number of steps run (fewer than ``phase.n_iter`` when a stopping rule stopped).
         """
         self.setup(model_kwargs)
         if observe is not None and self.optimizer == "lbfgs":
@@ -401,7 +370,6 @@ class MAPFit:
         step_fn = self._lbfgs_step if self.optimizer == "lbfgs" else self._gradient_step
         hist = self._history
         total = self.total_steps
-        t = 0
         with pyro.validation_enabled(False), heap_reuse():
             for t in range(phase.n_iter):
                 if phase.final_learning_rate is not None:
@@ -468,25 +436,15 @@ def run_map(
     optimizer : {"gains", "sgd", "adam", "lbfgs"}
         ``"gains"`` keeps its gains and velocity across phases; the others start afresh in
         every phase.
-    loss_scale : float
-        The optimiser sees ``loss_scale * loss`` (e.g. ``1/n`` gives t-SNE's KL gradient scale).
-    grad_clip : float, optional
-        Clamp every gradient coordinate to ``[-grad_clip, grad_clip]`` (UMAP clips at 4).
+    loss_scale, grad_clip, collapse_floor, reparam, verbose, desc
+        As in :class:`MAPFit` (UMAP clips gradients at 4; the collapse rescue is an exact
+        symmetry of the dynamics under early exaggeration with broad input affinities).
     observe : callable, optional
         Returns the observed graph for each step (Monte Carlo coupling over W_X); it is passed to
         the model as its first argument ``W_X``.
-    collapse_floor : float or None
-        With the "gains" and "sgd" optimisers, a column of Z whose spread falls below this
-        value is re-centred and scaled back to 1e-4 together with its velocity, an exact
-        symmetry of the dynamics at such scales (see :func:`_rescue_collapsed_columns`; it
-        happens under early exaggeration with broad input affinities). ``None`` disables it.
-    reparam : dict, optional
-        Change of variables of the optimised sites (see :class:`MAPFit`).
     warn_collapse : bool
         Raise a ``RuntimeWarning`` when a column of the final Z has a spread below the floor
         (possible with Adam or without the rescue).
-    verbose : bool
-    desc : str
 
     Returns
     -------
@@ -538,10 +496,8 @@ def map_estimate(
       for the closed-form oracles;
     * ``"adam"``: ``n_iter`` Adam steps of learning rate ``lr``.
 
-    ``reparam`` maps a site name to ``(to_site, from_site)``, two mutually inverse maps: the
-    optimiser then works on ``from_site(init)`` and the guide puts a point mass at
-    ``to_site(raw)`` -- a change of variables that preconditions badly scaled MAP problems
-    without changing the maximiser (see :class:`MAPFit`).
+    ``reparam``: a change of variables that preconditions badly scaled problems without
+    changing the maximiser (see :class:`MAPFit`).
 
     The fit runs in a private Pyro parameter-store scope, so it never touches the caller's
     parameters. Returns ``{site: value}`` (and the loss history if ``return_history``).
