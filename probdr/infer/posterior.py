@@ -1,7 +1,9 @@
 r"""Posterior inference over embeddings: SVI (AutoNormal, low-rank, user guides) and NUTS.
 
 The graph-coupling model (``probdr.models.coupling``) is a Pyro program with one latent site,
-``Z``. MAP gives the classical methods; this module gives the posterior
+``Z``, and so are the Wishart couplings (``probdr.models.wishart_pca``,
+``probdr.models.probdr_wishart``), with the same ``z_prior`` and ``coupling_weight`` arguments.
+MAP gives the classical methods; this module gives the posterior, e.g. for the graph coupling
 
 .. math::
     p_\beta(Z \mid W_Z = \mathbb E[W_X]) \;\propto\; p(Z)\;
@@ -44,6 +46,15 @@ MCMC
 SVI
     Any guide works; with negative sampling the ELBO is an unbiased estimate of the ELBO of the
     negative-sampling surrogate likelihood (not of the exact one).
+
+Preconditioning
+    A badly scaled posterior (the Wishart couplings: curvatures spread over the spectrum of
+    :math:`I + XX^\top`) is slow for Adam, and a mean-field guide in Z misses its correlations
+    across points. ``reparam={"Z": (to_site, from_site)}``, the change of variables of the MAP
+    driver (:class:`probdr.infer.map.MAPFit`), runs the inference on
+    :math:`\tilde Z = \texttt{from\_site}(Z)` instead, with :math:`Z = \texttt{to\_site}(\tilde Z)`
+    and the density :math:`p(Z = \texttt{to\_site}(\tilde Z), \mathcal D)`; the maps must be
+    linear (a constant Jacobian), so that this is the same posterior. Draws are mapped back to Z.
 """
 
 from __future__ import annotations
@@ -52,11 +63,11 @@ import math
 import time
 import warnings
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import pyro
+import pyro.distributions as dist
 import torch
 from pyro import poutine
 from pyro.infer import SVI, Trace_ELBO
@@ -67,18 +78,17 @@ from pyro.infer.autoguide import (
     AutoNormal,
 )
 from pyro.infer.autoguide.initialization import init_to_value
+from torch.distributions import constraints
 from tqdm.auto import tqdm
+
+from .draws import Posterior, procrustes_align
 
 __all__ = ["Posterior", "fit_posterior", "check_inference", "procrustes_align", "MCMC_MAX_PARAMS",
            "SVI_OPTIONS", "MCMC_OPTIONS"]
 
-#: Largest number of parameters n*q that NUTS accepts by default (exact repulsion).
-#: Measured on 2 shared CPU cores, one torch thread, t-SNE coupling on blobs, float64: one
-#: gradient of the log density costs 1.1 ms (n = 50), 1.6 ms (n = 200), 2.6 ms (n = 400),
-#: 10.5 ms (n = 800); one NUTS iteration (adapted step size, trees of depth 5-8) costs 0.19 s
-#: CPU at n = 50 and 0.35 s at n = 200. The defaults (2 chains x 600 iterations) thus take
-#: about 7 minutes at n*q = 400 (n = 200, q = 2), and grow quickly beyond (see
-#: docs/bayesian.md). Raise it with ``max_params=`` if you have the time.
+#: Largest number of parameters n*q that NUTS accepts by default (exact repulsion). Every
+#: gradient is an all-pairs pass and NUTS takes tens of them per draw, so the cost grows
+#: quickly beyond (measurements in docs/bayesian.md). Raise it with ``max_params=``.
 MCMC_MAX_PARAMS = 400
 
 SVI_OPTIONS = {
@@ -90,120 +100,6 @@ MCMC_OPTIONS = {
     "max_tree_depth": 8, "dense_mass": False, "init_jitter": 0.01, "max_params": None,
     "reference": None, "align": True,
 }
-
-
-# --------------------------------------------------------------------------------------------
-# Procrustes alignment
-# --------------------------------------------------------------------------------------------
-def procrustes_align(draws, reference, *, reflection: bool = True,
-                     translation: bool = True) -> np.ndarray:
-    r"""Align embeddings to a reference by orthogonal Procrustes.
-
-    For each draw :math:`A` (and reference :math:`B`, both centred when ``translation``),
-    :math:`R^\star = \arg\min_{R \in O(q)} \|A R - B\|_F = U V^\top` with
-    :math:`U S V^\top = A^\top B`; the aligned draw is :math:`A R^\star + \bar B`. With
-    ``reflection=False`` the minimisation is over rotations :math:`SO(q)` only.
-
-    Parameters
-    ----------
-    draws : array (..., n, q)
-    reference : array (n, q)
-
-    Returns
-    -------
-    ndarray (..., n, q), float64
-    """
-    A = np.asarray(draws, dtype=np.float64)
-    B = np.asarray(reference, dtype=np.float64)
-    if B.ndim != 2 or A.shape[-2:] != B.shape:
-        raise ValueError(f"draws (..., n, q) and reference (n, q) must match, got {A.shape} and "
-                         f"{B.shape}.")
-    if not (np.all(np.isfinite(A)) and np.all(np.isfinite(B))):
-        raise ValueError("draws or reference contain NaN or inf.")
-    lead = A.shape[:-2]
-    A = A.reshape(-1, *B.shape)
-    if translation:
-        muA = A.mean(1, keepdims=True)
-        muB = B.mean(0, keepdims=True)
-    else:
-        muA = np.zeros((A.shape[0], 1, B.shape[1]))
-        muB = np.zeros((1, B.shape[1]))
-    Ac, Bc = A - muA, B - muB
-    M = np.einsum("sni,nj->sij", Ac, Bc)
-    U, _, Vt = np.linalg.svd(M)
-    if not reflection:
-        d = np.sign(np.linalg.det(U @ Vt))
-        U[:, :, -1] *= d[:, None]
-    R = U @ Vt
-    out = Ac @ R + muB
-    return out.reshape(*lead, *B.shape)
-
-
-# --------------------------------------------------------------------------------------------
-# the result
-# --------------------------------------------------------------------------------------------
-@dataclass
-class Posterior:
-    r"""Posterior draws of an embedding, Procrustes-aligned to ``reference``.
-
-    Attributes
-    ----------
-    method : {"svi", "mcmc"}
-    chains : ndarray (num_chains, num_draws, n, q)
-        Aligned draws per chain (SVI: one "chain" of independent guide draws).
-    reference : ndarray (n, q)
-        The alignment reference (the MAP embedding unless given).
-    diagnostics : dict
-        SVI: ``elbo`` (loss per step), ``guide``, ``num_steps``, ``seconds``.
-        MCMC: ``divergences`` (counts) and ``divergent_draws`` (indices), ``accept_prob``
-        (Pyro's acceptance rate), ``step_size`` (per chain), ``r_hat_max``, ``ess_min`` (split
-        R-hat and ESS over the aligned coordinates), ``seconds``.
-    raw_chains : ndarray (num_chains, num_draws, n, q)
-        The draws before alignment.
-    guide : the fitted Pyro guide (SVI); None for MCMC (the ``pyro.infer.MCMC`` runs are not
-        kept, so that fitted estimators stay picklable).
-    """
-
-    method: str
-    chains: np.ndarray
-    reference: np.ndarray
-    diagnostics: dict = field(default_factory=dict)
-    raw_chains: np.ndarray | None = None
-    guide: Any = None
-
-    @property
-    def samples(self) -> np.ndarray:
-        """All aligned draws, chains concatenated: ``(num_chains * num_draws, n, q)``."""
-        return self.chains.reshape(-1, *self.chains.shape[2:])
-
-    @property
-    def mean(self) -> np.ndarray:
-        """Posterior mean embedding ``(n, q)``: the mean of the aligned draws."""
-        return self.samples.mean(0)
-
-    @property
-    def num_chains(self) -> int:
-        return int(self.chains.shape[0])
-
-    @property
-    def num_draws(self) -> int:
-        return int(self.chains.shape[1])
-
-    def point_covariances(self) -> np.ndarray:
-        """Per-point posterior covariance of the aligned draws, ``(n, q, q)``."""
-        S = self.samples
-        D = S - S.mean(0, keepdims=True)
-        return np.einsum("sni,snj->nij", D, D) / max(S.shape[0] - 1, 1)
-
-    def point_std(self) -> np.ndarray:
-        r"""Per-point spread :math:`\sqrt{\mathrm{tr}\,\Sigma_i / q}` of the aligned draws, ``(n,)``."""
-        C = self.point_covariances()
-        return np.sqrt(np.trace(C, axis1=1, axis2=2) / C.shape[-1])
-
-    def __repr__(self) -> str:
-        n, q = self.chains.shape[2:]
-        return (f"Posterior(method={self.method!r}, chains={self.num_chains}, "
-                f"draws={self.num_draws}, n={n}, q={q})")
 
 
 # --------------------------------------------------------------------------------------------
@@ -237,6 +133,7 @@ def fit_posterior(
     method: str = "svi",
     generator: torch.Generator | None = None,
     verbose: bool = False,
+    reparam: dict | None = None,
     **options,
 ) -> Posterior:
     r"""Fit the posterior of the latent site ``Z`` of ``model`` by SVI or NUTS.
@@ -255,6 +152,11 @@ def fit_posterior(
         Seeds Pyro (and so every draw) for repeatable runs.
     verbose : bool
         Progress bars.
+    reparam : dict, optional
+        ``{"Z": (to_site, from_site)}``: two mutually inverse **linear** maps; the guide (or NUTS)
+        then works on ``Z_raw = from_site(Z)``, a site ``"Z_raw"`` of a wrapped model, and every
+        draw is mapped back by ``to_site`` (see *Preconditioning* above). A guide callable
+        given in ``options`` must then be a guide of the wrapped model.
     **options
         SVI (defaults in :data:`SVI_OPTIONS`):
 
@@ -306,10 +208,34 @@ def fit_posterior(
     opts = check_inference(method, n, q, repulsion=kwargs.get("repulsion", "exact"), **options)
     if kwargs.get("exaggeration", 1.0) != 1.0:
         raise ValueError("posterior inference is defined without early exaggeration.")
+    model, *site = _reparametrised(model, Z_init, reparam)
     seed = _seed(generator)
-    if method == "svi":
-        return _fit_svi(model, kwargs, Z_init, opts, seed, verbose)
-    return _fit_mcmc(model, kwargs, Z_init, opts, seed, verbose)
+    fit = _fit_svi if method == "svi" else _fit_mcmc
+    return fit(model, kwargs, Z_init, opts, seed, verbose, tuple(site))
+
+
+def _reparametrised(model, Z_init, reparam):
+    """``(model, site, to_site, from_site)`` of the inference: the site ``"Z"`` of ``model``,
+    or the site ``"Z_raw"`` of a wrapped model in which ``Z = to_site(Z_raw)``."""
+    if not reparam:
+        return model, "Z", None, None
+    if set(reparam) != {"Z"}:
+        raise ValueError(f"reparam must map the site 'Z' only, got {sorted(reparam)}.")
+    to_site, from_site = reparam["Z"]
+    flat = dist.ImproperUniform(constraints.real, (), tuple(Z_init.shape))
+
+    def reparametrised(**kwargs):
+        raw = pyro.sample("Z_raw", flat)
+        return poutine.condition(model, data={"Z": to_site(raw)})(**kwargs)
+
+    return reparametrised, "Z_raw", to_site, from_site
+
+
+def _to_z(to_site, raw: torch.Tensor) -> torch.Tensor:
+    """Z from a value (n, q), or a stack of draws, of the inference variable."""
+    if to_site is None:
+        return raw
+    return to_site(raw) if raw.ndim == 2 else torch.stack([to_site(r) for r in raw])
 
 
 def check_inference(method: str, n: int, q: int, *, repulsion: str = "exact",
@@ -370,8 +296,8 @@ def _reference(opts, Z_init):
     return ref
 
 
-def _make_guide(model, spec, Z_init, opts):
-    init = init_to_value(values={"Z": Z_init.detach().clone()})
+def _make_guide(model, spec, Z_init, opts, name="Z"):
+    init = init_to_value(values={name: Z_init.detach().clone()})
     scale = float(opts["init_scale"])
     if not scale > 0:
         raise ValueError(f"init_scale must be positive, got {scale!r}.")
@@ -405,7 +331,8 @@ def _make_guide(model, spec, Z_init, opts):
                      f"callable, got {spec!r}.")
 
 
-def _fit_svi(model, kwargs, Z_init, opts, seed, verbose) -> Posterior:
+def _fit_svi(model, kwargs, Z_init, opts, seed, verbose, site=("Z", None, None)) -> Posterior:
+    name, to_site, from_site = site
     num_steps = int(opts["num_steps"])
     num_samples = int(opts["num_samples"])
     num_particles = int(opts["num_particles"])
@@ -413,7 +340,9 @@ def _fit_svi(model, kwargs, Z_init, opts, seed, verbose) -> Posterior:
     reference = _reference(opts, Z_init)
     pyro.clear_param_store()
     pyro.set_rng_seed(seed)
-    guide, guide_name = _make_guide(model, opts["guide"], Z_init, opts)
+    with torch.no_grad():
+        raw0 = Z_init.detach() if from_site is None else from_site(Z_init.detach())
+    guide, guide_name = _make_guide(model, opts["guide"], raw0, opts, name)
     optim = pyro.optim.ClippedAdam({"lr": float(lr), "lrd": float(decay) ** (1.0 / num_steps)})
     svi = SVI(model, guide, optim, loss=Trace_ELBO(num_particles=num_particles))
     elbo = np.empty(num_steps)
@@ -432,7 +361,8 @@ def _fit_svi(model, kwargs, Z_init, opts, seed, verbose) -> Posterior:
     with torch.no_grad():
         for s in range(num_samples):
             tr = poutine.trace(guide).get_trace(**kwargs)
-            draws[s] = tr.nodes["Z"]["value"].detach().to(torch.float64).cpu().numpy()
+            Z = _to_z(to_site, tr.nodes[name]["value"])
+            draws[s] = Z.detach().to(torch.float64).cpu().numpy()
     if not np.all(np.isfinite(draws)):
         raise FloatingPointError("SVI: the guide produced non-finite draws.")
     raw = draws[None]
@@ -442,7 +372,7 @@ def _fit_svi(model, kwargs, Z_init, opts, seed, verbose) -> Posterior:
     return Posterior("svi", aligned, reference, diag, raw, guide=guide)
 
 
-def _fit_mcmc(model, kwargs, Z_init, opts, seed, verbose) -> Posterior:
+def _fit_mcmc(model, kwargs, Z_init, opts, seed, verbose, site=("Z", None, None)) -> Posterior:
     from pyro.infer import MCMC, NUTS
 
     num_chains = int(opts["num_chains"])
@@ -450,7 +380,9 @@ def _fit_mcmc(model, kwargs, Z_init, opts, seed, verbose) -> Posterior:
     num_samples = int(opts["num_samples"])
     reference = _reference(opts, Z_init)
     jitter = float(opts["init_jitter"])
-    Z0 = Z_init.detach()
+    name, to_site, from_site = site
+    with torch.no_grad():
+        Z0 = Z_init.detach() if from_site is None else from_site(Z_init.detach())
     sd = float(Z0.std()) if Z0.numel() > 1 else 1.0
     g = torch.Generator().manual_seed(seed)
     chains, divs, div_idx, acc, steps = [], [], [], [], []
@@ -458,18 +390,24 @@ def _fit_mcmc(model, kwargs, Z_init, opts, seed, verbose) -> Posterior:
     def potential_model():  # no arguments: MCMC.run's own keywords (e.g. "kernel") cannot clash
         return model(**kwargs)
 
+    # a reparametrised model runs as a potential energy: Pyro's set-up of a model wraps it in an
+    # enumeration handler that needs tensor observations (the Wishart couplings observe
+    # structured matrices), and its flat raw site has nothing to draw initial values from
+    nuts_model = dict(model=potential_model) if to_site is None else dict(
+        potential_fn=_potential_energy(model, kwargs, name))
     for c in range(num_chains):
         pyro.set_rng_seed(seed + 1 + c)
-        kernel = NUTS(potential_model, target_accept_prob=float(opts["target_accept_prob"]),
+        kernel = NUTS(**nuts_model, target_accept_prob=float(opts["target_accept_prob"]),
                       max_tree_depth=int(opts["max_tree_depth"]),
                       full_mass=bool(opts["dense_mass"]), jit_compile=False)
         init = Z0 + jitter * sd * torch.randn(Z0.shape, generator=g, dtype=Z0.dtype)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", UserWarning)
             mcmc = MCMC(kernel, num_samples=num_samples, warmup_steps=warmup, num_chains=1,
-                        initial_params={"Z": init}, disable_progbar=not verbose)
+                        initial_params={name: init}, disable_progbar=not verbose)
             mcmc.run()
-        Zc = mcmc.get_samples()["Z"].detach().to(torch.float64).cpu().numpy()
+        with torch.no_grad():
+            Zc = _to_z(to_site, mcmc.get_samples()[name]).to(torch.float64).cpu().numpy()
         if not np.all(np.isfinite(Zc)):
             raise FloatingPointError(f"NUTS chain {c} produced non-finite draws.")
         chains.append(Zc)
@@ -488,6 +426,17 @@ def _fit_mcmc(model, kwargs, Z_init, opts, seed, verbose) -> Posterior:
             "seconds": time.perf_counter() - t0}
     diag.update(_chain_stats(aligned))
     return Posterior("mcmc", aligned, reference, diag, raw)
+
+
+def _potential_energy(model, kwargs, name):
+    """``params -> -log p(params, data)`` of a model whose only latent site is ``name``."""
+    def potential_fn(params):
+        with pyro.validation_enabled(False):
+            tr = poutine.trace(poutine.condition(model, data={name: params[name]})).get_trace(
+                **kwargs)
+            return -tr.log_prob_sum()
+
+    return potential_fn
 
 
 def _chain_stats(chains: np.ndarray) -> dict:

@@ -1,0 +1,130 @@
+r"""Posterior draws of an embedding (:class:`Posterior`) and their alignment by orthogonal
+Procrustes (:func:`procrustes_align`): the results of :func:`probdr.infer.posterior.fit_posterior`.
+
+The likelihoods of probdr's models see the embedding only up to rotations and reflections (and,
+for most, translations), so draws are summarised after aligning each one to a reference, by
+default the MAP embedding.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+__all__ = ["Posterior", "procrustes_align"]
+
+
+# --------------------------------------------------------------------------------------------
+# Procrustes alignment
+# --------------------------------------------------------------------------------------------
+def procrustes_align(draws, reference, *, reflection: bool = True,
+                     translation: bool = True) -> np.ndarray:
+    r"""Align embeddings to a reference by orthogonal Procrustes.
+
+    For each draw :math:`A` (and reference :math:`B`, both centred when ``translation``),
+    :math:`R^\star = \arg\min_{R \in O(q)} \|A R - B\|_F = U V^\top` with
+    :math:`U S V^\top = A^\top B`; the aligned draw is :math:`A R^\star + \bar B`. With
+    ``reflection=False`` the minimisation is over rotations :math:`SO(q)` only.
+
+    Parameters
+    ----------
+    draws : array (..., n, q)
+    reference : array (n, q)
+
+    Returns
+    -------
+    ndarray (..., n, q), float64
+    """
+    A = np.asarray(draws, dtype=np.float64)
+    B = np.asarray(reference, dtype=np.float64)
+    if B.ndim != 2 or A.shape[-2:] != B.shape:
+        raise ValueError(f"draws (..., n, q) and reference (n, q) must match, got {A.shape} and "
+                         f"{B.shape}.")
+    if not (np.all(np.isfinite(A)) and np.all(np.isfinite(B))):
+        raise ValueError("draws or reference contain NaN or inf.")
+    lead = A.shape[:-2]
+    A = A.reshape(-1, *B.shape)
+    if translation:
+        muA = A.mean(1, keepdims=True)
+        muB = B.mean(0, keepdims=True)
+    else:
+        muA = np.zeros((A.shape[0], 1, B.shape[1]))
+        muB = np.zeros((1, B.shape[1]))
+    Ac, Bc = A - muA, B - muB
+    M = np.einsum("sni,nj->sij", Ac, Bc)
+    U, _, Vt = np.linalg.svd(M)
+    if not reflection:
+        d = np.sign(np.linalg.det(U @ Vt))
+        U[:, :, -1] *= d[:, None]
+    R = U @ Vt
+    out = Ac @ R + muB
+    return out.reshape(*lead, *B.shape)
+
+
+# --------------------------------------------------------------------------------------------
+# the result
+# --------------------------------------------------------------------------------------------
+@dataclass
+class Posterior:
+    r"""Posterior draws of an embedding, Procrustes-aligned to ``reference``.
+
+    Attributes
+    ----------
+    method : {"svi", "mcmc"}
+    chains : ndarray (num_chains, num_draws, n, q)
+        Aligned draws per chain (SVI: one "chain" of independent guide draws).
+    reference : ndarray (n, q)
+        The alignment reference (the MAP embedding unless given).
+    diagnostics : dict
+        SVI: ``elbo`` (loss per step), ``guide``, ``num_steps``, ``seconds``.
+        MCMC: ``divergences`` (counts) and ``divergent_draws`` (indices), ``accept_prob``
+        (Pyro's acceptance rate), ``step_size`` (per chain), ``r_hat_max``, ``ess_min`` (split
+        R-hat and ESS over the aligned coordinates), ``seconds``.
+    raw_chains : ndarray (num_chains, num_draws, n, q)
+        The draws before alignment.
+    guide : the fitted Pyro guide (SVI); None for MCMC (the ``pyro.infer.MCMC`` runs are not
+        kept, so that fitted estimators stay picklable).
+    """
+
+    method: str
+    chains: np.ndarray
+    reference: np.ndarray
+    diagnostics: dict = field(default_factory=dict)
+    raw_chains: np.ndarray | None = None
+    guide: Any = None
+
+    @property
+    def samples(self) -> np.ndarray:
+        """All aligned draws, chains concatenated: ``(num_chains * num_draws, n, q)``."""
+        return self.chains.reshape(-1, *self.chains.shape[2:])
+
+    @property
+    def mean(self) -> np.ndarray:
+        """Posterior mean embedding ``(n, q)``: the mean of the aligned draws."""
+        return self.samples.mean(0)
+
+    @property
+    def num_chains(self) -> int:
+        return int(self.chains.shape[0])
+
+    @property
+    def num_draws(self) -> int:
+        return int(self.chains.shape[1])
+
+    def point_covariances(self) -> np.ndarray:
+        """Per-point posterior covariance of the aligned draws, ``(n, q, q)``."""
+        S = self.samples
+        D = S - S.mean(0, keepdims=True)
+        return np.einsum("sni,snj->nij", D, D) / max(S.shape[0] - 1, 1)
+
+    def point_std(self) -> np.ndarray:
+        r"""Per-point spread :math:`\sqrt{\mathrm{tr}\,\Sigma_i / q}` of the aligned draws, ``(n,)``."""
+        C = self.point_covariances()
+        return np.sqrt(np.trace(C, axis1=1, axis2=2) / C.shape[-1])
+
+    def __repr__(self) -> str:
+        n, q = self.chains.shape[2:]
+        return (f"Posterior(method={self.method!r}, chains={self.num_chains}, "
+                f"draws={self.num_draws}, n={n}, q={q})")
