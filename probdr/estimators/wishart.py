@@ -3,8 +3,18 @@ Theorem 2), :class:`WishartEigenmaps` and :class:`LaplacianWishart` (Ravuri & La
 eqs. (2) and (5)).
 
 All three fit a flat-prior embedding ``Z`` by MAP on a Pyro model (``pyro.sample("Z",
-ImproperUniform)`` + a point-mass guide, see :func:`probdr.wishart.map_estimate`) and also offer a
-closed-form path where one exists, which the tests use as the oracle.
+ImproperUniform)``, a point-mass guide and probdr's one MAP driver,
+:func:`probdr.infer.map.map_estimate`) and also offer a closed-form path where one exists, which
+the tests use as the oracle.
+
+Posteriors
+----------
+With ``inference="svi"`` or ``"mcmc"`` the same models give a posterior over Z,
+:math:`p_\omega(Z \mid \text{data}) \propto p(Z)\,p(\text{data} \mid Z)^{\omega}`, with the
+likelihood tempered by ``coupling_weight`` :math:`\omega` and, by default, an isotropic Gaussian
+prior ten times wider than the MAP embedding (:mod:`probdr.estimators.inference`), fitted by SVI
+or NUTS from the MAP on a whitened variable (:func:`probdr.models.wishart_pca.whitening`,
+:func:`probdr.models.probdr_wishart.laplacian_whitening`): the same posterior, of unit scale.
 
 References
 ----------
@@ -31,14 +41,25 @@ from ..laws.wishart import (
     theorem2_eigenvalues,
     theorem2_solution,
 )
+from ..models.probdr_wishart import (
+    bernoulli_adjacency_model,
+    cne_model,
+    eigenmaps_model,
+    eigenmaps_solution,
+    laplacian_whitening,
+    laplacian_wishart_model,
+)
+from ..models.wishart_pca import coupling_gamma, default_dofs, whitening, wishart_pca_model
 from .base import DREstimator
+from .inference import PosteriorInference
 
 __all__ = ["WishartPCA", "WishartEigenmaps", "LaplacianWishart"]
 
 
 def _principal_axes(Z: torch.Tensor) -> torch.Tensor:
     """Rotate Z (any q x q orthogonal) onto its principal axes, decreasing variance, and fix
-    signs (largest |entry| of each column positive). The Gram matrix ZZ^T is unchanged."""
+    signs (the largest-magnitude entry of each column positive). The Gram matrix ZZ^T is
+    unchanged."""
     _, V = torch.linalg.eigh(Z.T @ Z)
     Z = Z @ V.flip(1)
     idx = Z.abs().argmax(0, keepdim=True)
@@ -60,7 +81,7 @@ def _check_choice(name: str, v, choices) -> None:
 # ------------------------------------------------------------------------------------------------
 # Theorem 2
 # ------------------------------------------------------------------------------------------------
-class WishartPCA(DREstimator):
+class WishartPCA(PosteriorInference, DREstimator):
     r"""PCA as a Wishart precision coupling (Van Assel et al. 2022, Theorem 2).
 
     The among-row precisions of the data and of the embedding have conjugate Wishart priors,
@@ -97,20 +118,28 @@ class WishartPCA(DREstimator):
         Step size (L-BFGS: initial step; Adam: learning rate).
     center : bool
         Column-centre X first (default). The model has zero mean and uses the uncentred Gram
-        :math:`XX^\top`, so centring is what makes the solution "PCA" (spec §6.5).
+        :math:`XX^\top`, so centring is what makes the solution "PCA".
+    inference, inference_params, z_prior, coupling_weight
+        A posterior over Z instead of the MAP (default ``inference="map"``): see
+        :class:`probdr.estimators.inference.PosteriorInference`.
 
     Attributes
     ----------
     embedding_ : ndarray (n, q)
-        MAP embedding, rotated to its principal axes (the MAP is defined up to a q x q rotation).
+        MAP embedding, rotated to its principal axes (the MAP is defined up to a q x q
+        rotation); with ``inference="svi"`` or ``"mcmc"`` the posterior mean of the aligned
+        draws.
     gamma_ : float
     nu_x_, nu_z_ : float
     eigenvalues_ : ndarray (q,)
         Theorem 2's :math:`\lambda^*` (closed form), eigenvalues of :math:`Z^*Z^{*\top}`.
-    posterior_ : ConjugateWishartPosterior
-        :math:`\Theta_X \mid X`.
+    precision_posterior_ : ConjugateWishartPosterior
+        :math:`\Theta_X \mid X` (the data-side precision, not Z).
     loss_history_ : ndarray
         Negative log joint during the MAP fit (empty for the closed form).
+    posterior_, posterior_samples_, map_embedding_, z_prior_scale_
+        With ``inference="svi"`` or ``"mcmc"``: see
+        :class:`probdr.estimators.inference.PosteriorInference`.
 
     Notes
     -----
@@ -123,7 +152,9 @@ class WishartPCA(DREstimator):
     def __init__(self, n_components: int = 2, nu_x: float | None = None,
                  nu_z: float | None = None, random_state: int | None = None, *,
                  solver: str = "map", optimizer: str = "lbfgs", n_iter: int = 1000,
-                 learning_rate: float = 1.0, center: bool = True):
+                 learning_rate: float = 1.0, center: bool = True, inference: str = "map",
+                 inference_params: dict | None = None, z_prior=None,
+                 coupling_weight: float = 1.0):
         self.n_components = n_components
         self.nu_x = nu_x
         self.nu_z = nu_z
@@ -133,48 +164,56 @@ class WishartPCA(DREstimator):
         self.n_iter = n_iter
         self.learning_rate = learning_rate
         self.center = center
+        self.inference = inference
+        self.inference_params = inference_params
+        self.z_prior = z_prior
+        self.coupling_weight = coupling_weight
 
     def _check_params(self, n: int, p: int) -> None:
-        from ..models.wishart_pca import default_dofs
-
         _check_choice("solver", self.solver, ("map", "closed_form"))
         _check_choice("optimizer", self.optimizer, ("lbfgs", "adam"))
         _check_int("n_iter", self.n_iter)
         if not self.learning_rate > 0:
             raise ValueError(f"learning_rate must be positive, got {self.learning_rate!r}.")
         default_dofs(n, p, self.n_components, self.nu_x, self.nu_z)
+        self._check_inference(n, self.n_components)
+        if self.solver == "closed_form" and self.z_prior is not None:
+            raise ValueError("z_prior needs solver='map': the closed form is the flat-prior MAP.")
 
     def _fit(self, X: torch.Tensor) -> torch.Tensor:
-        from ..models.wishart_pca import coupling_gamma, default_dofs, wishart_pca_model
-
         n, p = X.shape
         q = self.n_components
         Xc = X - X.mean(0, keepdim=True) if self.center else X
         self.nu_x_, self.nu_z_ = default_dofs(n, p, q, self.nu_x, self.nu_z)
         self.gamma_ = coupling_gamma(self.nu_x_, self.nu_z_, p, q)
-        self.posterior_ = ConjugateWishartPosterior(Xc, self.nu_x_)
+        self.precision_posterior_ = post = ConjugateWishartPosterior(Xc, self.nu_x_)
         self.eigenvalues_ = theorem2_eigenvalues(
-            self.posterior_._scale_inv.eigenvalues_xxt, q, self.gamma_).numpy()
+            post._scale_inv.eigenvalues_xxt, q, self.gamma_).numpy()
         self.loss_history_ = np.empty(0)
-        if self.solver == "closed_form":
-            return theorem2_solution(Xc, q, self.gamma_)
+        kwargs = dict(X=Xc, n_components=q, nu_x=self.nu_x_, nu_z=self.nu_z_, posterior=post)
         gen = torch.Generator().manual_seed(self.random_state_)
-        Z0 = torch.randn(n, q, dtype=torch.float64, generator=gen)
-        W = self.posterior_._scale_inv
-        reparam = {"Z": (lambda Y: W.matpow(Y, -0.5), lambda Z: W.matpow(Z, 0.5))}
-        kwargs = dict(X=Xc, n_components=q, nu_x=self.nu_x_, nu_z=self.nu_z_,
-                      posterior=self.posterior_)
-        lr = self.learning_rate if self.optimizer == "lbfgs" else min(self.learning_rate, 0.05)
-        vals, self.loss_history_ = map_estimate(
-            wishart_pca_model, kwargs, {"Z": Z0}, optimizer=self.optimizer, n_iter=self.n_iter,
-            lr=lr, reparam=reparam, return_history=True)
-        return _principal_axes(vals["Z"])
+        if self.solver == "closed_form":
+            Z = theorem2_solution(Xc, q, self.gamma_)
+        else:
+            Z0 = torch.randn(n, q, dtype=torch.float64, generator=gen)
+            lr = self.learning_rate if self.optimizer == "lbfgs" else min(self.learning_rate,
+                                                                          0.05)
+            vals, self.loss_history_ = map_estimate(
+                wishart_pca_model, {**kwargs, **self._map_kwargs(n, q)}, {"Z": Z0},
+                optimizer=self.optimizer, n_iter=self.n_iter, lr=lr, reparam=whitening(post),
+                return_history=True)
+            Z = _principal_axes(vals["Z"])
+        if self.inference == "map":
+            return Z
+        # whitened to unit curvature at coupling weight 1, the scale the SVI defaults are made for
+        return self._posterior(wishart_pca_model, kwargs, Z, gen,
+                               whitening(post, math.sqrt(self.nu_x_ + p)))
 
 
 # ------------------------------------------------------------------------------------------------
 # ProbDR
 # ------------------------------------------------------------------------------------------------
-class _LaplacianEstimator(DREstimator):
+class _LaplacianEstimator(PosteriorInference, DREstimator):
     """Shared pieces: the symmetrised kNN Laplacian and its checks."""
 
     def _check_neighbors(self, n: int) -> None:
@@ -217,28 +256,39 @@ class WishartEigenmaps(_LaplacianEstimator):
     beta : float
         Ridge of the Wishart scale, :math:`\beta > 0`; must be below :math:`1/l_{q+1}`.
     ridge : float or None
-        :math:`\delta` in :math:`\hat L + \delta I` ([004] fn. 4). ``None``: 0 if the kNN graph is
-        connected, else :math:`10^{-3}` times the mean degree, with a warning (the component
-        indicators then come first, as in any spectral embedding of a disconnected graph).
+        :math:`\delta` in :math:`\hat L + \delta I` (the paper's footnote 4). ``None``: 0 if the
+        kNN graph is connected, else :math:`10^{-3}` times the mean degree, with a warning (the
+        component indicators then come first, as in any spectral embedding of a disconnected
+        graph).
     solver : {"map", "closed_form"}
     n_iter : int
         L-BFGS budget (function evaluations).
     neighbors : {"auto", "exact", "approximate"}
+    inference, inference_params, z_prior, coupling_weight
+        A posterior over Z instead of the MAP (default ``inference="map"``): see
+        :class:`probdr.estimators.inference.PosteriorInference`.
 
     Attributes
     ----------
     embedding_ : ndarray (n, q)
+        MAP embedding (centred, on its principal axes); with ``inference="svi"`` or ``"mcmc"``
+        the posterior mean of the aligned draws.
     laplacian_ : KNNLaplacian
     eigenvalues_ : ndarray (q + 1,)
         Smallest eigenvalues of :math:`\hat L` (the first is 0).
     n_graph_components_ : int
     ridge_ : float
+    posterior_, posterior_samples_, map_embedding_, z_prior_scale_
+        With ``inference="svi"`` or ``"mcmc"``: see
+        :class:`probdr.estimators.inference.PosteriorInference`.
     """
 
     def __init__(self, n_components: int = 2, n_neighbors: int = 15,
                  random_state: int | None = None, *, beta: float = 1e-3,
                  ridge: float | None = None, solver: str = "map", n_iter: int = 2000,
-                 neighbors: str = "auto"):
+                 neighbors: str = "auto", inference: str = "map",
+                 inference_params: dict | None = None, z_prior=None,
+                 coupling_weight: float = 1.0):
         self.n_components = n_components
         self.n_neighbors = n_neighbors
         self.random_state = random_state
@@ -247,6 +297,10 @@ class WishartEigenmaps(_LaplacianEstimator):
         self.solver = solver
         self.n_iter = n_iter
         self.neighbors = neighbors
+        self.inference = inference
+        self.inference_params = inference_params
+        self.z_prior = z_prior
+        self.coupling_weight = coupling_weight
 
     def _check_params(self, n: int, p: int) -> None:
         self._check_neighbors(n)
@@ -259,10 +313,11 @@ class WishartEigenmaps(_LaplacianEstimator):
         if self.n_components > n - 2:
             raise ValueError(f"n_components={self.n_components} needs at least "
                              f"{self.n_components + 2} samples, got {n}.")
+        self._check_inference(n, self.n_components)
+        if self.solver == "closed_form" and self.z_prior is not None:
+            raise ValueError("z_prior needs solver='map': the closed form is the flat-prior MAP.")
 
     def _fit(self, X: torch.Tensor) -> torch.Tensor:
-        from ..models.probdr_wishart import eigenmaps_model, eigenmaps_solution
-
         n = X.shape[0]
         q = self.n_components
         L = self._laplacian(X)
@@ -282,15 +337,20 @@ class WishartEigenmaps(_LaplacianEstimator):
         if (1.0 / (w[1:] + ridge) <= self.beta).any():
             raise ValueError(f"beta={self.beta} is too large: the MAP collapses on axes with "
                              f"1/(l_i + ridge) <= beta (eigenvalues {w[1:].tolist()}).")
-        if self.solver == "closed_form":
-            return _principal_axes(Zcf)
+        kwargs = dict(L=L, n_components=q, beta=self.beta, ridge=ridge)
         gen = torch.Generator().manual_seed(self.random_state_)
-        Z0 = torch.randn(n, q, dtype=torch.float64, generator=gen) / math.sqrt(n)
-        vals, self.loss_history_ = map_estimate(
-            eigenmaps_model, dict(L=L, n_components=q, beta=self.beta, ridge=ridge),
-            {"Z": Z0}, optimizer="lbfgs", n_iter=self.n_iter, tol=1e-13, return_history=True)
-        Z = vals["Z"]
-        return _principal_axes(Z - Z.mean(0, keepdim=True))
+        if self.solver == "closed_form":
+            Z = _principal_axes(Zcf)
+        else:
+            Z0 = torch.randn(n, q, dtype=torch.float64, generator=gen) / math.sqrt(n)
+            vals, self.loss_history_ = map_estimate(
+                eigenmaps_model, {**kwargs, **self._map_kwargs(n, q)}, {"Z": Z0},
+                optimizer="lbfgs", n_iter=self.n_iter, tol=1e-13, return_history=True)
+            Z = vals["Z"]
+            Z = _principal_axes(Z - Z.mean(0, keepdim=True))
+        if self.inference == "map":
+            return Z
+        return self._posterior(eigenmaps_model, kwargs, Z, gen, laplacian_whitening(L, ridge))
 
 
 class LaplacianWishart(_LaplacianEstimator):
@@ -309,7 +369,7 @@ class LaplacianWishart(_LaplacianEstimator):
     (:math:`O(n^3)`): fine for a few thousand points on CPU.
 
     ``model="bernoulli"`` (eq. 4, :math:`A_{ij}\sim\mathcal B(\tilde\epsilon P^u_{ij})`) and
-    ``model="cne"`` (eq. 3, the CNE energy of Damrich et al.) fit the comparison models [004]
+    ``model="cne"`` (eq. 3, the CNE energy of Damrich et al.) fit the comparison models the paper
     derives eq. (5) from.
 
     Parameters
@@ -327,28 +387,43 @@ class LaplacianWishart(_LaplacianEstimator):
     model : {"wishart", "bernoulli", "cne"}
     init : {"pca", "eigenmaps", "random"} or array (n, q)
         Initial embedding, rescaled so that its first axis has unit standard deviation
-        ([004] does not state its initialisation).
+        (the paper does not state its initialisation).
     n_iter : int
-        Adam (SVI) steps; [004] uses 50 with learning rate 1.
+        Adam steps of the MAP; the paper uses 50 with learning rate 1.
     learning_rate : float
     max_n : int
         Refuse larger inputs (dense :math:`n\times n` work per step).
     neighbors : {"auto", "exact", "approximate"}
+    inference, inference_params, z_prior, coupling_weight
+        A posterior over Z instead of the MAP (default ``inference="map"``): see
+        :class:`probdr.estimators.inference.PosteriorInference`.
 
     Attributes
     ----------
     embedding_ : ndarray (n, q)
-        Centred MAP embedding.
+        Centred MAP embedding; with ``inference="svi"`` or ``"mcmc"`` the posterior mean of the
+        aligned draws.
     laplacian_ : KNNLaplacian
     eps_tilde_ : float
     loss_history_ : ndarray
+    posterior_, posterior_samples_, map_embedding_, z_prior_scale_
+        With ``inference="svi"`` or ``"mcmc"``: see
+        :class:`probdr.estimators.inference.PosteriorInference`.
+
+    Notes
+    -----
+    The MAP of the paper is 50 Adam steps, not a converged maximiser; a posterior started there
+    concentrates, as ``coupling_weight`` grows, on the mode it finds nearby, not on that
+    iterate.
     """
 
     def __init__(self, n_components: int = 2, n_neighbors: int = 15,
                  random_state: int | None = None, *, n_neg: int = 5,
                  eps_tilde: float | None = None, nu: float | None = None, model: str = "wishart",
                  init="pca", n_iter: int = 50, learning_rate: float = 1.0, max_n: int = 6000,
-                 neighbors: str = "auto"):
+                 neighbors: str = "auto", inference: str = "map",
+                 inference_params: dict | None = None, z_prior=None,
+                 coupling_weight: float = 1.0):
         self.n_components = n_components
         self.n_neighbors = n_neighbors
         self.random_state = random_state
@@ -361,6 +436,10 @@ class LaplacianWishart(_LaplacianEstimator):
         self.learning_rate = learning_rate
         self.max_n = max_n
         self.neighbors = neighbors
+        self.inference = inference
+        self.inference_params = inference_params
+        self.z_prior = z_prior
+        self.coupling_weight = coupling_weight
 
     def _eps(self, n: int) -> float:
         return probdr_epsilon(n, self.n_neg, self.n_neighbors) if self.eps_tilde is None \
@@ -389,10 +468,9 @@ class LaplacianWishart(_LaplacianEstimator):
             raise ValueError(f"nu must exceed n - 1 = {n - 1}, got {self.nu!r}.")
         if isinstance(self.init, str):
             _check_choice("init", self.init, ("pca", "eigenmaps", "random"))
+        self._check_inference(n, self.n_components)
 
     def _init(self, X: torch.Tensor, L: KNNLaplacian, gen: torch.Generator) -> torch.Tensor:
-        from ..models.probdr_wishart import eigenmaps_solution
-
         n, q = X.shape[0], self.n_components
         init = self.init
         if isinstance(init, (np.ndarray, torch.Tensor)):
@@ -411,12 +489,6 @@ class LaplacianWishart(_LaplacianEstimator):
         return Z / Z[:, 0].std().clamp_min(1e-12)
 
     def _fit(self, X: torch.Tensor) -> torch.Tensor:
-        from ..models.probdr_wishart import (
-            bernoulli_adjacency_model,
-            cne_model,
-            laplacian_wishart_model,
-        )
-
         n = X.shape[0]
         q = self.n_components
         L = self._laplacian(X)
@@ -432,7 +504,10 @@ class LaplacianWishart(_LaplacianEstimator):
         else:
             model, kw = cne_model, dict(L=L, n_components=q, eps_tilde=self.eps_tilde_)
         vals, self.loss_history_ = map_estimate(
-            model, kw, {"Z": Z0}, optimizer="adam", n_iter=self.n_iter, lr=self.learning_rate,
-            return_history=True)
+            model, {**kw, **self._map_kwargs(n, q)}, {"Z": Z0}, optimizer="adam",
+            n_iter=self.n_iter, lr=self.learning_rate, return_history=True)
         Z = vals["Z"]
-        return Z - Z.mean(0, keepdim=True)
+        Z = Z - Z.mean(0, keepdim=True)
+        if self.inference == "map":
+            return Z
+        return self._posterior(model, kw, Z, gen, laplacian_whitening(L, 0.0, nu=1.0))
