@@ -98,7 +98,7 @@ def test_closed_form_is_the_maximum_for_a_precision_not_commuting_with_H():
     # the naive answer, the top eigenvectors of S, is worse: centring matters
     s, V = torch.linalg.eigh(torch.linalg.inv(Lam))
     naive = V[:, -q:] * torch.sqrt((nu * s[-q:] - gamma).clamp_min(0))
-    assert float(latent_loglik(naive, Lam, nu, gamma)) < float(f) - 1e-6
+    assert float(latent_loglik(naive, Lam, nu, gamma)) < float(f.detach()) - 1e-6
 
 
 # ------------------------------------------------------------------------ dual PPCA / PCA
