@@ -32,7 +32,7 @@ swamp the optimiser's relative stopping rule) and without the terms in :math:`S`
 do not exist for a singular Laplacian.
 
 Closed form at :math:`\alpha = 0`
---------------------------------
+---------------------------------
 With :math:`\alpha = 0`, :math:`\ell` is dual probabilistic PCA's objective in the precision
 (Lawrence 2005; [004] footnote 4). Let :math:`\mu_1 \le \dots \le \mu_q` be the smallest
 eigenvalues of :math:`\Lambda` restricted to centred vectors (of :math:`Q^\top\Lambda Q`,

@@ -30,6 +30,7 @@ from .estimators import (
     GraphCoupling,
     LaplacianWishart,
     LargeVis,
+    ProbDR,
     SNEkhorn,
     TSNEkhorn,
     WishartEigenmaps,
@@ -55,7 +56,7 @@ __version__ = "0.1.0"
 __all__ = [
     "GraphCoupling", "SNE", "TSNE", "LargeVis", "UMAP", "build_input_graph",
     "WishartPCA", "ccPCA", "LaplacianWishart", "WishartEigenmaps",
-    "SNEkhorn", "TSNEkhorn", "DistR", "GWMDS",
+    "SNEkhorn", "TSNEkhorn", "DistR", "GWMDS", "ProbDR",
     "affinities", "config", "datasets", "diagnostics", "graphs", "kernels", "metrics",
     "neighbors", "plotting_bayes", "priors", "estimators", "infer", "input", "laws", "ot",
     "plotting",

@@ -30,6 +30,7 @@ SMALL = {
     "TSNEkhorn": dict(perplexity=3, n_iter=20, early_exaggeration_iter=5),
     "DistR": dict(n_prototypes=3, perplexity=3, n_outer=3),
     "GWMDS": dict(n_iter=5),
+    "ProbDR": dict(n_neighbors=3, n_iter=10),
 }
 
 
@@ -66,6 +67,7 @@ QUICK = [
     lambda: probdr.TSNEkhorn(perplexity=10, n_iter=40, early_exaggeration_iter=10,
                              random_state=0),
     lambda: probdr.LaplacianWishart(n_iter=10, random_state=0),
+    lambda: probdr.ProbDR(n_iter=10, random_state=0),
 ]
 
 

@@ -7,8 +7,10 @@ from .coupling import GraphCoupling
 from .distr import DistR
 from .gwmds import GWMDS
 from .presets import SNE, TSNE, UMAP, LargeVis
+from .probdr import ProbDR
 from .snekhorn import SNEkhorn, TSNEkhorn
 from .wishart import LaplacianWishart, WishartEigenmaps, WishartPCA
 
 __all__ = ["GraphCoupling", "SNE", "TSNE", "LargeVis", "UMAP", "WishartPCA", "ccPCA",
-           "LaplacianWishart", "WishartEigenmaps", "SNEkhorn", "TSNEkhorn", "DistR", "GWMDS", "build_input_graph"]
+           "LaplacianWishart", "WishartEigenmaps", "SNEkhorn", "TSNEkhorn", "DistR", "GWMDS", "ProbDR",
+           "build_input_graph"]
