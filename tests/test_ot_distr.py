@@ -87,15 +87,16 @@ def test_distr_recovers_blobs():
 
     X, y = _blobs()
     m = DistR(n_prototypes=3, n_components=2, perplexity=10, n_outer=10, random_state=0)
-    Z = m.fit_transform(X)
-    assert Z.shape == (3, 2)
+    S = m.fit_transform(X)
+    Z = m.prototypes_
+    assert Z.shape == (3, 2) and S.shape == (90, 2)
+    assert np.allclose(S, Z[m.labels_])  # one row per sample, on its prototype
     assert adjusted_rand_score(y, m.labels_) == 1.0
     assert m.n_effective_ == 3
     assert np.allclose(m.weights_, 1 / 3, atol=1e-9)
     # conditional gradient returns a membership matrix: one non-zero per row
     assert np.all((m.assignment_ > 0).sum(1) == 1)
     assert np.allclose(m.assignment_.sum(1), 1 / 90)
-    assert m.sample_embedding_.shape == (90, 2)
     # prototypes of different blobs are apart
     assert np.min(np.linalg.norm(Z[:, None] - Z[None], axis=-1)[np.triu_indices(3, 1)]) > 1.0
 

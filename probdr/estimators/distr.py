@@ -46,10 +46,11 @@ class DistR(DREstimator):
     r"""Distributional Reduction: low-dimensional prototypes, their weights and a soft
     assignment of the samples, by semi-relaxed Gromov-Wasserstein.
 
-    ``fit_transform(X)`` returns the **prototypes' embedding** :math:`\mathbf Z`, an array of
-    shape ``(n_prototypes, n_components)`` -- not one row per sample. Per-sample outputs are
-    ``labels_`` (cluster of each sample) and ``sample_embedding_`` (the barycentric projection
-    :math:`\sum_k T_{ik}z_k/[\mathbf h_X]_i`, i.e. each sample placed on its prototype).
+    ``fit_transform(X)`` returns one row per sample, the barycentric projection
+    :math:`\sum_k T_{ik}z_k/[\mathbf h_X]_i` (each sample placed on its prototype, or between
+    prototypes for a soft coupling); the prototypes' embedding :math:`\mathbf Z` is
+    ``prototypes_``, of shape ``(n_prototypes, n_components)``, and ``labels_`` gives each
+    sample's prototype.
 
     Parameters
     ----------
@@ -96,7 +97,9 @@ class DistR(DREstimator):
 
     Attributes
     ----------
-    embedding_, prototypes_ : ndarray (n_prototypes, n_components)
+    embedding_ : ndarray (n_samples, n_components)
+        The samples' barycentric projection onto the prototypes.
+    prototypes_ : ndarray (n_prototypes, n_components)
         Prototype positions :math:`\mathbf Z`.
     weights_ : ndarray (n_prototypes,)
         :math:`\mathbf h_Z = \mathbf T^\top\mathbf 1_N` (sums to 1; 0 for dead prototypes).
@@ -106,7 +109,6 @@ class DistR(DREstimator):
         :math:`\arg\max_k T_{ik}`.
     n_effective_ : int
         Number of prototypes with positive mass.
-    sample_embedding_ : ndarray (n_samples, n_components)
     medoids_ : ndarray (n_prototypes,)
         For each prototype, :math:`\arg\max_i [\mathbf C_X\mathbf T]_{ik}` (-1 if dead).
     loss_history_ : ndarray
@@ -309,7 +311,7 @@ class DistR(DREstimator):
         alive = self.weights_ > 1e-10 / N
         self.n_effective_ = int(alive.sum())
         self.prototypes_ = Z.numpy().copy()
-        self.sample_embedding_ = (Tn @ self.prototypes_) / Tn.sum(1, keepdims=True)
+        samples = (Tn @ self.prototypes_) / Tn.sum(1, keepdims=True)
         med = (C_np @ Tn).argmax(0)
         self.medoids_ = np.where(alive, med, -1)
-        return Z
+        return torch.from_numpy(samples)
