@@ -2,6 +2,6 @@
 L-BFGS or Adam) and posteriors by SVI or NUTS (:mod:`.posterior`)."""
 
 from ..optim import SGD, Adam, GainsMomentum
-from .map import MAPResult, Phase, map_estimate, run_map
+from .map import MAPFit, MAPResult, Phase, RelativeChange, map_estimate, run_map
 
-__all__ = ["Phase", "MAPResult", "run_map", "map_estimate", "GainsMomentum", "SGD", "Adam"]
+__all__ = ["Phase", "MAPResult", "MAPFit", "RelativeChange", "run_map", "map_estimate", "GainsMomentum", "SGD", "Adam"]

@@ -332,13 +332,18 @@ def _make_guide(model, spec, Z_init, opts, name="Z"):
 
 
 def _fit_svi(model, kwargs, Z_init, opts, seed, verbose, site=("Z", None, None)) -> Posterior:
+    # in a fresh parameter store: the caller's Pyro parameters are left as they are
+    with pyro.get_param_store().scope():
+        return _fit_svi_in_scope(model, kwargs, Z_init, opts, seed, verbose, site)
+
+
+def _fit_svi_in_scope(model, kwargs, Z_init, opts, seed, verbose, site) -> Posterior:
     name, to_site, from_site = site
     num_steps = int(opts["num_steps"])
     num_samples = int(opts["num_samples"])
     num_particles = int(opts["num_particles"])
     lr, decay = opts["lr"], opts["lr_decay"]
     reference = _reference(opts, Z_init)
-    pyro.clear_param_store()
     pyro.set_rng_seed(seed)
     with torch.no_grad():
         raw0 = Z_init.detach() if from_site is None else from_site(Z_init.detach())
