@@ -21,7 +21,7 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 
 from .._utils import as_output, resolve_dtype
 
-__all__ = ["DREstimator", "resolve_seed", "isolated_random_state"]
+__all__ = ["DREstimator", "resolve_seed", "isolated_random_state", "set_init_params"]
 
 #: random_state integers accepted (numpy's legacy seeding takes 32-bit seeds)
 MAX_SEED = 2**32 - 1
@@ -46,6 +46,13 @@ def resolve_seed(random_state) -> int:
         return int(random_state.integers(np.iinfo(np.int32).max))
     raise TypeError("random_state must be None, an int, a numpy RandomState or Generator; got "
                     f"{type(random_state).__name__}.")
+
+
+def set_init_params(est, params: dict) -> None:
+    """Store an ``__init__``'s arguments (``locals()``) as attributes, and nothing else."""
+    for k, v in params.items():
+        if k not in ("self", "__class__"):
+            setattr(est, k, v)
 
 
 @contextlib.contextmanager

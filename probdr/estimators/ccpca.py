@@ -49,7 +49,7 @@ from ..laws.components import (
     component_statistics,
     sample_memberships,
 )
-from .base import DREstimator
+from .base import DREstimator, set_init_params
 
 __all__ = ["ccPCA"]
 
@@ -101,11 +101,7 @@ class ccPCA(DREstimator):
 
     def __init__(self, n_components: int = 2, prior_x: str = "D", perplexity: float = 30.0,
                  n_samples: int = 100, random_state: int | None = None):
-        self.n_components = n_components
-        self.prior_x = prior_x
-        self.perplexity = perplexity
-        self.n_samples = n_samples
-        self.random_state = random_state
+        set_init_params(self, locals())
 
     def _check_params(self, n: int, p: int) -> None:
         if str(self.prior_x).upper() not in ("B", "D", "E"):

@@ -4,14 +4,8 @@
 A method is a choice of (input prior, latent prior, latent kernel, input affinity) -- one model
 (:func:`probdr.models.coupling.graph_coupling_model`) and one MAP driver serve them all.
 
-=========  =======  =======  ============  ===========  ==========================================
-preset     prior_x  prior_z  kernel_z      affinity     optimisation default
-=========  =======  =======  ============  ===========  ==========================================
-SNE        D        D        gaussian      entropic     exact normalisers, gains + momentum
-TSNE       D        E        student       entropic     exact normalisers, early exaggeration 12
-LargeVis   D        B        student       entropic     negative sampling (m=5, gamma=7), SGD
-UMAP       B~       B        umap_odds     umap         negative sampling (m=5, gamma=1), SGD
-=========  =======  =======  ============  ===========  ==========================================
+The presets (:mod:`probdr.estimators.presets`) fix these choices for SNE, t-SNE, LargeVis and
+UMAP.
 
 The exact objective (``repulsion="exact"``) is available for every preset; ``loss(Z)`` always
 returns the exact cross-entropy (Van Assel et al. 2022, §3.1), whatever the optimiser used.
@@ -33,9 +27,9 @@ from ..kernels import get_kernel
 from ..laws.graph import GraphLaw, GraphPrior, check_coupling, get_prior
 from ..laws.weights import KernelWeights
 from ..models.coupling import graph_coupling_model
-from .base import DREstimator
+from .base import DREstimator, set_init_params
 
-__all__ = ["GraphCoupling", "set_init_params"]
+__all__ = ["GraphCoupling"]
 
 #: scale of the isotropic Gaussian prior on Z used when a posterior is asked for
 DEFAULT_Z_PRIOR_SCALE = 10.0
@@ -47,13 +41,6 @@ EXACT_REPULSION_MAX_N = 4000
 FFT_REPULSION_MIN_N = 1000
 #: the automatic learning rate is divided by this with repulsion="sampled"
 SAMPLED_LR_SHRINK = 16.0
-
-
-def set_init_params(est, params: dict) -> None:
-    """Store an ``__init__``'s arguments (``locals()``) as attributes, and nothing else."""
-    for k, v in params.items():
-        if k not in ("self", "__class__"):
-            setattr(est, k, v)
 
 
 class GraphCoupling(DREstimator):
@@ -191,39 +178,7 @@ class GraphCoupling(DREstimator):
         random_state: int | None = None,
         verbose: bool = False,
     ):
-        self.inference = inference
-        self.inference_params = inference_params
-        self.z_prior = z_prior
-        self.coupling_weight = coupling_weight
-        self.latent_edge_prior = latent_edge_prior
-        self.prior_x = prior_x
-        self.prior_z = prior_z
-        self.kernel_z = kernel_z
-        self.perplexity = perplexity
-        self.n_components = n_components
-        self.affinity = affinity
-        self.n_neighbors = n_neighbors
-        self.kernel_params = kernel_params
-        self.edge_prior = edge_prior
-        self.repulsion = repulsion
-        self.negative_samples = negative_samples
-        self.negative_weight = negative_weight
-        self.observe = observe
-        self.init = init
-        self.n_iter = n_iter
-        self.early_exaggeration = early_exaggeration
-        self.early_exaggeration_iter = early_exaggeration_iter
-        self.learning_rate = learning_rate
-        self.momentum = momentum
-        self.early_momentum = early_momentum
-        self.optimizer = optimizer
-        self.learning_rate_decay = learning_rate_decay
-        self.grad_clip = grad_clip
-        self.init_scale = init_scale
-        self.neighbors = neighbors
-        self.dtype = dtype
-        self.random_state = random_state
-        self.verbose = verbose
+        set_init_params(self, locals())
 
     # -- configuration ----------------------------------------------------------------------
     def _affinity(self) -> str:

@@ -34,7 +34,7 @@ from ..infer.map import MAPFit, Phase
 from ..input.graph import sea_affinity
 from ..models.ot_distr import distr_model, prototype_affinity, srgw_energy
 from ..ot.srgw import _f1
-from .base import DREstimator
+from .base import DREstimator, set_init_params
 
 __all__ = ["DistR"]
 
@@ -143,23 +143,7 @@ class DistR(DREstimator):
         random_state: int | None = None,
         verbose: bool = False,
     ):
-        self.n_prototypes = n_prototypes
-        self.n_components = n_components
-        self.affinity_in = affinity_in
-        self.perplexity = perplexity
-        self.affinity_out = affinity_out
-        self.loss = loss
-        self.solver = solver
-        self.md_epsilon = md_epsilon
-        self.n_outer = n_outer
-        self.z_steps = z_steps
-        self.learning_rate = learning_rate
-        self.init = init
-        self.init_T = init_T
-        self.tol = tol
-        self.srgw_max_iter = srgw_max_iter
-        self.random_state = random_state
-        self.verbose = verbose
+        set_init_params(self, locals())
 
     # ------------------------------------------------------------------------------------------
     def _check_params(self, n: int, p: int) -> None:

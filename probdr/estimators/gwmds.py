@@ -26,7 +26,7 @@ from ..infer.map import MAPFit, Phase
 from ..input.graph import euclidean_distance_matrix, geodesic_distances
 from ..models.ot_gwmds import euclidean_distances, gwmds_model
 from ..ot.costs import pearson_distance_correlation
-from .base import DREstimator
+from .base import DREstimator, set_init_params
 
 __all__ = ["GWMDS"]
 
@@ -130,18 +130,7 @@ class GWMDS(DREstimator):
         random_state: int | None = None,
         verbose: bool = False,
     ):
-        self.n_components = n_components
-        self.geodesic = geodesic
-        self.n_neighbors = n_neighbors
-        self.init = init
-        self.n_iter = n_iter
-        self.learning_rate = learning_rate
-        self.optimizer = optimizer
-        self.tol = tol
-        self.align = align
-        self.gw_max_iter = gw_max_iter
-        self.random_state = random_state
-        self.verbose = verbose
+        set_init_params(self, locals())
 
     def _check_params(self, n: int, p: int) -> None:
         if self.n_neighbors is not None:

@@ -20,7 +20,8 @@ from __future__ import annotations
 import numpy as np
 
 from ..kernels import find_ab_params, get_kernel
-from .coupling import GraphCoupling, set_init_params
+from .base import set_init_params
+from .coupling import GraphCoupling
 
 __all__ = ["SNE", "TSNE", "LargeVis", "UMAP"]
 

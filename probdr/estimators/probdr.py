@@ -27,7 +27,7 @@ from ..infer.map import map_estimate
 from ..input.graph import knn_laplacian
 from ..laws.wishart import probdr_epsilon, theorem2_solution
 from ..models.probdr_general import KERNELS, closed_form, probdr_general_model
-from .base import DREstimator
+from .base import DREstimator, set_init_params
 
 __all__ = ["ProbDR"]
 
@@ -184,24 +184,7 @@ class ProbDR(DREstimator):
                  solver: str = "map", optimizer: str = "auto", init="pca",
                  n_iter: int | None = None, learning_rate: float = 1.0, max_n: int = 6000,
                  neighbors: str = "auto"):
-        self.n_components = n_components
-        self.covariance = covariance
-        self.random_state = random_state
-        self.alpha = alpha
-        self.kernel = kernel
-        self.gamma = gamma
-        self.nu = nu
-        self.n_neighbors = n_neighbors
-        self.n_neg = n_neg
-        self.ridge = ridge
-        self.precision_scale = precision_scale
-        self.solver = solver
-        self.optimizer = optimizer
-        self.init = init
-        self.n_iter = n_iter
-        self.learning_rate = learning_rate
-        self.max_n = max_n
-        self.neighbors = neighbors
+        set_init_params(self, locals())
 
     # -- parameters ------------------------------------------------------------------------------
     def _gamma(self, n: int) -> float:

@@ -11,7 +11,8 @@ import torch
 from ..input.graph import sea_input_graph
 from ..laws.doubly_stochastic import DoublyStochasticPrior
 from ..laws.graph import GraphLaw, GraphPrior
-from .coupling import GraphCoupling, set_init_params
+from .base import set_init_params
+from .coupling import GraphCoupling
 
 __all__ = ["SNEkhorn", "TSNEkhorn"]
 

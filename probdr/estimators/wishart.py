@@ -50,7 +50,7 @@ from ..models.probdr_wishart import (
     laplacian_wishart_model,
 )
 from ..models.wishart_pca import coupling_gamma, default_dofs, whitening, wishart_pca_model
-from .base import DREstimator
+from .base import DREstimator, set_init_params
 from .inference import PosteriorInference
 
 __all__ = ["WishartPCA", "WishartEigenmaps", "LaplacianWishart"]
@@ -155,19 +155,7 @@ class WishartPCA(PosteriorInference, DREstimator):
                  learning_rate: float = 1.0, center: bool = True, inference: str = "map",
                  inference_params: dict | None = None, z_prior=None,
                  coupling_weight: float = 1.0):
-        self.n_components = n_components
-        self.nu_x = nu_x
-        self.nu_z = nu_z
-        self.random_state = random_state
-        self.solver = solver
-        self.optimizer = optimizer
-        self.n_iter = n_iter
-        self.learning_rate = learning_rate
-        self.center = center
-        self.inference = inference
-        self.inference_params = inference_params
-        self.z_prior = z_prior
-        self.coupling_weight = coupling_weight
+        set_init_params(self, locals())
 
     def _check_params(self, n: int, p: int) -> None:
         _check_choice("solver", self.solver, ("map", "closed_form"))
@@ -289,18 +277,7 @@ class WishartEigenmaps(_LaplacianEstimator):
                  neighbors: str = "auto", inference: str = "map",
                  inference_params: dict | None = None, z_prior=None,
                  coupling_weight: float = 1.0):
-        self.n_components = n_components
-        self.n_neighbors = n_neighbors
-        self.random_state = random_state
-        self.beta = beta
-        self.ridge = ridge
-        self.solver = solver
-        self.n_iter = n_iter
-        self.neighbors = neighbors
-        self.inference = inference
-        self.inference_params = inference_params
-        self.z_prior = z_prior
-        self.coupling_weight = coupling_weight
+        set_init_params(self, locals())
 
     def _check_params(self, n: int, p: int) -> None:
         self._check_neighbors(n)
@@ -424,22 +401,7 @@ class LaplacianWishart(_LaplacianEstimator):
                  neighbors: str = "auto", inference: str = "map",
                  inference_params: dict | None = None, z_prior=None,
                  coupling_weight: float = 1.0):
-        self.n_components = n_components
-        self.n_neighbors = n_neighbors
-        self.random_state = random_state
-        self.n_neg = n_neg
-        self.eps_tilde = eps_tilde
-        self.nu = nu
-        self.model = model
-        self.init = init
-        self.n_iter = n_iter
-        self.learning_rate = learning_rate
-        self.max_n = max_n
-        self.neighbors = neighbors
-        self.inference = inference
-        self.inference_params = inference_params
-        self.z_prior = z_prior
-        self.coupling_weight = coupling_weight
+        set_init_params(self, locals())
 
     def _eps(self, n: int) -> float:
         return probdr_epsilon(n, self.n_neg, self.n_neighbors) if self.eps_tilde is None \
