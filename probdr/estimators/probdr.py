@@ -274,9 +274,8 @@ class ProbDR(DREstimator):
             self.n_graph_components_ = L.n_connected_components()
             ridge = self.ridge
             if ridge is None:
-                ridge = 0.0
-                if self.n_graph_components_ > 1:
-                    ridge = 1e-3 * float(L.degree.mean())
+                ridge = L.default_ridge(self.n_graph_components_)
+                if ridge > 0:
                     warnings.warn(
                         f"The {self.n_neighbors}-NN graph has {self.n_graph_components_} "
                         f"connected components, so the Laplacian has more than one zero "

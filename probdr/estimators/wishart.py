@@ -300,9 +300,8 @@ class WishartEigenmaps(_LaplacianEstimator):
         L = self._laplacian(X)
         ridge = self.ridge
         if ridge is None:
-            ridge = 0.0
-            if self.n_graph_components_ > 1:
-                ridge = 1e-3 * float(L.degree.mean())
+            ridge = L.default_ridge(self.n_graph_components_)
+            if ridge > 0:
                 warnings.warn(
                     f"The {self.n_neighbors}-NN graph has {self.n_graph_components_} connected "
                     f"components, so the Laplacian has more than one zero eigenvalue; using "
@@ -445,8 +444,8 @@ class LaplacianWishart(_LaplacianEstimator):
         elif init == "pca":
             Z = theorem2_solution(X - X.mean(0, keepdim=True), q)
         else:
-            Z = eigenmaps_solution(L, q, beta=1e-12, ridge=1e-3 * float(L.degree.mean())
-                                   if self.n_graph_components_ > 1 else 0.0)[0]
+            Z = eigenmaps_solution(L, q, beta=1e-12,
+                                   ridge=L.default_ridge(self.n_graph_components_))[0]
         Z = Z - Z.mean(0, keepdim=True)
         return Z / Z[:, 0].std().clamp_min(1e-12)
 

@@ -394,6 +394,14 @@ class KNNLaplacian:
 
         return int(connected_components(self.scipy(), directed=False)[0])
 
+    def default_ridge(self, n_components: int | None = None) -> float:
+        r"""The ridge :math:`\delta` of :math:`\hat L + \delta I` when none is given: 0 for a
+        connected graph, else :math:`10^{-3}` times the mean degree, so that the component
+        indicators (the extra zero eigenvalues) become the smallest non-zero ones
+        (Ravuri & Lawrence 2025, fn. 4). Pass the number of components if known."""
+        k = self.n_connected_components() if n_components is None else n_components
+        return 1e-3 * float(self.degree.mean()) if k > 1 else 0.0
+
 
 class _ScaledLaplacian:
     r""":math:`c(\hat L + \delta I)` without a matrix."""
