@@ -92,7 +92,10 @@ def mcmc_fit(blobs):
     est = _tsne(perplexity=5, dtype="float64", inference="mcmc",
                 inference_params={"num_chains": 2, "warmup": 15, "num_samples": 12,
                                   "max_tree_depth": 4})
-    return est.fit(X)
+    # 24 draws cannot reach 100 effective draws: NUTS says the chains may not have converged
+    with pytest.warns(RuntimeWarning, match="may not have converged.*effective sample size"):
+        est.fit(X)
+    return est
 
 
 # ------------------------------------------------------------------------------------------

@@ -430,7 +430,31 @@ def _fit_mcmc(model, kwargs, Z_init, opts, seed, verbose, site=("Z", None, None)
             "num_chains": num_chains, "warmup": warmup, "num_samples": num_samples,
             "seconds": time.perf_counter() - t0}
     diag.update(_chain_stats(aligned))
+    _warn_convergence(diag)
     return Posterior("mcmc", aligned, reference, diag, raw)
+
+
+#: NUTS warns above this split R-hat (Vehtari et al. 2021 recommend 1.01; 1.05 is the older,
+#: looser rule) and below this many effective draws of the worst coordinate
+R_HAT_WARN = 1.05
+ESS_WARN = 100
+
+
+def _warn_convergence(diag: dict) -> None:
+    """Warn when the chains have not mixed: split R-hat above :data:`R_HAT_WARN`, effective
+    sample size below :data:`ESS_WARN` (both over the aligned coordinates), or divergences."""
+    problems = []
+    if diag["r_hat_max"] > R_HAT_WARN:
+        problems.append(f"max split R-hat {diag['r_hat_max']:.3f} > {R_HAT_WARN}")
+    if diag["ess_min"] < ESS_WARN:
+        problems.append(f"min effective sample size {diag['ess_min']:.0f} < {ESS_WARN}")
+    n_div = int(sum(diag["divergences"]))
+    if n_div:
+        problems.append(f"{n_div} divergent transitions")
+    if problems:
+        warnings.warn("NUTS: the chains may not have converged (" + "; ".join(problems)
+                      + "). Run more warm-up and draws (inference_params warmup=, num_samples=), "
+                      "more chains, or raise the coupling weight.", RuntimeWarning, stacklevel=3)
 
 
 def _potential_energy(model, kwargs, name):
