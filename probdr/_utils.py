@@ -32,12 +32,17 @@ def check_array(
     Raises ``ValueError`` with a message naming the problem (shape, emptiness, NaN/inf).
     """
     if isinstance(X, torch.Tensor):
+        if X.is_complex():
+            raise ValueError(f"{name} is complex; probdr needs real data.")
         T = X.detach()
     else:
         try:
             arr = np.asarray(X)
         except Exception as exc:  # pragma: no cover - exotic inputs
             raise TypeError(f"{name} could not be converted to an array: {exc}") from exc
+        if np.iscomplexobj(arr):
+            raise ValueError(f"{name} is complex; probdr needs real data (take .real or abs "
+                             "yourself if that is what you mean).")
         if arr.dtype == object or not np.issubdtype(arr.dtype, np.number):
             raise TypeError(f"{name} must be numeric, got dtype {arr.dtype}.")
         T = torch.from_numpy(np.ascontiguousarray(arr))

@@ -38,6 +38,7 @@ def spectral(graph: torch.Tensor, n_components: int, random_state: int = 0) -> t
     normalised Laplacian :math:`I - D^{-1/2} A D^{-1/2}` (largest of :math:`D^{-1/2}AD^{-1/2}`),
     mapped back by :math:`D^{-1/2}`."""
     import scipy.sparse as sp
+    from scipy.sparse.csgraph import connected_components
     from scipy.sparse.linalg import eigsh
 
     G = graph.coalesce() if graph.is_sparse else graph.to_sparse().coalesce()
@@ -50,19 +51,28 @@ def spectral(graph: torch.Tensor, n_components: int, random_state: int = 0) -> t
     N = sp.diags(dinv) @ A @ sp.diags(dinv)
     k = n_components + 1
     rng = np.random.default_rng(random_state)
+    # a disconnected graph has the top eigenvalue 1 once per component: ARPACK returns an
+    # arbitrary, run-dependent basis of that eigenspace, so small graphs take the dense solver
+    n_parts = connected_components(A, directed=False)[0]
+    dense = n <= DENSE_SPECTRAL_MAX_N and (n_parts > 1 or k >= n - 1)
     try:
+        if dense:
+            raise ValueError("dense")
         vals, vecs = eigsh(N, k=k, which="LA", tol=1e-6, v0=rng.standard_normal(n),
                            maxiter=max(1000, 5 * n))
-    except Exception:  # ARPACK failure: dense fallback for small n
-        if n > 5000:
+    except Exception:  # ARPACK failure, or the dense path: dense solver for small n
+        if n > DENSE_SPECTRAL_MAX_N:
             raise
         vals, vecs = np.linalg.eigh(N.toarray())
-    order = np.argsort(-vals)
+    order = np.argsort(-vals, kind="stable")
     vecs = vecs[:, order[1:k]] * dinv[:, None]
     return torch.from_numpy(np.ascontiguousarray(vecs))
 
 
 INITS = ("random", "pca", "spectral", "ccpca")
+#: spectral initialisation of a disconnected graph (or one with fewer nodes than ARPACK needs)
+#: uses the dense eigensolver up to this many nodes
+DENSE_SPECTRAL_MAX_N = 5000
 
 
 def initialize(
@@ -91,6 +101,9 @@ def initialize(
         Z = torch.randn(n, n_components, dtype=torch.float64, generator=generator)
     elif init == "pca":
         Z = pca(X, n_components)
+        if Z.shape[1] < n_components:  # fewer directions than components: pad at random
+            pad = torch.randn(n, n_components - Z.shape[1], dtype=Z.dtype, generator=generator)
+            Z = torch.cat([Z, pad * Z[:, -1].std().clamp_min(1e-12)], 1)
     elif init == "spectral":
         if graph is None:
             raise ValueError("init='spectral' needs the input graph.")

@@ -212,7 +212,7 @@ class GraphCoupling(DREstimator):
 
     def _n_iter(self, n: int) -> int:
         """Total optimisation steps for n samples."""
-        return int(self.n_iter)
+        return self.n_iter
 
     def _check_input_side(self, n: int) -> None:
         """Priors, affinity, perplexity and neighbour count against n."""
@@ -302,7 +302,7 @@ class GraphCoupling(DREstimator):
         is applied inside the model for the SGD presets)."""
         ee = float(self.early_exaggeration)
         n_ee = int(self.early_exaggeration_iter) if ee != 1.0 else 0
-        n_main = self._n_iter(n) - n_ee
+        n_main = int(self._n_iter(n)) - n_ee
         if self.optimizer == "gains":
             # openTSNE's rule max(200, n / exaggeration) in openTSNE's gradient scale, which
             # leaves out t-SNE's factor 4 (dC/dz_i = 4 sum_j (p_ij - q_ij) q_ij Z (z_i - z_j));
