@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import math
 import numbers
-import warnings
 
 import numpy as np
 import torch
@@ -274,13 +273,8 @@ class ProbDR(DREstimator):
             self.n_graph_components_ = L.n_connected_components()
             ridge = self.ridge
             if ridge is None:
-                ridge = L.default_ridge(self.n_graph_components_)
-                if ridge > 0:
-                    warnings.warn(
-                        f"The {self.n_neighbors}-NN graph has {self.n_graph_components_} "
-                        f"connected components, so the Laplacian has more than one zero "
-                        f"eigenvalue; using ridge={ridge:.3g} (pass ridge= or increase "
-                        "n_neighbors).", RuntimeWarning, stacklevel=4)
+                ridge = L.default_ridge(self.n_graph_components_, warn_for=self.n_neighbors,
+                                        stacklevel=4)
             self.ridge_ = float(ridge)
             return c * (L.dense() + self.ridge_ * torch.eye(n, dtype=torch.float64)), None
         if isinstance(cov, str):  # sample covariance, dual PPCA

@@ -27,7 +27,6 @@ Probabilistic Perspective on UMAP and t-SNE*. AABI 2025.
 from __future__ import annotations
 
 import math
-import warnings
 
 import numpy as np
 import torch
@@ -300,13 +299,8 @@ class WishartEigenmaps(_LaplacianEstimator):
         L = self._laplacian(X)
         ridge = self.ridge
         if ridge is None:
-            ridge = L.default_ridge(self.n_graph_components_)
-            if ridge > 0:
-                warnings.warn(
-                    f"The {self.n_neighbors}-NN graph has {self.n_graph_components_} connected "
-                    f"components, so the Laplacian has more than one zero eigenvalue; using "
-                    f"ridge={ridge:.3g} (pass ridge= or increase n_neighbors).", RuntimeWarning,
-                    stacklevel=3)
+            ridge = L.default_ridge(self.n_graph_components_, warn_for=self.n_neighbors,
+                                    stacklevel=3)
         self.ridge_ = ridge
         Zcf, w = eigenmaps_solution(L, q, self.beta, ridge)
         self.eigenvalues_ = w.numpy()

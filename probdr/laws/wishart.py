@@ -394,13 +394,23 @@ class KNNLaplacian:
 
         return int(connected_components(self.scipy(), directed=False)[0])
 
-    def default_ridge(self, n_components: int | None = None) -> float:
+    def default_ridge(self, n_components: int | None = None, *, warn_for: int | None = None,
+                      stacklevel: int = 2) -> float:
         r"""The ridge :math:`\delta` of :math:`\hat L + \delta I` when none is given: 0 for a
         connected graph, else :math:`10^{-3}` times the mean degree, so that the component
         indicators (the extra zero eigenvalues) become the smallest non-zero ones
-        (Ravuri & Lawrence 2025, fn. 4). Pass the number of components if known."""
+        (Ravuri & Lawrence 2025, fn. 4). Pass the number of components if known; with
+        ``warn_for`` (the graph's neighbour count) a positive ridge comes with a warning."""
         k = self.n_connected_components() if n_components is None else n_components
-        return 1e-3 * float(self.degree.mean()) if k > 1 else 0.0
+        ridge = 1e-3 * float(self.degree.mean()) if k > 1 else 0.0
+        if ridge > 0 and warn_for is not None:
+            import warnings
+
+            warnings.warn(
+                f"The {warn_for}-NN graph has {k} connected components, so the Laplacian has "
+                f"more than one zero eigenvalue; using ridge={ridge:.3g} (pass ridge= or "
+                "increase n_neighbors).", RuntimeWarning, stacklevel=stacklevel + 1)
+        return ridge
 
 
 class _ScaledLaplacian:
