@@ -27,6 +27,7 @@ from ..input.graph import knn_laplacian
 from ..laws.wishart import probdr_epsilon, theorem2_solution
 from ..models.probdr_general import KERNELS, closed_form, probdr_general_model
 from .base import DREstimator, set_init_params
+from .wishart import _principal_axes as _rotate_to_axes
 
 __all__ = ["ProbDR"]
 
@@ -50,15 +51,9 @@ def _check_choice(name: str, v, choices) -> None:
 
 
 def _principal_axes(Z: torch.Tensor) -> torch.Tensor:
-    """Centre Z, rotate it onto its principal axes (decreasing variance) and fix signs (largest
-    entry of each column positive); the centred Gram matrix is unchanged."""
-    Z = Z - Z.mean(0, keepdim=True)
-    _, V = torch.linalg.eigh(Z.T @ Z)
-    Z = Z @ V.flip(1)
-    idx = Z.abs().argmax(0, keepdim=True)
-    s = torch.sign(Z.gather(0, idx))
-    s[s == 0] = 1.0
-    return Z * s
+    """Centre Z, then rotate it onto its principal axes with fixed signs (the centred Gram
+    matrix is unchanged)."""
+    return _rotate_to_axes(Z - Z.mean(0, keepdim=True))
 
 
 class ProbDR(DREstimator):
