@@ -40,6 +40,7 @@ from .estimators import (
 from .input import affinities, neighbors
 from .input.graph import build_input_graph
 from .laws import edge_priors as priors
+from .serialize import load
 
 #: the graph laws and priors, under their earlier module name
 graphs = laws
@@ -54,7 +55,7 @@ del _old, _module
 __version__ = "0.1.0"
 
 __all__ = [
-    "GraphCoupling", "SNE", "TSNE", "LargeVis", "UMAP", "build_input_graph",
+    "load", "GraphCoupling", "SNE", "TSNE", "LargeVis", "UMAP", "build_input_graph",
     "WishartPCA", "ccPCA", "LaplacianWishart", "WishartEigenmaps",
     "SNEkhorn", "TSNEkhorn", "DistR", "GWMDS", "ProbDR",
     "affinities", "config", "datasets", "diagnostics", "graphs", "kernels", "metrics",

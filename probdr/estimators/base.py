@@ -156,3 +156,17 @@ class DREstimator(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimat
 
     def _check_fitted(self) -> None:
         check_is_fitted(self, "embedding_")
+
+    # -- persistence -----------------------------------------------------------------------------
+    #: fitted attributes that hold training data (what ``transform`` needs); ``save(...,
+    #: include_data=False)`` leaves them out
+    _data_attributes: tuple[str, ...] = ("_X_fit",)
+
+    def save(self, path, *, include_data: bool = True) -> None:
+        """Write the estimator (parameters and fitted state) to ``path`` in probdr's portable
+        format: arrays in a ``.npz`` container and a JSON header with the parameters and the
+        versions; no pickle, so :func:`probdr.load` never executes code from the file.
+        ``include_data=False`` leaves out the training data (``transform`` then raises)."""
+        from ..serialize import save_estimator
+
+        save_estimator(self, path, include_data=include_data)
