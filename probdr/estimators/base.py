@@ -89,6 +89,8 @@ class DREstimator(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimat
     _min_samples = 3
     #: the method keeps at most as many components as features (PCA-like methods)
     _components_at_most_features = False
+    #: ``fit`` keeps the training data as ``_X_fit`` (what ``transform`` needs)
+    _keeps_training_data = False
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
@@ -143,6 +145,8 @@ class DREstimator(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimat
                 "rate, float64 (dtype='float64') or another initialisation.")
         self.embedding_ = Z.detach().to(torch.float64).cpu().numpy()
         self.n_samples_ = n
+        if self._keeps_training_data:
+            self._X_fit = Xt.numpy()
         return self
 
     def fit_transform(self, X, y=None, **fit_params):
@@ -156,6 +160,34 @@ class DREstimator(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimat
 
     def _check_fitted(self) -> None:
         check_is_fitted(self, "embedding_")
+
+    # -- new points ------------------------------------------------------------------------------
+    def _validate_new(self, X) -> torch.Tensor:
+        """Validate new points against the fit (fitted, same number and names of features,
+        finite, numeric) before any work; a float64 tensor."""
+        self._check_fitted()
+        data = X.detach().cpu().numpy() if isinstance(X, torch.Tensor) else X
+        A = validate_data(self, data, accept_sparse=False, dtype=np.float64, reset=False,
+                          ensure_min_samples=1)
+        return torch.from_numpy(np.array(A, dtype=np.float64, order="C", copy=True))
+
+    def _training_data(self) -> torch.Tensor:
+        """The training data kept by ``fit`` (for ``transform``)."""
+        X = getattr(self, "_X_fit", None)
+        if X is None:
+            raise RuntimeError(
+                f"this {type(self).__name__} has no training data: it was saved with "
+                "include_data=False, so it cannot place new points. Save it with "
+                "include_data=True (the default) to use transform.")
+        return torch.from_numpy(np.asarray(X, dtype=np.float64))
+
+    @staticmethod
+    def _output(Z: torch.Tensor, X):
+        """numpy in -> numpy out (float64); torch in -> torch out on the input's device."""
+        Z = Z.detach().to(torch.float64).cpu()
+        if isinstance(X, torch.Tensor):
+            return as_output(Z, X).to(X.device)
+        return Z.numpy()
 
     # -- persistence -----------------------------------------------------------------------------
     #: fitted attributes that hold training data (what ``transform`` needs); ``save(...,

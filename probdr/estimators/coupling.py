@@ -28,6 +28,7 @@ from ..laws.graph import GraphLaw, GraphPrior, check_coupling, get_prior
 from ..laws.weights import KernelWeights
 from ..models.coupling import graph_coupling_model
 from .base import DREstimator, set_init_params
+from .out_of_sample import NewPointsMixin
 
 __all__ = ["GraphCoupling"]
 
@@ -43,7 +44,7 @@ FFT_REPULSION_MIN_N = 1000
 SAMPLED_LR_SHRINK = 16.0
 
 
-class GraphCoupling(DREstimator):
+class GraphCoupling(NewPointsMixin, DREstimator):
     r"""Probabilistic graph coupling (Van Assel et al., 2022) fitted by MAP.
 
     Parameters
@@ -140,6 +141,7 @@ class GraphCoupling(DREstimator):
     """
 
     _defaults_kernel: dict[str, Any] = {}
+    _keeps_training_data = True
 
     def __init__(
         self,

@@ -26,9 +26,9 @@ from ..laws.weights import MAX_LOGIT, DenseWeights, SparseWeights
 from ..laws.wishart import KNNLaplacian
 from ..ot.sea import symmetric_entropic
 from . import affinities
-from .neighbors import knn
+from .neighbors import knn, knn_query
 
-__all__ = ["AFFINITIES", "knn_edges", "build_input_graph", "sea_input_graph", "sea_affinity",
+__all__ = ["AFFINITIES", "knn_edges", "build_input_graph", "new_point_rows", "sea_input_graph", "sea_affinity",
            "knn_laplacian", "euclidean_distance_matrix", "geodesic_distances"]
 
 AFFINITIES = ("entropic", "umap", "binary")
@@ -75,27 +75,63 @@ def build_input_graph(
     n = X.shape[0]
     kind = _prior_kind(prior_x)
     symmetrize = kind in ("B~",)
-    if affinity == "entropic":
-        k = n_neighbors if n_neighbors is not None else int(min(n - 1, math.ceil(3 * perplexity)))
-    else:
-        k = (n_neighbors - 1) if n_neighbors is not None else min(n - 1, 14)
-    k = min(k, n - 1)
+    k = _input_k(n, affinity, perplexity, n_neighbors)
     rows, cols, d2 = knn_edges(X, k, neighbors=neighbors, random_state=random_state)
-    if affinity == "entropic":
-        eps = affinities.entropic_bandwidths(d2, perplexity)
-        d2s = d2 - d2.min(1, keepdim=True).values  # row shift: P^D unchanged, no underflow
-        logk = GaussianKernel(eps).log_k(d2s)
-    elif affinity == "umap":
-        v = affinities.umap_membership(d2, n_neighbors=k + 1)
-        logk = torch.logit(v.clamp(0, 1)).clamp(-MAX_LOGIT, MAX_LOGIT)
-    elif affinity == "binary":
-        logk = torch.full_like(d2, MAX_LOGIT)
-    else:
-        raise ValueError(f"affinity must be one of {AFFINITIES}, got {affinity!r}.")
+    logk = _row_log_weights(d2, affinity, perplexity, k)
     weights = SparseWeights(rows, cols, logk.flatten().to(torch.float64), n)
     prior = get_prior(prior_x.replace("~", "") if isinstance(prior_x, str) else prior_x, edge_prior)
     law = prior.posterior(weights)
     return law.symmetrized() if symmetrize else law
+
+
+def _input_k(n: int, affinity: str, perplexity: float, n_neighbors: int | None) -> int:
+    """Neighbours per row of the input graph (the point itself not counted)."""
+    if affinity == "entropic":
+        k = n_neighbors if n_neighbors is not None else int(min(n - 1, math.ceil(3 * perplexity)))
+    else:
+        k = (n_neighbors - 1) if n_neighbors is not None else min(n - 1, 14)
+    return min(k, n - 1)
+
+
+def _row_log_weights(d2: torch.Tensor, affinity: str, perplexity: float, k: int) -> torch.Tensor:
+    r""":math:`\log K_X` on neighbour lists ``d2`` (n, k): the calibration of ``affinity``."""
+    if affinity == "entropic":
+        eps = affinities.entropic_bandwidths(d2, perplexity)
+        d2s = d2 - d2.min(1, keepdim=True).values  # row shift: P^D unchanged, no underflow
+        return GaussianKernel(eps).log_k(d2s)
+    if affinity == "umap":
+        v = affinities.umap_membership(d2, n_neighbors=k + 1)
+        return torch.logit(v.clamp(0, 1)).clamp(-MAX_LOGIT, MAX_LOGIT)
+    if affinity == "binary":
+        return torch.full_like(d2, MAX_LOGIT)
+    raise ValueError(f"affinity must be one of {AFFINITIES}, got {affinity!r}.")
+
+
+def new_point_rows(X_new: torch.Tensor, X_ref: torch.Tensor, prior_x: str | GraphPrior = "D",
+                   affinity: str = "entropic", *, perplexity: float = 30.0,
+                   n_neighbors: int | None = None) -> torch.Tensor:
+    r"""The input-graph rows of new points against the reference (training) points: the mean
+    :math:`\mathbb E[W_{X,i\cdot} \mid X]` of each new node's edges to the reference nodes,
+    ``(m, n)`` sparse COO, float64.
+
+    Each new point is a new node of the same model: its neighbours among the reference points
+    (the same count as in :func:`build_input_graph`) and its affinity with the same calibration
+    (its own entropic bandwidth from the perplexity, or its own UMAP :math:`\rho, \sigma`).
+    The row mean follows the input prior: D (and E, whose row given its degree is the D law) gives
+    the row-stochastic :math:`P^D_{i\cdot}`; B and B~ the memberships :math:`K/(1+K)` (the new
+    node's own edges; the reference nodes' neighbour lists are those of the fit). New points are
+    independent given the reference points; an edge prior of the fit does not extend to them
+    (:math:`\pi = 1`).
+    """
+    n, m = X_ref.shape[0], X_new.shape[0]
+    k = _input_k(n + 1, affinity, perplexity, n_neighbors)
+    idx, d2 = knn_query(X_ref, X_new, k)
+    logk = _row_log_weights(d2, affinity, perplexity, k)
+    kind = _prior_kind(prior_x)
+    values = torch.sigmoid(logk) if kind in ("B", "B~") else torch.softmax(logk, dim=1)
+    rows = torch.arange(m).repeat_interleave(k)
+    return torch.sparse_coo_tensor(torch.stack([rows, idx.flatten()]), values.flatten(),
+                                   (m, n), check_invariants=False).coalesce()
 
 
 def sea_input_graph(X: torch.Tensor, perplexity: float, tol: float = 1e-5) -> NEdgeGraph:

@@ -17,7 +17,7 @@ import torch
 from .._alloc import heap_reuse
 from .._pairwise import pairwise_sq_distances
 
-__all__ = ["knn", "knn_brute", "knn_exact", "knn_pruned", "pairwise_sq_distances"]
+__all__ = ["knn", "knn_brute", "knn_exact", "knn_pruned", "knn_query", "pairwise_sq_distances"]
 
 #: above this many points ``method="auto"`` switches from exact to approximate neighbours
 EXACT_KNN_MAX_N = 100_000
@@ -46,6 +46,30 @@ def knn_brute(X: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
         d2[torch.arange(e - s), torch.arange(s, e)] = float("inf")
         vals, ind = torch.topk(d2, k, dim=1, largest=False, sorted=True)
         idx[s:e], dist[s:e] = ind, vals
+    return idx, dist
+
+
+def knn_query(X_ref: torch.Tensor, X_new: torch.Tensor, k: int
+              ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Exact ``k`` nearest rows of ``X_ref`` for every row of ``X_new`` (blocked brute force in
+    float64, centred on ``X_ref``'s mean): ``(indices, squared distances)``, each ``(m, k)``,
+    nearest first. A new row equal to a reference row has it as a neighbour at distance 0."""
+    n = X_ref.shape[0]
+    if not 1 <= k <= n:
+        raise ValueError(f"k must lie in [1, {n}] (the number of reference points), got {k}.")
+    mu = X_ref.to(torch.float64).mean(0, keepdim=True)
+    R = X_ref.to(torch.float64) - mu
+    Q = X_new.to(torch.float64) - mu
+    m = Q.shape[0]
+    idx = torch.empty(m, k, dtype=torch.long)
+    dist = torch.empty(m, k, dtype=torch.float64)
+    bs = _block_rows(m, n)
+    with heap_reuse():
+        for s in range(0, m, bs):
+            e = min(m, s + bs)
+            vals, ind = torch.topk(pairwise_sq_distances(Q[s:e], R), k, dim=1, largest=False,
+                                   sorted=True)
+            idx[s:e], dist[s:e] = ind, vals
     return idx, dist
 
 

@@ -1,0 +1,237 @@
+r"""New points in a fitted graph coupling: ``transform`` (MAP) and ``sample_transform``
+(draws from each new point's conditional posterior).
+
+The model is :mod:`probdr.models.out_of_sample`: each new point is a new node whose input row
+against the training points is closed-form (same calibration as in ``fit``) and whose position,
+given the fitted embedding, has the density :math:`p(z_i) e^{\beta \ell_i(z_i)}`. The problem
+factorises over new points, so both are computed in batches of rows:
+
+* ``transform``: MAP through the one driver (:func:`probdr.infer.map.run_map`, Adam with a linear
+  decay to 0) from the neighbour-weighted start :math:`\sum_j p_{ij} z_j / p_{i+}` (umap-learn's
+  and openTSNE's ``"weighted"`` start);
+* ``sample_transform``: exact per-point Markov chains (vectorised random-walk Metropolis, two
+  chains per point started at the MAP, the step size of each point adapted during warm-up towards
+  an acceptance rate of 0.35), under a proper prior.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+
+import numpy as np
+import torch
+
+from ..infer.map import Phase, run_map
+from ..input.graph import _prior_kind, new_point_rows
+from ..input.neighbors import knn_query
+from ..models.out_of_sample import new_point_log_likelihood, new_points_model
+
+__all__ = ["NewPointsMixin"]
+
+#: pairs (new point x reference point) per batch of rows
+BATCH_PAIRS = 2**22
+#: with ``z_prior=None`` the draws use an isotropic Gaussian prior centred on the embedding with
+#: this many times its RMS spread as scale (weak, but proper)
+SAMPLE_PRIOR_SCALE = 10.0
+#: target acceptance rate of the random-walk chains (about optimal in 1 to 3 dimensions)
+TARGET_ACCEPT = 0.35
+
+
+def _batches(m: int, n: int, chains: int = 1):
+    size = max(1, BATCH_PAIRS // max(n * chains, 1))
+    for s in range(0, m, size):
+        yield s, min(m, s + size)
+
+
+def _nn_scale(Z: torch.Tensor, gen: torch.Generator) -> float:
+    """Median distance of (up to 1,000 sampled) points to their nearest other point."""
+    n = Z.shape[0]
+    sample = torch.randperm(n, generator=gen)[: min(n, 1000)]
+    _, d2 = knn_query(Z, Z[sample], 2)
+    return float(d2[:, 1].sqrt().median().clamp_min(1e-12))
+
+
+class NewPointsMixin:
+    """``transform`` and ``sample_transform`` of the graph-coupling estimators."""
+
+    # -- the model of a new row ---------------------------------------------------------------
+    def _row_model(self, n: int) -> tuple[str, float | None]:
+        """``(row_law, nonedge weight factor)``: the factor multiplies :math:`p_{i+}`."""
+        kind = _prior_kind(self._latent_prior())
+        if kind in ("D", "E"):
+            return "categorical", None
+        if self._repulsion(n) == "negative_sampling":
+            return "bernoulli", self.negative_weight * self.negative_samples / n
+        return "bernoulli", None
+
+    def _new_rows(self, X_new: torch.Tensor) -> torch.Tensor:
+        X_ref = self._training_data()
+        return new_point_rows(X_new, X_ref, self.prior_x, self._affinity(),
+                              perplexity=self.perplexity, n_neighbors=self.n_neighbors)
+
+    def _batch_kwargs(self, P: torch.Tensor, s: int, e: int, Z_ref: torch.Tensor, dtype):
+        n = Z_ref.shape[0]
+        row_law, factor = self._row_model(n)
+        Pb = P.index_select(0, torch.arange(s, e)).coalesce()
+        (rows, cols), vals = Pb.indices(), Pb.values().to(dtype)
+        omega = None
+        if factor is not None:
+            omega = factor * torch.zeros(e - s, dtype=dtype).index_add_(0, rows, vals)
+        return dict(edges=(rows, cols, vals), Z_ref=Z_ref, kernel=self.kernel_,
+                    n_components=self.n_components, n_new=e - s, row_law=row_law,
+                    nonedge_weight=omega, coupling_weight=self.coupling_weight)
+
+    # -- transform ----------------------------------------------------------------------------
+    def transform(self, X, *, n_iter: int = 250):
+        r"""Place new points into the fitted embedding (MAP of each new point's position given
+        the fitted embedding, which is not changed).
+
+        Parameters
+        ----------
+        X : array (m, n_features)
+        n_iter : int
+            Adam steps per batch of new points (learning rate decaying linearly to 0).
+
+        Returns
+        -------
+        array (m, n_components): numpy in -> numpy out, torch in -> torch out.
+        """
+        Xt = self._validate_new(X)
+        if not (isinstance(n_iter, (int, np.integer)) and n_iter >= 0):
+            raise ValueError(f"n_iter must be a non-negative integer, got {n_iter!r}.")
+        dtype = self._fit_dtype
+        P = self._new_rows(Xt)
+        Z_ref = torch.from_numpy(self.embedding_).to(dtype)
+        Z0 = self._weighted_start(P, Z_ref)
+        if n_iter == 0:
+            return self._output(Z0, X)
+        lr = 0.5 * _nn_scale(Z_ref, torch.Generator().manual_seed(0))
+        out = torch.empty_like(Z0)
+        for s, e in _batches(Z0.shape[0], Z_ref.shape[0]):
+            kw = self._batch_kwargs(P, s, e, Z_ref, dtype)
+            kw["z_prior"] = self._new_points_prior(e - s, dtype, for_map=True)
+            res = run_map(new_points_model, kw, Z0[s:e],
+                          [Phase(int(n_iter), lr, final_learning_rate=0.0, name="transform")],
+                          optimizer="adam", collapse_floor=None, warn_collapse=False,
+                          verbose=self.verbose, desc=f"{type(self).__name__}.transform")
+            out[s:e] = res.Z
+        return self._output(out, X)
+
+    @staticmethod
+    def _weighted_start(P: torch.Tensor, Z_ref: torch.Tensor) -> torch.Tensor:
+        """:math:`\\sum_j p_{ij} z_j / p_{i+}`: the neighbour-weighted start."""
+        Pf = P.to(Z_ref.dtype)
+        num = torch.sparse.mm(Pf, Z_ref)
+        return num / torch.sparse.sum(Pf, 1).to_dense().clamp_min(1e-300)[:, None]
+
+    def _new_points_prior(self, m: int, dtype, *, for_map: bool):
+        """The prior on new points' positions: flat for MAP unless ``z_prior`` is a scale; for
+        draws an isotropic Gaussian (``z_prior`` a scale, else centred on the embedding with
+        ``SAMPLE_PRIOR_SCALE`` times its RMS spread)."""
+        import pyro.distributions as dist
+
+        zp = self.z_prior
+        if zp is None and for_map:
+            return None
+        q = self.n_components
+        if zp is None:
+            Z = self.embedding_
+            loc = torch.as_tensor(Z.mean(0), dtype=dtype).expand(m, q)
+            scale = SAMPLE_PRIOR_SCALE * float(np.sqrt(((Z - Z.mean(0)) ** 2).sum(1).mean() / q))
+        elif isinstance(zp, (int, float)):
+            loc, scale = torch.zeros(m, q, dtype=dtype), float(zp)
+        else:
+            raise ValueError(
+                "z_prior is a distribution over the training embedding (n, q); it does not "
+                "extend to new points. Pass a float scale as z_prior (or None) to place new "
+                "points.")
+        return dist.Normal(loc, torch.tensor(scale, dtype=dtype)).to_event(2)
+
+    # -- sample_transform ---------------------------------------------------------------------
+    def sample_transform(self, X, num_samples: int = 200, random_state=None, *,
+                         num_warmup: int = 300, thin: int = 4, n_iter: int = 250):
+        r"""Draws from each new point's conditional posterior given the fitted embedding,
+        :math:`p(z_i \mid \cdot) \propto p(z_i)\, e^{\beta \ell_i(z_i)}` at the estimator's
+        ``coupling_weight`` :math:`\beta` (use :math:`\beta \ge 2`, e.g. 4, for spreads that
+        reflect the data rather than the prior: see :mod:`probdr.infer.posterior`).
+
+        Exact per-point Markov chains: two random-walk Metropolis chains per new point, started
+        at the MAP (:meth:`transform`), each point's step adapted during ``num_warmup`` steps,
+        then every ``thin``-th state kept. The prior: ``z_prior`` as a scale, or (``None``) an
+        isotropic Gaussian centred on the embedding with ``SAMPLE_PRIOR_SCALE`` times its RMS
+        spread. Summaries: :func:`probdr.infer.draws.point_summary`; plot with
+        :func:`probdr.plotting.plot_uncertainty`.
+
+        Returns
+        -------
+        array (num_samples, m, n_components)
+        """
+        from .base import resolve_seed
+
+        for name, v, lo in (("num_samples", num_samples, 1), ("num_warmup", num_warmup, 0),
+                            ("thin", thin, 1)):
+            if not (isinstance(v, (int, np.integer)) and not isinstance(v, bool) and v >= lo):
+                raise ValueError(f"{name} must be an integer >= {lo}, got {v!r}.")
+        Xt = self._validate_new(X)
+        seed = resolve_seed(random_state)
+        dtype = self._fit_dtype
+        Z_map = self.transform(Xt, n_iter=n_iter).to(dtype)
+        P = self._new_rows(Xt)
+        Z_ref = torch.from_numpy(self.embedding_).to(dtype)
+        gen = torch.Generator().manual_seed(seed)
+        m, q = Z_map.shape
+        draws = torch.empty(num_samples, m, q, dtype=dtype)
+        low_accept = 0
+        for s, e in _batches(m, Z_ref.shape[0], chains=2):
+            kw = self._batch_kwargs(P, s, e, Z_ref, dtype)
+            prior = self._new_points_prior(e - s, dtype, for_map=False).base_dist
+            beta = float(self.coupling_weight)
+
+            def log_density(Z, kw=kw, prior=prior, beta=beta):
+                ll = new_point_log_likelihood(Z, kw["edges"], Z_ref, self.kernel_, kw["row_law"],
+                                              kw["nonedge_weight"])
+                return beta * ll + prior.log_prob(Z).sum(-1)
+
+            d, acc = _random_walk(log_density, Z_map[s:e], num_samples, num_warmup, thin, gen,
+                                  _nn_scale(Z_ref, gen))
+            draws[:, s:e] = d
+            low_accept += int((acc < 0.05).sum())
+        if low_accept:
+            warnings.warn(f"{low_accept} new point(s) had an acceptance rate below 5% in "
+                          "sample_transform: raise num_warmup.", RuntimeWarning, stacklevel=2)
+        out = draws.to(torch.float64).numpy()
+        if isinstance(X, torch.Tensor):
+            return torch.from_numpy(out).to(X.device)
+        return out
+
+
+@torch.no_grad()
+def _random_walk(log_density, Z0: torch.Tensor, num_samples: int, num_warmup: int, thin: int,
+                 gen: torch.Generator, scale0: float):
+    """Two random-walk Metropolis chains per point (vectorised over points); returns draws
+    ``(num_samples, m, q)`` (the chains interleaved) and each point's acceptance rate."""
+    m, q = Z0.shape
+    Z = Z0.expand(2, m, q) + 0.1 * scale0 * torch.randn(2, m, q, generator=gen, dtype=Z0.dtype)
+    lp = log_density(Z)
+    step = torch.full((2, m), scale0 / math.sqrt(q), dtype=Z0.dtype)
+    per_chain = math.ceil(num_samples / 2)
+    kept = torch.empty(per_chain, 2, m, q, dtype=Z0.dtype)
+    accepted = torch.zeros(2, m, dtype=Z0.dtype)
+    for t in range(num_warmup + per_chain * thin):
+        prop = Z + step[..., None] * torch.randn(2, m, q, generator=gen, dtype=Z0.dtype)
+        lpp = log_density(prop)
+        u = torch.rand(2, m, generator=gen, dtype=Z0.dtype)
+        ok = torch.log(u) < (lpp - lp)  # NaN proposals (never expected) are rejected
+        Z = torch.where(ok[..., None], prop, Z)
+        lp = torch.where(ok, lpp, lp)
+        if t < num_warmup:
+            step = step * torch.exp((ok.to(Z0.dtype) - TARGET_ACCEPT) / math.sqrt(t + 1.0))
+        else:
+            accepted += ok
+            r = t - num_warmup
+            if (r + 1) % thin == 0:
+                kept[r // thin] = Z
+    rate = accepted.mean(0) / max(per_chain * thin, 1)
+    draws = kept.transpose(0, 1).reshape(2 * per_chain, m, q)[:num_samples]
+    return draws, rate
