@@ -147,7 +147,11 @@ class DREstimator(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimat
         self.n_samples_ = n
         if self._keeps_training_data:
             self._X_fit = Xt.numpy()
+        self._after_fit()
         return self
+
+    def _after_fit(self) -> None:
+        """Called at the end of ``fit``, once ``embedding_`` is set (override)."""
 
     def fit_transform(self, X, y=None, **fit_params):
         """Fit and return the embedding, ``(n_samples, n_components)``: numpy in -> numpy out,

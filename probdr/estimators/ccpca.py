@@ -49,12 +49,15 @@ from ..laws.components import (
     component_statistics,
     sample_memberships,
 )
+from .out_of_sample import averaged_rows
 from .base import DREstimator, set_init_params
 
 __all__ = ["ccPCA"]
 
 
 class ccPCA(DREstimator):
+    _keeps_training_data = True
+
     r"""ccPCA (Van Assel et al. 2022): PCA of the data averaged over the connected-component
     means of posterior input graphs; the heuristic minimiser of the hierarchical coupling's
     global term and an initialisation for t-SNE/UMAP that keeps the positions of clusters.
@@ -115,6 +118,29 @@ class ccPCA(DREstimator):
                 f"smaller than n - 1 = {n - 1} (use a smaller perplexity or more data).")
         if not (isinstance(self.n_samples, (int, np.integer)) and self.n_samples >= 1):
             raise ValueError(f"n_samples must be a positive integer, got {self.n_samples!r}.")
+
+    def _after_fit(self) -> None:
+        # the PCA map of the averaged data: scores = (M - mean) @ projection_
+        M = self.averaged_data_
+        self.mean_ = M.mean(0)
+        U, s, Vt = np.linalg.svd(M - self.mean_, full_matrices=False)
+        q = min(self.embedding_.shape[1], int((s > s[0] * 1e-12).sum()))
+        self.projection_ = np.zeros((M.shape[1], self.embedding_.shape[1]))
+        self.projection_[:, :q] = Vt[:q].T @ ((U[:, :q].T @ self.embedding_[:, :q]) / s[:q, None])
+
+    def transform(self, X):
+        r"""Place new points: a new node of the input graph joins its neighbours' components,
+        so its averaged row is :math:`\bar x_{new} = \sum_j p_{ij}\bar x_j / p_{i+}` (its input
+        row :math:`p_{i\cdot}` against the training points, same prior and perplexity; its own
+        weight in its component's mean, :math:`O(1/|C|)`, is left out), projected on the PCA
+        axes of the averaged data. A new point equal to a training point gets its fitted
+        position."""
+        Xt = self._validate_new(X)
+        Mbar, match = averaged_rows(self, Xt, self.averaged_data_)
+        Z = torch.from_numpy((Mbar - self.mean_) @ self.projection_)
+        seen = match >= 0
+        Z[seen] = torch.from_numpy(self.embedding_)[match[seen]]
+        return self._output(Z, X)
 
     def _fit(self, X: torch.Tensor) -> torch.Tensor:
 

@@ -34,6 +34,7 @@ from ..infer.map import MAPFit, Phase
 from ..input.graph import sea_affinity
 from ..models.ot_distr import distr_model, prototype_affinity, srgw_energy
 from ..ot.srgw import _f1
+from .out_of_sample import averaged_rows
 from .base import DREstimator, set_init_params
 
 __all__ = ["DistR"]
@@ -43,6 +44,8 @@ AFFINITIES_OUT = ("student", "gaussian", "gram")
 
 
 class DistR(DREstimator):
+    _keeps_training_data = True
+
     r"""Distributional Reduction: low-dimensional prototypes, their weights and a soft
     assignment of the samples, by semi-relaxed Gromov-Wasserstein.
 
@@ -188,6 +191,32 @@ class DistR(DREstimator):
                                  f"{self.n_components}), got {arr.shape}.")
         if self.init_T not in ("kmeans", "random"):
             raise ValueError(f"init_T must be 'kmeans' or 'random', got {self.init_T!r}.")
+
+    # -- new points -----------------------------------------------------------------------------
+    def _new_assignment(self, X) -> tuple[np.ndarray, torch.Tensor, torch.Tensor]:
+        Xt = self._validate_new(X)
+        T = self.assignment_ / self.assignment_.sum(1, keepdims=True).clip(1e-300)
+        A, match = averaged_rows(self, Xt, T)
+        return A, match, Xt
+
+    def predict(self, X) -> np.ndarray:
+        r"""The prototype of each new point: the largest entry of its neighbours' average
+        assignment :math:`\sum_j p_{ij} T_{j\cdot}/p_{i+}` (its entropic input row against the
+        training samples, at the fit's perplexity); a training sample keeps its ``labels_``."""
+        A, match, _ = self._new_assignment(X)
+        labels = A.argmax(1)
+        seen = (match >= 0).numpy()
+        labels[seen] = self.labels_[match.numpy()[seen]]
+        return labels
+
+    def transform(self, X):
+        """The positions of the new points' prototypes (:meth:`predict`), ``prototypes_[
+        predict(X)]``; a training sample keeps its fitted position."""
+        A, match, Xt = self._new_assignment(X)
+        Z = torch.from_numpy(self.prototypes_[A.argmax(1)].copy())
+        seen = match >= 0
+        Z[seen] = torch.from_numpy(self.embedding_)[match[seen]]
+        return self._output(Z, X)
 
     def _input_affinity(self, X: torch.Tensor) -> torch.Tensor:
         N = X.shape[0]

@@ -26,6 +26,7 @@ from ..infer.map import MAPFit, Phase
 from ..input.graph import euclidean_distance_matrix, geodesic_distances
 from ..models.ot_gwmds import euclidean_distances, gwmds_model
 from ..ot.costs import pearson_distance_correlation
+from .out_of_sample import transform_only_if
 from .base import DREstimator, set_init_params
 
 __all__ = ["GWMDS"]
@@ -248,3 +249,14 @@ class GWMDS(DREstimator):
         self.distance_correlation_ = pearson_distance_correlation(
             D, euclidean_distance_matrix(Y_out.numpy()))
         return Y_out
+
+
+def _gwmds_transform(self, X):  # never reachable: hidden by transform_only_if below
+    raise AttributeError("GW-MDS has no out-of-sample map.")
+
+
+GWMDS.transform = _gwmds_transform
+transform_only_if(GWMDS, lambda est: (
+    "GW-MDS defines no out-of-sample map: the embedding is matched to the whole dissimilarity "
+    "matrix of the training points by a Gromov-Wasserstein plan, and a new point has no place "
+    "in that plan. Refit on the training and new points together."))

@@ -27,7 +27,8 @@ from ..input.graph import _prior_kind, new_point_rows
 from ..input.neighbors import knn_query
 from ..models.out_of_sample import new_point_log_likelihood, new_points_model
 
-__all__ = ["NewPointsMixin"]
+__all__ = ["NewPointsMixin", "LinearMapMixin", "GraphRowMixin", "training_matches",
+           "transform_only_if"]
 
 #: pairs (new point x reference point) per batch of rows
 BATCH_PAIRS = 2**22
@@ -52,6 +53,16 @@ def _nn_scale(Z: torch.Tensor, gen: torch.Generator) -> float:
     return float(d2[:, 1].sqrt().median().clamp_min(1e-12))
 
 
+def training_matches(X_new: torch.Tensor, X_ref: torch.Tensor) -> torch.Tensor:
+    """For each new row, the index of a training row it equals exactly, else -1. A new point
+    that is a training point is that node of the fitted model: its position is the fitted one
+    (so ``fit(X).transform(X)`` returns ``fit_transform(X)``)."""
+    idx, d2 = knn_query(X_ref, X_new, 1)
+    j = idx[:, 0]
+    same = (d2[:, 0] <= 1e-9 * (1.0 + X_ref.square().sum(1).max())) & (X_new == X_ref[j]).all(1)
+    return torch.where(same, j, torch.full_like(j, -1))
+
+
 class NewPointsMixin:
     """``transform`` and ``sample_transform`` of the graph-coupling estimators."""
 
@@ -59,16 +70,23 @@ class NewPointsMixin:
     def _row_model(self, n: int) -> tuple[str, float | None]:
         """``(row_law, nonedge weight factor)``: the factor multiplies :math:`p_{i+}`."""
         kind = _prior_kind(self._latent_prior())
-        if kind in ("D", "E"):
+        if kind in ("D", "E", "DS"):  # DS: the row given its degree, duals not carried over
             return "categorical", None
         if self._repulsion(n) == "negative_sampling":
             return "bernoulli", self.negative_weight * self.negative_samples / n
         return "bernoulli", None
 
-    def _new_rows(self, X_new: torch.Tensor) -> torch.Tensor:
+    def _new_rows_affinity(self) -> str:
+        """The calibration of a new point's input row (SNEkhorn: its entropic row)."""
+        return self._affinity()
+
+    def _new_rows(self, X_new: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The new points' input rows and, for each, the index of a training point it equals
+        (-1 if none)."""
         X_ref = self._training_data()
-        return new_point_rows(X_new, X_ref, self.prior_x, self._affinity(),
-                              perplexity=self.perplexity, n_neighbors=self.n_neighbors)
+        P = new_point_rows(X_new, X_ref, self.prior_x, self._new_rows_affinity(),
+                           perplexity=self.perplexity, n_neighbors=self.n_neighbors)
+        return P, training_matches(X_new, X_ref)
 
     def _batch_kwargs(self, P: torch.Tensor, s: int, e: int, Z_ref: torch.Tensor, dtype):
         n = Z_ref.shape[0]
@@ -101,21 +119,24 @@ class NewPointsMixin:
         if not (isinstance(n_iter, (int, np.integer)) and n_iter >= 0):
             raise ValueError(f"n_iter must be a non-negative integer, got {n_iter!r}.")
         dtype = self._fit_dtype
-        P = self._new_rows(Xt)
+        P, match = self._new_rows(Xt)
         Z_ref = torch.from_numpy(self.embedding_).to(dtype)
-        Z0 = self._weighted_start(P, Z_ref)
-        if n_iter == 0:
-            return self._output(Z0, X)
-        lr = 0.5 * _nn_scale(Z_ref, torch.Generator().manual_seed(0))
-        out = torch.empty_like(Z0)
-        for s, e in _batches(Z0.shape[0], Z_ref.shape[0]):
-            kw = self._batch_kwargs(P, s, e, Z_ref, dtype)
-            kw["z_prior"] = self._new_points_prior(e - s, dtype, for_map=True)
-            res = run_map(new_points_model, kw, Z0[s:e],
-                          [Phase(int(n_iter), lr, final_learning_rate=0.0, name="transform")],
-                          optimizer="adam", collapse_floor=None, warn_collapse=False,
-                          verbose=self.verbose, desc=f"{type(self).__name__}.transform")
-            out[s:e] = res.Z
+        out = self._weighted_start(P, Z_ref)
+        new = (match < 0).nonzero().flatten()
+        if n_iter > 0 and new.numel():
+            P = P.index_select(0, new).coalesce()
+            Z0 = out[new]
+            lr = 0.5 * _nn_scale(Z_ref, torch.Generator().manual_seed(0))
+            for s, e in _batches(Z0.shape[0], Z_ref.shape[0]):
+                kw = self._batch_kwargs(P, s, e, Z_ref, dtype)
+                kw["z_prior"] = self._new_points_prior(e - s, dtype, for_map=True)
+                res = run_map(new_points_model, kw, Z0[s:e],
+                              [Phase(int(n_iter), lr, final_learning_rate=0.0, name="transform")],
+                              optimizer="adam", collapse_floor=None, warn_collapse=False,
+                              verbose=self.verbose, desc=f"{type(self).__name__}.transform")
+                out[new[s:e]] = res.Z
+        seen = match >= 0
+        out[seen] = Z_ref[match[seen]]
         return self._output(out, X)
 
     @staticmethod
@@ -177,7 +198,7 @@ class NewPointsMixin:
         seed = resolve_seed(random_state)
         dtype = self._fit_dtype
         Z_map = self.transform(Xt, n_iter=n_iter).to(dtype)
-        P = self._new_rows(Xt)
+        P, _ = self._new_rows(Xt)
         Z_ref = torch.from_numpy(self.embedding_).to(dtype)
         gen = torch.Generator().manual_seed(seed)
         m, q = Z_map.shape
@@ -235,3 +256,110 @@ def _random_walk(log_density, Z0: torch.Tensor, num_samples: int, num_warmup: in
     rate = accepted.mean(0) / max(per_chain * thin, 1)
     draws = kept.transpose(0, 1).reshape(2 * per_chain, m, q)[:num_samples]
     return draws, rate
+
+
+# ------------------------------------------------------------------------------------------------
+# the other families
+# ------------------------------------------------------------------------------------------------
+class LinearMapMixin:
+    r"""``transform`` of the families whose embedding is linear in the (centred) data: Wishart
+    PCA (Theorem 2: :math:`Z = X_c V_q\,\mathrm{diag}(\sqrt{\lambda^*_i/d_i})` up to a rotation)
+    and ProbDR with the sample covariance (dual PPCA). The map :math:`W` (p, q) is the
+    least-squares solution of :math:`X_c W = Z` on the training data within the span of the top
+    q principal directions (``projection_``), so that the training points map onto
+    ``embedding_``; ``components_`` (q, p) are its unit-norm
+    columns (the principal axes, as scikit-learn's PCA) and ``mean_`` the centring vector. The
+    map needs no training data after ``fit``."""
+
+    _keeps_training_data = True
+    _data_attributes = ("_X_fit",)
+
+    def _after_fit(self) -> None:
+        X = self._X_fit
+        mean = X.mean(0) if getattr(self, "center", True) else np.zeros(X.shape[1])
+        # least squares on the top-q principal directions of X_c, where the MAP lies (a full
+        # least-squares fit would also fit the optimiser's residual with the smallest ones)
+        U, s, Vt = np.linalg.svd(X - mean, full_matrices=False)
+        q = min(self.embedding_.shape[1], int((s > s[0] * 1e-12).sum()))
+        self.projection_ = Vt[:q].T @ ((U[:, :q].T @ self.embedding_) / s[:q, None])
+        self.mean_ = mean
+
+    def _linear_map(self) -> tuple[np.ndarray, np.ndarray]:
+        self._check_fitted()
+        return self.projection_, self.mean_
+
+    @property
+    def components_(self) -> np.ndarray:
+        """Principal axes in feature space, ``(n_components, n_features)``, unit norm."""
+        W, _ = self._linear_map()
+        return (W / np.linalg.norm(W, axis=0).clip(1e-300)).T
+
+    def transform(self, X):
+        """Project new points with the fitted linear map: ``(X - mean_) @ W``."""
+        Xt = self._validate_new(X)
+        W, mean = self._linear_map()
+        return self._output(torch.from_numpy((Xt.numpy() - mean) @ W), X)
+
+
+class GraphRowMixin:
+    r"""``transform`` of the Laplacian (Wishart) family by the new node's row of the kNN graph:
+    the new node is joined to its ``n_neighbors`` nearest training points (:math:`a_{ij} = 1`,
+    degree :math:`k`), and with the fitted embedding fixed its position is the conditional mean of
+    the Gaussian Markov random field whose precision is the Laplacian,
+    :math:`z_i = \sum_j a_{ij} z_j / (k - \lambda_c)` per column :math:`c`. For eigenmaps
+    :math:`\lambda_c` is the column's Laplacian eigenvalue (the Nystrom extension: an eigenvector
+    of :math:`\hat L` satisfies it exactly at every node); for the other Laplacian models
+    :math:`\lambda_c = 0`, the neighbours' mean."""
+
+    _keeps_training_data = True
+
+    def _column_eigenvalues(self) -> np.ndarray:
+        return np.zeros(self.embedding_.shape[1])
+
+    def transform(self, X):
+        """Place new points by their kNN-graph rows (class docstring)."""
+        Xt = self._validate_new(X)
+        X_ref = self._training_data()
+        k = min(int(self.n_neighbors), X_ref.shape[0])
+        idx, _ = knn_query(X_ref, Xt, k)
+        Z_ref = torch.from_numpy(self.embedding_)
+        lam = torch.as_tensor(self._column_eigenvalues(), dtype=torch.float64)
+        Z = Z_ref[idx].sum(1) / (k - lam)
+        match = training_matches(Xt, X_ref)
+        seen = match >= 0
+        Z[seen] = Z_ref[match[seen]]
+        return self._output(Z, X)
+
+
+def entropic_rows_to_training(est, Xt: torch.Tensor) -> torch.Tensor:
+    """The new points' entropic (D) input rows against the training points at the estimator's
+    perplexity, ``(m, n)`` sparse."""
+    return new_point_rows(Xt, est._training_data(), "D", "entropic",
+                          perplexity=float(est.perplexity))
+
+
+def transform_only_if(cls, reason) -> None:
+    """Make ``cls.transform`` exist only when ``reason(est)`` is ``None``; otherwise accessing
+    it raises an ``AttributeError`` whose cause says why the model has no out-of-sample map
+    (``hasattr(est, "transform")`` is then False, as scikit-learn's meta-estimators expect).
+    Applied after the class is created, over scikit-learn's ``set_output`` wrapper."""
+    from sklearn.utils._available_if import available_if
+
+    def check(est) -> bool:
+        why = reason(est)
+        if why is not None:
+            raise AttributeError(why)
+        return True
+
+    cls.transform = available_if(check)(cls.transform)
+
+
+def averaged_rows(est, Xt: torch.Tensor, M: np.ndarray) -> tuple[np.ndarray, torch.Tensor]:
+    r"""``(sum_j p_ij M_j / p_i+, matches)``: each new point's input row (entropic, at the
+    estimator's perplexity and input prior) averages the training rows of ``M``."""
+    X_ref = est._training_data()
+    P = new_point_rows(Xt, X_ref, str(getattr(est, "prior_x", "D")).upper(), "entropic",
+                       perplexity=float(min(est.perplexity, X_ref.shape[0]))).double()
+    num = torch.sparse.mm(P, torch.as_tensor(M, dtype=torch.float64))
+    den = torch.sparse.sum(P, 1).to_dense().clamp_min(1e-300)
+    return (num / den[:, None]).numpy(), training_matches(Xt, X_ref)

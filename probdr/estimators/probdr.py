@@ -27,11 +27,16 @@ from ..input.graph import knn_laplacian
 from ..laws.wishart import probdr_epsilon, theorem2_solution
 from ..models.probdr_general import KERNELS, closed_form, probdr_general_model
 from .base import DREstimator, set_init_params
+from .out_of_sample import GraphRowMixin, LinearMapMixin, transform_only_if
 from .wishart import _principal_axes as _rotate_to_axes
 
 __all__ = ["ProbDR"]
 
 COVARIANCES = ("laplacian", "sample")
+
+
+def _is_sample(cov) -> bool:
+    return isinstance(cov, str) and cov == "sample"
 
 
 def _is_real(v) -> bool:
@@ -56,7 +61,7 @@ def _principal_axes(Z: torch.Tensor) -> torch.Tensor:
     return _rotate_to_axes(Z - Z.mean(0, keepdim=True))
 
 
-class ProbDR(DREstimator):
+class ProbDR(GraphRowMixin, DREstimator):
     r"""The unifying ProbDR model (Ravuri & Lawrence 2025, eq. 1), fitted by MAP.
 
     A covariance estimate :math:`S` (n x n) of the data is modelled as
@@ -253,6 +258,23 @@ class ProbDR(DREstimator):
             raise ValueError(f"learning_rate must be a finite positive number, got "
                              f"{self.learning_rate!r}.")
 
+    # -- new points -----------------------------------------------------------------------------
+    def _after_fit(self) -> None:
+        if _is_sample(self.covariance):
+            LinearMapMixin._after_fit(self)
+
+    def transform(self, X):
+        """Place new points: with ``covariance="laplacian"`` by the new node's kNN-graph row (the
+        conditional mean of the Laplacian's Gaussian Markov random field, the neighbours' mean;
+        see :class:`~probdr.estimators.out_of_sample.GraphRowMixin`); with ``"sample"`` (dual
+        PPCA, linear in the data) by the fitted linear map ``projection_``."""
+        if _is_sample(self.covariance):
+            return LinearMapMixin.transform(self, X)
+        return GraphRowMixin.transform(self, X)
+
+    def _linear_map(self):
+        return LinearMapMixin._linear_map(self)
+
     # -- the precision -----------------------------------------------------------------------------
     def _precision(self, X: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
         r""":math:`\Lambda` (dense) and a factor :math:`W`, :math:`\Lambda = W^\top W` (``None``
@@ -345,6 +367,11 @@ class ProbDR(DREstimator):
         Z = _principal_axes(Z.detach())
         self.gram_eigenvalues_ = torch.linalg.eigvalsh(Z.T @ Z).flip(0).numpy()
         return Z
+
+
+transform_only_if(ProbDR, lambda est: None if isinstance(est.covariance, str) else (
+    "ProbDR with a precomputed covariance matrix has no out-of-sample map: the model never "
+    "sees the data's features. Use covariance='laplacian' or 'sample' to transform new points."))
 
 
 def _whitening(Lam: torch.Tensor) -> dict:

@@ -112,6 +112,11 @@ class SNEkhorn(GraphCoupling):
                 tol=self.sinkhorn_tol, max_iter=self.sinkhorn_max_iter)
         return prior
 
+    def _new_rows_affinity(self) -> str:
+        # a new point's row: its entropic row at the same perplexity (SEA's symmetrisation
+        # couples all the training points; the new node's own calibration is the entropic one)
+        return "entropic"
+
     def _build_input_graph(self, X: torch.Tensor) -> GraphLaw:
         return sea_input_graph(X, self.perplexity, tol=self.sea_tol)
 

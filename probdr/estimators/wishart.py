@@ -51,6 +51,7 @@ from ..models.probdr_wishart import (
 from ..models.wishart_pca import coupling_gamma, default_dofs, whitening, wishart_pca_model
 from .base import DREstimator, set_init_params
 from .inference import PosteriorInference
+from .out_of_sample import GraphRowMixin, LinearMapMixin
 
 __all__ = ["WishartPCA", "WishartEigenmaps", "LaplacianWishart"]
 
@@ -80,7 +81,7 @@ def _check_choice(name: str, v, choices) -> None:
 # ------------------------------------------------------------------------------------------------
 # Theorem 2
 # ------------------------------------------------------------------------------------------------
-class WishartPCA(PosteriorInference, DREstimator):
+class WishartPCA(LinearMapMixin, PosteriorInference, DREstimator):
     r"""PCA as a Wishart precision coupling (Van Assel et al. 2022, Theorem 2).
 
     The among-row precisions of the data and of the embedding have conjugate Wishart priors,
@@ -200,7 +201,7 @@ class WishartPCA(PosteriorInference, DREstimator):
 # ------------------------------------------------------------------------------------------------
 # ProbDR
 # ------------------------------------------------------------------------------------------------
-class _LaplacianEstimator(PosteriorInference, DREstimator):
+class _LaplacianEstimator(GraphRowMixin, PosteriorInference, DREstimator):
     """Shared pieces: the symmetrised kNN Laplacian and its checks."""
 
     def _check_neighbors(self, n: int) -> None:
@@ -292,6 +293,10 @@ class WishartEigenmaps(_LaplacianEstimator):
         self._check_inference(n, self.n_components)
         if self.solver == "closed_form" and self.z_prior is not None:
             raise ValueError("z_prior needs solver='map': the closed form is the flat-prior MAP.")
+
+    def _column_eigenvalues(self) -> np.ndarray:
+        # the MAP's columns are eigenvectors 2..q+1 of the Laplacian (principal axes)
+        return self.eigenvalues_[1:self.embedding_.shape[1] + 1]
 
     def _fit(self, X: torch.Tensor) -> torch.Tensor:
         n = X.shape[0]
