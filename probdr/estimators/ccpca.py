@@ -49,8 +49,8 @@ from ..laws.components import (
     component_statistics,
     sample_memberships,
 )
-from .out_of_sample import averaged_rows
 from .base import DREstimator, set_init_params
+from .out_of_sample import averaged_rows
 
 __all__ = ["ccPCA"]
 

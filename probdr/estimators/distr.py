@@ -34,8 +34,8 @@ from ..infer.map import MAPFit, Phase
 from ..input.graph import sea_affinity
 from ..models.ot_distr import distr_model, prototype_affinity, srgw_energy
 from ..ot.srgw import _f1
-from .out_of_sample import averaged_rows
 from .base import DREstimator, set_init_params
+from .out_of_sample import averaged_rows
 
 __all__ = ["DistR"]
 
