@@ -264,6 +264,12 @@ def posterior_predictive_check(est, num_samples: int = 20, *, k: int = 15, X=Non
 def _posterior_of(obj) -> Posterior:
     if isinstance(obj, Posterior):
         return obj
+    if isinstance(obj, np.ndarray) or (hasattr(obj, "shape") and len(obj.shape) == 3):
+        D = np.asarray(obj.detach().cpu() if hasattr(obj, "detach") else obj, dtype=np.float64)
+        if D.ndim != 3:
+            raise ValueError(f"draws must have shape (num_samples, m, q), got {D.shape}.")
+        # draws of new points given the fitted embedding (sample_transform): no alignment
+        return Posterior("transform", D[None], D.mean(0))
     post = getattr(obj, "posterior_", None)
     if post is None:
         raise ValueError(f"{type(obj).__name__} has no posterior: fit it with inference='svi' or "

@@ -97,7 +97,8 @@ def plot_uncertainty(posterior, y=None, ax=None, *, n_std: float = 2.0, alpha: f
 
     Parameters
     ----------
-    posterior : fitted estimator with ``posterior_`` or a :class:`~probdr.infer.posterior.Posterior`
+    posterior : fitted estimator with ``posterior_``, a :class:`~probdr.infer.posterior.Posterior`,
+        or draws ``(num_samples, m, q)`` of new points (``sample_transform``)
     y : array (n,), optional
         Labels for colours.
     ax : matplotlib Axes, optional

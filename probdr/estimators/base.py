@@ -20,6 +20,7 @@ from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, Transfo
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from .._utils import as_output, resolve_dtype
+from ..infer.map import fit_callbacks
 
 __all__ = ["DREstimator", "resolve_seed", "isolated_random_state", "set_init_params"]
 
@@ -136,8 +137,10 @@ class DREstimator(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimat
         self._check_n_components(p)
         self._fit_dtype = resolve_dtype(getattr(self, "dtype", "float64"))
         self._check_params(n, p)
+        callback = self._callback()
         self.random_state_ = resolve_seed(self.random_state)
-        with isolated_random_state(self.random_state_):
+        with isolated_random_state(self.random_state_), fit_callbacks(
+                callback, getattr(self, "callbacks_every", 50)):
             Z = self._fit(Xt)
         if not torch.isfinite(Z).all():
             raise FloatingPointError(
@@ -149,6 +152,31 @@ class DREstimator(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimat
             self._X_fit = Xt.numpy()
         self._after_fit()
         return self
+
+    def _callback(self):
+        """One callable from the ``callbacks`` parameter (a callable or a list of them; all are
+        called, and the fit stops if any returns True), checked before any work; ``None`` if
+        the estimator has no callbacks."""
+        cbs = getattr(self, "callbacks", None)
+        if cbs is None:
+            return None
+        every = getattr(self, "callbacks_every", 50)
+        if not (isinstance(every, (int, np.integer)) and not isinstance(every, bool)
+                and every >= 1):
+            raise ValueError(f"callbacks_every must be a positive integer, got {every!r}.")
+        cbs = list(cbs) if isinstance(cbs, (list, tuple)) else [cbs]
+        bad = [c for c in cbs if not callable(c)]
+        if bad:
+            raise TypeError(f"callbacks must be a callable or a list of callables "
+                            f"(step, embedding, loss) -> bool; got {bad[0]!r}.")
+
+        def callback(step, Z, loss) -> bool:
+            stop = False
+            for c in cbs:
+                stop = bool(c(step, Z, loss)) or stop
+            return stop
+
+        return callback
 
     def _after_fit(self) -> None:
         """Called at the end of ``fit``, once ``embedding_`` is set (override)."""

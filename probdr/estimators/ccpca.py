@@ -42,7 +42,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from ..init import cc_mean_average, pca_scores
+from ..init import cc_mean_average, cc_means, pca_scores
 from ..input.graph import build_input_graph
 from ..laws.components import (
     ComponentStatistics,
@@ -120,6 +120,19 @@ class ccPCA(DREstimator):
             raise ValueError(f"n_samples must be a positive integer, got {self.n_samples!r}.")
 
     def _after_fit(self) -> None:
+        # a new node joining training node j's component C in draw l has the CC mean
+        # (|C| m_l(j) + x_new) / (|C| + 1): keep, per j, the draws' averages of
+        # |C| m_l(j) / (|C| + 1) and of 1 / (|C| + 1)
+        X = torch.from_numpy(self._X_fit)
+        A = torch.zeros_like(X)
+        B = torch.zeros(X.shape[0], dtype=X.dtype)
+        memberships = self.component_stats_.memberships
+        for memb in memberships:
+            size = torch.bincount(memb).to(X.dtype)[memb]
+            A += cc_means(X, memb) * (size / (size + 1))[:, None]
+            B += 1.0 / (size + 1)
+        self.join_means_ = (A / memberships.shape[0]).numpy()
+        self.join_weights_ = (B / memberships.shape[0]).numpy()
         # the PCA map of the averaged data: scores = (M - mean) @ projection_
         M = self.averaged_data_
         self.mean_ = M.mean(0)
@@ -129,14 +142,18 @@ class ccPCA(DREstimator):
         self.projection_[:, :q] = Vt[:q].T @ ((U[:, :q].T @ self.embedding_[:, :q]) / s[:q, None])
 
     def transform(self, X):
-        r"""Place new points: a new node of the input graph joins its neighbours' components,
-        so its averaged row is :math:`\bar x_{new} = \sum_j p_{ij}\bar x_j / p_{i+}` (its input
-        row :math:`p_{i\cdot}` against the training points, same prior and perplexity; its own
-        weight in its component's mean, :math:`O(1/|C|)`, is left out), projected on the PCA
-        axes of the averaged data. A new point equal to a training point gets its fitted
-        position."""
+        r"""Place new points: in each posterior draw a new node of the input graph joins the
+        component :math:`C` of the training node :math:`j` it links to (probability
+        :math:`p_{ij}/p_{i+}`, its input row against the training points, same prior and
+        perplexity), so its CC mean is :math:`(|C|\,\bar x_C + x_{new})/(|C| + 1)`; averaged
+        over the fit's draws (``join_means_``, ``join_weights_``) and over :math:`j`, this is
+        its averaged row, projected on the PCA axes of the averaged data. Edges from training
+        nodes to the new node are left out. A new point equal to a training point gets its
+        fitted position."""
         Xt = self._validate_new(X)
-        Mbar, match = averaged_rows(self, Xt, self.averaged_data_)
+        JA, match = averaged_rows(self, Xt, self.join_means_)
+        JB, _ = averaged_rows(self, Xt, self.join_weights_[:, None])
+        Mbar = JA + JB * Xt.numpy()
         Z = torch.from_numpy((Mbar - self.mean_) @ self.projection_)
         seen = match >= 0
         Z[seen] = torch.from_numpy(self.embedding_)[match[seen]]

@@ -179,6 +179,8 @@ class GraphCoupling(NewPointsMixin, DREstimator):
         dtype: str = "float32",
         random_state: int | None = None,
         verbose: bool = False,
+        callbacks=None,
+        callbacks_every: int = 50,
     ):
         set_init_params(self, locals())
 
@@ -301,7 +303,9 @@ class GraphCoupling(NewPointsMixin, DREstimator):
 
     def _phases(self, n: int) -> tuple[list[Phase], float, float | None]:
         """Optimisation schedule, loss scale and gradient clip (umap-learn's per-pair clip at 4
-        is applied inside the model for the SGD presets)."""
+        is applied inside the model for the SGD presets). The loss is divided by
+        ``coupling_weight``, so that the MAP trajectory (flat prior) does not depend on the
+        posterior's temperature."""
         ee = float(self.early_exaggeration)
         n_ee = int(self.early_exaggeration_iter) if ee != 1.0 else 0
         n_main = int(self._n_iter(n)) - n_ee
@@ -324,7 +328,7 @@ class GraphCoupling(NewPointsMixin, DREstimator):
                                     model_kwargs={"exaggeration": ee}, name="exaggeration"))
             phases.append(Phase(n_main, lr(1.0), self.momentum, name="main",
                                 final_learning_rate=0.0 if self.learning_rate_decay else None))
-            return phases, 1.0 / n, self.grad_clip
+            return phases, 1.0 / n / float(self.coupling_weight), self.grad_clip
         lr0 = 1.0 if self.learning_rate == "auto" else float(self.learning_rate)
         mom = self.momentum if self.optimizer == "sgd" else 0.0
         early_mom = self.early_momentum if self.optimizer == "sgd" else 0.0
@@ -334,7 +338,7 @@ class GraphCoupling(NewPointsMixin, DREstimator):
                                 name="exaggeration"))
         phases.append(Phase(n_main, lr0, mom, name="main",
                             final_learning_rate=0.0 if self.learning_rate_decay else None))
-        return phases, 1.0, self.grad_clip
+        return phases, 1.0 / float(self.coupling_weight), self.grad_clip
 
     # -- fitting ---------------------------------------------------------------------------
     def _build_input_graph(self, X: torch.Tensor) -> GraphLaw:
@@ -370,18 +374,17 @@ class GraphCoupling(NewPointsMixin, DREstimator):
             negative_samples=self.negative_samples, negative_weight=self.negative_weight,
             z_prior=self._resolve_z_prior(n, dtype), coupling_weight=self.coupling_weight,
             pair_grad_clip=self.grad_clip)
-        observe = None
-        if self.observe == "sample":
-            def observe():
-                W = self.input_graph_.sample()
-                return W.to(dtype).coalesce() if W.is_sparse else W.to(dtype)
         phases, scale, clip = self._phases(n)
         res = run_map(graph_coupling_model, self.model_kwargs_, Z0, phases,
                       optimizer=self.optimizer, loss_scale=scale, grad_clip=clip,
-                      observe=observe, verbose=self.verbose, desc=type(self).__name__)
+                      observe=self._observe(), verbose=self.verbose, desc=type(self).__name__)
         self.loss_history_ = res.loss_history
         self.n_iter_ = res.n_iter
         self.n_rescued_ = res.n_rescued
+        self.stopped_by_callback_ = res.stopped
+        self._optimizer_state = res.optimizer_state
+        last = phases[-1]
+        self._last_step = (float(last.learning_rate), float(last.momentum))
         if self.inference == "map":
             return res.Z
         from ..infer.posterior import fit_posterior
@@ -391,6 +394,63 @@ class GraphCoupling(NewPointsMixin, DREstimator):
             generator=gen, verbose=self.verbose, **(self.inference_params or {}))
         self.posterior_samples_ = self.posterior_.samples
         return torch.as_tensor(self.posterior_.mean)
+
+    def _observe(self):
+        """A fresh input-graph draw per step (``observe="sample"``), else ``None``."""
+        if self.observe != "sample":
+            return None
+        dtype = self._fit_dtype
+
+        def observe():
+            W = self.input_graph_.sample()
+            return W.to(dtype).coalesce() if W.is_sparse else W.to(dtype)
+        return observe
+
+    def optimize(self, n_iter: int, *, learning_rate: float | None = None,
+                 momentum: float | None = None, exaggeration: float = 1.0):
+        """Continue optimising the fitted embedding for ``n_iter`` more steps (openTSNE's
+        ``optimize``), with the optimiser's state (gains, velocity, moments) kept from the
+        previous ``fit`` or ``optimize``: a fit of ``a`` steps followed by ``optimize(b)`` is a
+        fit of ``a + b`` steps (same learning rate and momentum, no decay). ``learning_rate``,
+        ``momentum`` (default: those of the last phase) and ``exaggeration`` set this run's
+        schedule. Updates ``embedding_``, ``loss_history_`` (appended) and ``n_iter_``; the
+        callbacks run as in ``fit``. Returns ``self``."""
+        from ..infer.map import fit_callbacks
+        from .base import isolated_random_state
+
+        self._check_fitted()
+        check_scalar(n_iter, "n_iter", Integral, min_val=1)
+        check_scalar(exaggeration, "exaggeration", Real, min_val=0, include_boundaries="neither")
+        if self.inference != "map":
+            raise ValueError("optimize continues a MAP fit; with inference="
+                             f"{self.inference!r} refit the estimator instead.")
+        lr, mom = self._last_step
+        lr = lr if learning_rate is None else learning_rate
+        mom = mom if momentum is None else momentum
+        check_scalar(lr, "learning_rate", Real, min_val=0, include_boundaries="neither")
+        check_scalar(mom, "momentum", Real, min_val=0, max_val=1, include_boundaries="left")
+        n = self.embedding_.shape[0]
+        _, scale, clip = self._phases(n)
+        phase = Phase(int(n_iter), float(lr), float(mom), name="optimize",
+                      model_kwargs={} if exaggeration == 1.0 else {"exaggeration": exaggeration})
+        Z0 = torch.from_numpy(self.embedding_).to(self._fit_dtype)
+        seed = (self.random_state_ + int(self.n_iter_)) % (2**32)
+        with isolated_random_state(seed), fit_callbacks(self._callback(), self.callbacks_every):
+            res = run_map(graph_coupling_model, self.model_kwargs_, Z0, [phase],
+                          optimizer=self.optimizer, loss_scale=scale, grad_clip=clip,
+                          observe=self._observe(), verbose=self.verbose,
+                          desc=f"{type(self).__name__}.optimize",
+                          optimizer_state=self._optimizer_state)
+        if not torch.isfinite(res.Z).all():
+            raise FloatingPointError(f"{type(self).__name__}.optimize produced a non-finite "
+                                     "embedding; lower the learning rate.")
+        self.embedding_ = res.Z.detach().to(torch.float64).numpy()
+        self.loss_history_ = np.concatenate([self.loss_history_, res.loss_history])
+        self.n_iter_ = int(self.n_iter_) + res.n_iter
+        self.stopped_by_callback_ = res.stopped
+        self._optimizer_state = res.optimizer_state
+        self._last_step = (float(lr), float(mom))
+        return self
 
     # -- the objective ------------------------------------------------------------------------
     def _check_Z(self, Z) -> torch.Tensor:

@@ -145,6 +145,8 @@ class DistR(DREstimator):
         srgw_max_iter: int = 1000,
         random_state: int | None = None,
         verbose: bool = False,
+        callbacks=None,
+        callbacks_every: int = 50,
     ):
         set_init_params(self, locals())
 
@@ -292,8 +294,10 @@ class DistR(DREstimator):
         history: list[float] = []
         Z = Z0
         it = 0
+        callback = self._callback()
+        self.stopped_by_callback_ = False
         with MAPFit(distr_model, {"Z": Z0}, optimizer="adam", collapse_floor=None,
-                    desc="DistR Z-step") as fit:
+                    desc="DistR Z-step", callback=False) as fit:
             for it in range(1, int(self.n_outer) + 1):
                 # Z-step (T fixed): A = T^T C_X T is cached
                 kw = dict(A=T.T @ C_X @ T, q=T.sum(0), n_components=d, kind=kind, loss=loss,
@@ -312,6 +316,10 @@ class DistR(DREstimator):
                 if self.verbose:
                     print(f"DistR round {it}: E = {E:.6g}, effective prototypes "
                           f"{int((T.sum(0) > 1e-10 / N).sum())}")
+                if callback is not None and it % self.callbacks_every == 0 and callback(
+                        it, ((T @ Z) / T.sum(1, keepdim=True)).numpy(), E):
+                    self.stopped_by_callback_ = True
+                    break
                 if len(history) >= 2 and abs(history[-2] - E) <= self.tol * max(
                         abs(history[-2]), 1e-300):
                     break

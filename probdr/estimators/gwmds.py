@@ -130,6 +130,8 @@ class GWMDS(DREstimator):
         gw_max_iter: int = 1000,
         random_state: int | None = None,
         verbose: bool = False,
+        callbacks=None,
+        callbacks_every: int = 50,
     ):
         set_init_params(self, locals())
 
@@ -214,8 +216,10 @@ class GWMDS(DREstimator):
         quiet = 0
         Y = Y0
         it = 0
+        callback = self._callback()
+        self.stopped_by_callback_ = False
         with MAPFit(gwmds_model, {"Y": Y0}, optimizer=name, collapse_floor=None,
-                    desc="GW-MDS Y-step") as fit:
+                    desc="GW-MDS Y-step", callback=False) as fit:
             for it in range(1, int(self.n_iter) + 1):
                 G, gw = self._solve_plan(C_X, Y, G)
                 history.append(gw)
@@ -228,6 +232,10 @@ class GWMDS(DREstimator):
                 Y = fit.values(kw)["Y"]
                 if self.verbose and (it % 20 == 0 or it == 1):
                     print(f"GW-MDS iteration {it}: GW = {gw:.6g}")
+                if callback is not None and it % self.callbacks_every == 0 and callback(
+                        it, Y.detach().numpy(), gw):
+                    self.stopped_by_callback_ = True
+                    break
                 if len(history) >= 2:
                     rel = abs(history[-2] - history[-1]) / max(abs(history[-2]), 1e-300)
                     quiet = quiet + 1 if rel < self.tol else 0

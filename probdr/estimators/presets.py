@@ -70,7 +70,8 @@ class SNE(_GainsPreset):
                  momentum=0.8, early_momentum=0.5, init="pca", repulsion="auto",
                  negative_samples=10, observe="mean", edge_prior=None, neighbors="auto",
                  inference="map", inference_params=None, z_prior=None, coupling_weight=1.0,
-                 latent_edge_prior=None, dtype="float32", random_state=None, verbose=False):
+                 latent_edge_prior=None, dtype="float32", random_state=None, verbose=False, callbacks=None,
+                 callbacks_every: int = 50):
         set_init_params(self, locals())
 
 
@@ -88,7 +89,8 @@ class TSNE(_GainsPreset):
                  momentum=0.8, early_momentum=0.5, init="pca", repulsion="auto",
                  negative_samples=10, observe="mean", edge_prior=None, neighbors="auto",
                  inference="map", inference_params=None, z_prior=None, coupling_weight=1.0,
-                 latent_edge_prior=None, dtype="float32", random_state=None, verbose=False):
+                 latent_edge_prior=None, dtype="float32", random_state=None, verbose=False, callbacks=None,
+                 callbacks_every: int = 50):
         set_init_params(self, locals())
 
     def _make_kernel(self):
@@ -110,7 +112,8 @@ class LargeVis(_SGDPreset):
                  repulsion="negative_sampling", observe="mean", edge_prior=None,
                  neighbors="auto", inference="map", inference_params=None, z_prior=None,
                  coupling_weight=1.0, latent_edge_prior=None, dtype="float32",
-                 random_state=None, verbose=False):
+                 random_state=None, verbose=False, callbacks=None,
+                 callbacks_every: int = 50):
         set_init_params(self, locals())
 
 
@@ -136,7 +139,8 @@ class UMAP(_SGDPreset):
                  init="spectral", repulsion="negative_sampling", observe="mean", edge_prior=None,
                  neighbors="auto", inference="map", inference_params=None, z_prior=None,
                  coupling_weight=1.0, latent_edge_prior=None, dtype="float32",
-                 random_state=None, verbose=False):
+                 random_state=None, verbose=False, callbacks=None,
+                 callbacks_every: int = 50):
         set_init_params(self, locals())
 
     def _make_kernel(self):

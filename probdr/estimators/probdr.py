@@ -182,7 +182,8 @@ class ProbDR(GraphRowMixin, DREstimator):
                  n_neg: int = 5, ridge: float | None = None, precision_scale: float = 1.0,
                  solver: str = "map", optimizer: str = "auto", init="pca",
                  n_iter: int | None = None, learning_rate: float = 1.0, max_n: int = 6000,
-                 neighbors: str = "auto"):
+                 neighbors: str = "auto", callbacks=None,
+                 callbacks_every: int = 50):
         set_init_params(self, locals())
 
     # -- parameters ------------------------------------------------------------------------------

@@ -86,7 +86,8 @@ class SNEkhorn(GraphCoupling):
                  early_exaggeration: float = 1.0, early_exaggeration_iter: int = 0,
                  learning_rate=0.5, momentum: float = 0.8, early_momentum: float = 0.5,
                  optimizer: str = "adam", learning_rate_decay: bool = True, init="pca",
-                 dtype: str = "float32", random_state: int | None = None, verbose: bool = False):
+                 dtype: str = "float32", random_state: int | None = None, verbose: bool = False, callbacks=None,
+                 callbacks_every: int = 50):
         set_init_params(self, locals())
 
     # SEA has the entropic affinities' perplexity constraints plus the self-loop exclusion
@@ -145,5 +146,6 @@ class TSNEkhorn(SNEkhorn):
                  learning_rate="auto", momentum: float = 0.8, early_momentum: float = 0.5,
                  optimizer: str = "gains", learning_rate_decay: bool = False, init="pca",
                  dtype: str = "float32", random_state: int | None = None,
-                 verbose: bool = False):
+                 verbose: bool = False, callbacks=None,
+                 callbacks_every: int = 50):
         set_init_params(self, locals())

@@ -154,7 +154,8 @@ class WishartPCA(LinearMapMixin, PosteriorInference, DREstimator):
                  solver: str = "map", optimizer: str = "lbfgs", n_iter: int = 1000,
                  learning_rate: float = 1.0, center: bool = True, inference: str = "map",
                  inference_params: dict | None = None, z_prior=None,
-                 coupling_weight: float = 1.0):
+                 coupling_weight: float = 1.0, callbacks=None,
+                 callbacks_every: int = 50):
         set_init_params(self, locals())
 
     def _check_params(self, n: int, p: int) -> None:
@@ -276,7 +277,8 @@ class WishartEigenmaps(_LaplacianEstimator):
                  ridge: float | None = None, solver: str = "map", n_iter: int = 2000,
                  neighbors: str = "auto", inference: str = "map",
                  inference_params: dict | None = None, z_prior=None,
-                 coupling_weight: float = 1.0):
+                 coupling_weight: float = 1.0, callbacks=None,
+                 callbacks_every: int = 50):
         set_init_params(self, locals())
 
     def _check_params(self, n: int, p: int) -> None:
@@ -398,7 +400,8 @@ class LaplacianWishart(_LaplacianEstimator):
                  init="pca", n_iter: int = 50, learning_rate: float = 1.0, max_n: int = 6000,
                  neighbors: str = "auto", inference: str = "map",
                  inference_params: dict | None = None, z_prior=None,
-                 coupling_weight: float = 1.0):
+                 coupling_weight: float = 1.0, callbacks=None,
+                 callbacks_every: int = 50):
         set_init_params(self, locals())
 
     def _eps(self, n: int) -> float:

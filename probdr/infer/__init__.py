@@ -2,6 +2,8 @@
 L-BFGS or Adam) and posteriors by SVI or NUTS (:mod:`.posterior`)."""
 
 from ..optim import SGD, Adam, GainsMomentum
-from .map import MAPFit, MAPResult, Phase, RelativeChange, map_estimate, run_map
+from .draws import PointSummary, point_summary
+from .map import MAPFit, MAPResult, Phase, RelativeChange, fit_callbacks, map_estimate, run_map
 
-__all__ = ["Phase", "MAPResult", "MAPFit", "RelativeChange", "run_map", "map_estimate", "GainsMomentum", "SGD", "Adam"]
+__all__ = ["Phase", "MAPResult", "MAPFit", "RelativeChange", "run_map", "map_estimate",
+           "fit_callbacks", "point_summary", "PointSummary", "GainsMomentum", "SGD", "Adam"]

@@ -17,6 +17,8 @@ Posteriors (SVI, NUTS) start from the MAP: :func:`probdr.infer.posterior.fit_pos
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import math
 import warnings
 from collections.abc import Callable
@@ -36,10 +38,27 @@ from .._alloc import heap_reuse
 from ..optim import SGD, Adam, GainsMomentum
 
 __all__ = ["Phase", "MAPResult", "MAPFit", "RelativeChange", "run_map", "map_estimate",
-           "OPTIMIZERS"]
+           "OPTIMIZERS", "fit_callbacks"]
 
 #: the optimisers of the driver (see :class:`MAPFit`)
 OPTIMIZERS = ("gains", "sgd", "adam", "lbfgs")
+
+
+#: the callback of the MAP fits run inside :func:`fit_callbacks` (an estimator's ``fit``)
+_CALLBACK: contextvars.ContextVar = contextvars.ContextVar("probdr_fit_callback",
+                                                          default=(None, 50))
+
+
+@contextlib.contextmanager
+def fit_callbacks(callback: Callable | None, every: int = 50):
+    """Run a block whose MAP fits (:class:`MAPFit`) call ``callback(step, Z, loss)`` every
+    ``every`` steps (unless a fit is given its own); a true return value stops the fit. Used by
+    the estimators' ``callbacks=``."""
+    token = _CALLBACK.set((callback, every))
+    try:
+        yield
+    finally:
+        _CALLBACK.reset(token)
 
 
 @dataclass(frozen=True)
@@ -93,6 +112,10 @@ class MAPResult:
     n_rescued: int = 0
     #: the MAP value of every initialised latent site, ``{site: tensor}``
     values: dict[str, torch.Tensor] = field(default_factory=dict)
+    #: the optimiser's state at the end (:meth:`MAPFit.export_state`), to continue the fit
+    optimizer_state: list | None = None
+    #: whether a callback stopped the fit
+    stopped: bool = False
 
 
 #: a column of Z whose spread (RMS about its mean) falls below this has collapsed (see
@@ -217,7 +240,17 @@ class MAPFit:
         a column of Z whose spread falls below this value is re-centred and scaled back to 1e-4
         together with its velocity (see :func:`_rescue_collapsed_columns`). ``None`` disables it.
     verbose, total_steps, desc : bool, int or None, str
-        A progress bar (over ``total_steps`` steps); ``desc`` names the fit there and in errors.
+        A progress bar (over ``total_steps`` steps, showing the recorded loss); ``desc`` names
+        the fit there and in errors.
+    callback, callback_every : callable or None, int
+        ``callback(step, Z, loss)`` after every ``callback_every``-th step (``step`` counts from
+        1, ``Z`` a numpy copy of the site ``"Z"``, ``loss`` the recorded loss); a true return
+        value stops the fit (:attr:`stopped`). Default: the one set by :func:`fit_callbacks`;
+        ``False``: none.
+    optimizer_state : list, optional
+        The state exported by :meth:`export_state` of an earlier fit of the same parameters
+        (gains, velocity, moments), loaded into the first optimiser: the fit continues as if it
+        had not stopped.
 
     Attributes
     ----------
@@ -229,7 +262,9 @@ class MAPFit:
     def __init__(self, model: Callable, init_values, *, optimizer: str = "gains",
                  reparam: dict | None = None, loss_scale: float = 1.0,
                  grad_clip: float | None = None, collapse_floor: float | None = COLLAPSE_FLOOR,
-                 verbose: bool = False, total_steps: int | None = None, desc: str = "MAP"):
+                 verbose: bool = False, total_steps: int | None = None, desc: str = "MAP",
+                 callback: Callable | None = None, callback_every: int | None = None,
+                 optimizer_state: list | None = None):
         if optimizer not in OPTIMIZERS:
             raise ValueError(f"optimizer must be one of {OPTIMIZERS}, got {optimizer!r}.")
         if optimizer == "lbfgs" and grad_clip is not None:
@@ -260,6 +295,13 @@ class MAPFit:
         self._elbo = Trace_ELBO()
         self._stack: ExitStack | None = None
         self._bar = None
+        default_cb, default_every = _CALLBACK.get()
+        self.callback = callback if callback is not None else default_cb
+        if self.callback is False:
+            self.callback = None
+        self.callback_every = int(callback_every if callback_every is not None else default_every)
+        self._initial_state = optimizer_state
+        self.stopped = False
 
     # -- context --------------------------------------------------------------------------
     def __enter__(self) -> MAPFit:
@@ -300,6 +342,25 @@ class MAPFit:
         if (self.collapse_floor is not None and self.optimizer in ("gains", "sgd")
                 and not self.reparam and Z0 is not None and Z0.ndim == 2):
             self._z_param = next((p for p in self.params if p.shape == Z0.shape), None)
+
+    def export_state(self) -> list | None:
+        """The optimiser's per-parameter state (copies), in parameter order; ``None`` before
+        the first step."""
+        if self.opt is None:
+            return None
+        return [{k: (v.detach().clone() if isinstance(v, torch.Tensor) else v)
+                 for k, v in self.opt.state.get(p, {}).items()} for p in self.params]
+
+    def _load_state(self, state: list) -> None:
+        if len(state) != len(self.params):
+            raise ValueError(f"optimizer_state has {len(state)} entries for {len(self.params)} "
+                             "parameters.")
+        for p, st in zip(self.params, state):
+            for v in st.values():
+                if isinstance(v, torch.Tensor) and v.ndim and v.shape != p.shape:
+                    raise ValueError("optimizer_state does not match the parameters' shapes.")
+            self.opt.state[p] = {k: (v.clone().to(p.dtype) if isinstance(v, torch.Tensor)
+                                     and v.is_floating_point() else v) for k, v in st.items()}
 
     def values(self, model_kwargs: dict[str, Any]) -> dict[str, torch.Tensor]:
         """The current point ``{site: value}`` (detached copies)."""
@@ -364,6 +425,9 @@ class MAPFit:
                              "at every step (observe) needs a stochastic-gradient optimiser.")
         if self.opt is None or not keep_state:
             self.opt = _make_optimizer(self.optimizer, self.params, phase)
+            if self._initial_state is not None:
+                self._load_state(self._initial_state)
+                self._initial_state = None
         else:
             _carry_optimizer(self.opt, phase)
         kwargs = {**model_kwargs, **phase.model_kwargs}
@@ -390,6 +454,12 @@ class MAPFit:
                 if self.verbose and total and (step % 50 == 0 or step == total):
                     self._bar.set_postfix(loss=f"{loss:.4g}", phase=phase.name)
                     self._bar.update(50 if step % 50 == 0 else total % 50)
+                if self.callback is not None and step % self.callback_every == 0:
+                    Z = self.values(kwargs).get("Z")
+                    Z = None if Z is None else Z.detach().to(torch.float64).cpu().numpy()
+                    if self.callback(step, Z, loss):
+                        self.stopped = True
+                        return t + 1
                 if t >= 1:
                     prev = hist[-2]
                     if phase.converged is not None:
@@ -420,6 +490,7 @@ def run_map(
     warn_collapse: bool = True,
     verbose: bool = False,
     desc: str = "MAP",
+    optimizer_state: list | None = None,
 ) -> MAPResult:
     """Maximise the model's log joint over its latent sites by a schedule of phases
     (:class:`MAPFit`, in a private Pyro parameter store).
@@ -445,6 +516,8 @@ def run_map(
     warn_collapse : bool
         Raise a ``RuntimeWarning`` when a column of the final Z has a spread below the floor
         (possible with Adam or without the rescue).
+    optimizer_state : list, optional
+        Continue from an earlier fit's optimiser state (:attr:`MAPResult.optimizer_state`).
 
     Returns
     -------
@@ -453,14 +526,18 @@ def run_map(
     init = dict(Z0) if isinstance(Z0, dict) else {"Z": Z0}
     with MAPFit(model, init, optimizer=optimizer, reparam=reparam, loss_scale=loss_scale,
                 grad_clip=grad_clip, collapse_floor=collapse_floor, verbose=verbose,
-                total_steps=sum(ph.n_iter for ph in phases), desc=desc) as fit:
+                total_steps=sum(ph.n_iter for ph in phases), desc=desc,
+                optimizer_state=optimizer_state) as fit:
         base_kwargs = dict(model_kwargs)
         if observe is not None:
             base_kwargs["W_X"] = observe()
         fit.setup(base_kwargs)
         for phase in phases:
             fit.run(phase, base_kwargs, keep_state=optimizer == "gains", observe=observe)
+            if fit.stopped:
+                break
         values = fit.values(base_kwargs)
+        state = fit.export_state()
     Z = values.get("Z")
     floor = collapse_floor or COLLAPSE_FLOOR
     if warn_collapse and Z is not None and Z.ndim == 2 and Z.shape[0] > 1:
@@ -472,7 +549,8 @@ def run_map(
                           "exaggeration or the perplexity, or change the initialisation.",
                           RuntimeWarning, stacklevel=2)
     return MAPResult(Z=Z, loss_history=fit.history, n_iter=fit.n_steps,
-                     n_rescued=fit.n_rescued, values=values)
+                     n_rescued=fit.n_rescued, values=values, optimizer_state=state,
+                     stopped=fit.stopped)
 
 
 def map_estimate(
