@@ -355,7 +355,7 @@ class MAPFit:
         if len(state) != len(self.params):
             raise ValueError(f"optimizer_state has {len(state)} entries for {len(self.params)} "
                              "parameters.")
-        for p, st in zip(self.params, state):
+        for p, st in zip(self.params, state, strict=True):
             for v in st.values():
                 if isinstance(v, torch.Tensor) and v.ndim and v.shape != p.shape:
                     raise ValueError("optimizer_state does not match the parameters' shapes.")
