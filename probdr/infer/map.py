@@ -17,13 +17,10 @@ Posteriors (SVI, NUTS) start from the MAP: :func:`probdr.infer.posterior.fit_pos
 
 from __future__ import annotations
 
-import contextlib
-import contextvars
 import math
 import warnings
 from collections.abc import Callable
 from contextlib import ExitStack
-from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -35,164 +32,23 @@ from pyro.infer.autoguide.initialization import init_to_value
 from tqdm.auto import tqdm
 
 from .._alloc import heap_reuse
-from ..optim import SGD, Adam, GainsMomentum
+from .schedule import (
+    _CALLBACK,
+    COLLAPSE_FLOOR,
+    OPTIMIZERS,
+    MAPResult,
+    Phase,
+    RelativeChange,
+    _carry_optimizer,
+    _column_spread,
+    _make_optimizer,
+    _reparam_guide,
+    _rescue_collapsed_columns,
+    fit_callbacks,
+)
 
 __all__ = ["Phase", "MAPResult", "MAPFit", "RelativeChange", "run_map", "map_estimate",
            "OPTIMIZERS", "fit_callbacks"]
-
-#: the optimisers of the driver (see :class:`MAPFit`)
-OPTIMIZERS = ("gains", "sgd", "adam", "lbfgs")
-
-
-#: the callback of the MAP fits run inside :func:`fit_callbacks` (an estimator's ``fit``)
-_CALLBACK: contextvars.ContextVar = contextvars.ContextVar("probdr_fit_callback",
-                                                          default=(None, 50))
-
-
-@contextlib.contextmanager
-def fit_callbacks(callback: Callable | None, every: int = 50):
-    """Run a block whose MAP fits (:class:`MAPFit`) call ``callback(step, Z, loss)`` every
-    ``every`` steps (unless a fit is given its own); a true return value stops the fit. Used by
-    the estimators' ``callbacks=``."""
-    token = _CALLBACK.set((callback, every))
-    try:
-        yield
-    finally:
-        _CALLBACK.reset(token)
-
-
-@dataclass(frozen=True)
-class RelativeChange:
-    r"""Stopping rule :math:`|\ell_{t-1} - \ell_t| \le \mathrm{tol}\,\max(1, |\ell_t|)`: the loss
-    changed by less than ``tol`` relative to its size (absolute below 1). The L-BFGS rule of
-    :func:`map_estimate`."""
-
-    tol: float
-
-    def __call__(self, previous: float, loss: float) -> bool:
-        return abs(previous - loss) <= self.tol * max(1.0, abs(loss))
-
-
-@dataclass
-class Phase:
-    """One stage of a MAP fit.
-
-    With ``optimizer="lbfgs"`` one step is one L-BFGS iteration (up to 20 inner iterations with a
-    strong-Wolfe line search), and ``learning_rate`` its initial step length; ``momentum`` and
-    ``final_learning_rate`` do not apply.
-    """
-
-    n_iter: int
-    learning_rate: float
-    momentum: float = 0.0
-    #: learning rate at the end of the phase (linear decay); ``None`` keeps it constant
-    final_learning_rate: float | None = None
-    model_kwargs: dict[str, Any] = field(default_factory=dict)
-    name: str = "optimise"
-    #: stop the phase early once the relative loss variation
-    #: ``|l_t - l_{t-1}| / |l_{t-1} + tol_offset|`` falls below ``tol`` (the SNEkhorn thesis'
-    #: rule, there with tol 1e-5 on the KL); ``None`` runs all ``n_iter`` steps
-    tol: float | None = None
-    #: added to the recorded loss in that rule's denominator, e.g. to turn the model's negative
-    #: log-likelihood into the KL divergence whose relative variation is meant
-    tol_offset: float = 0.0
-    #: another stopping rule, ``converged(previous_loss, loss) -> bool``, checked after every
-    #: step from the second on (e.g. :class:`RelativeChange`); it replaces the ``tol`` rule
-    converged: Callable[[float, float], bool] | None = None
-
-
-@dataclass
-class MAPResult:
-    #: the MAP value of the site ``"Z"`` (``None`` for models without one: see ``values``)
-    Z: torch.Tensor | None
-    #: the loss of every step run (shorter than the phases' total when a stopping rule stopped)
-    loss_history: np.ndarray
-    n_iter: int
-    #: how many times a collapsed column of Z was re-centred and rescaled
-    n_rescued: int = 0
-    #: the MAP value of every initialised latent site, ``{site: tensor}``
-    values: dict[str, torch.Tensor] = field(default_factory=dict)
-    #: the optimiser's state at the end (:meth:`MAPFit.export_state`), to continue the fit
-    optimizer_state: list | None = None
-    #: whether a callback stopped the fit
-    stopped: bool = False
-
-
-#: a column of Z whose spread (RMS about its mean) falls below this has collapsed (see
-#: :func:`_rescue_collapsed_columns`); it is re-centred and scaled back to ``_RESCUE_SPREAD``
-COLLAPSE_FLOOR = 1e-8
-_RESCUE_SPREAD = 1e-4
-
-
-def _column_spread(Z: torch.Tensor) -> torch.Tensor:
-    """RMS of each column of Z about its mean."""
-    return (Z - Z.mean(0)).square().mean(0).sqrt()
-
-
-@torch.no_grad()
-def _rescue_collapsed_columns(Z: torch.Tensor, opt, floor: float) -> int:
-    """Re-centre and scale up every column of ``Z`` whose spread fell below ``floor``, and scale
-    the optimiser's velocity with it; returns the number of columns rescued.
-
-    Why: with early exaggeration and a broad input affinity (high perplexity: attraction beats
-    repulsion at every scale) gradient descent contracts the embedding geometrically, about
-    0.75x per step on the digits at perplexity 300, from the 1e-4 initial scale towards 0.
-    float32 then rounds the points of a column onto a few values (its mean, drifting under the
-    per-coordinate gains, dominates its spread) and coincident points feel no force, so the fit
-    returns a collapsed embedding. openTSNE survives this regime only thanks to float64.
-
-    Why it is exact: while a column's spread is far below the kernel's unit scale, the squared
-    distances it contributes are negligible and the gradient is linear in that column (the
-    weights w_ij = k(d_ij^2) depend on the others), and every model term in it is invariant to
-    translation (pairwise differences). Scaling the column by c > 0 and its velocity by c (the
-    gains and momentum updates are then scaled by c too) maps the trajectory onto the scaled
-    trajectory, up to O(spread^2) relative terms (1e-8 at the rescued scale 1e-4). A Gaussian
-    prior on Z is linear too but not translation invariant; its pull on the mean is negligible
-    at these scales.
-    """
-    spread = _column_spread(Z)
-    low = (spread < floor) & (spread > 0)
-    if not bool(low.any()):
-        return 0
-    factor = torch.where(low, _RESCUE_SPREAD / spread.clamp_min(1e-300), torch.ones_like(spread))
-    Z.copy_(torch.where(low, (Z - Z.mean(0)) * factor, Z))
-    opt.scale_state_(Z, factor)
-    return int(low.sum())
-
-
-def _make_optimizer(name: str, params, phase: Phase):
-    if name == "gains":
-        return GainsMomentum(params, lr=phase.learning_rate, momentum=phase.momentum)
-    if name == "sgd":
-        return SGD(params, lr=phase.learning_rate, momentum=phase.momentum)
-    if name == "adam":
-        return Adam(params, lr=phase.learning_rate)
-    if name == "lbfgs":
-        return torch.optim.LBFGS(params, lr=phase.learning_rate, max_iter=20, history_size=20,
-                                 tolerance_grad=1e-300, tolerance_change=1e-300,
-                                 line_search_fn="strong_wolfe")
-    raise ValueError(f"optimizer must be one of {OPTIMIZERS}, got {name!r}.")
-
-
-def _carry_optimizer(opt, phase):
-    """Keep the optimiser's state (gains, velocity, moments); set the phase's lr and momentum."""
-    for g in opt.param_groups:
-        g["lr"] = phase.learning_rate
-        g["momentum"] = phase.momentum
-
-
-def _reparam_guide(init_values, reparam):
-    import pyro.distributions as dist
-
-    raw0 = {k: reparam[k][1](v.detach()).clone() for k, v in init_values.items()}
-
-    def guide(*args, **kwargs):
-        for k, v0 in raw0.items():
-            raw = pyro.param(k + "_raw", v0)
-            pyro.sample(k, dist.Delta(reparam[k][0](raw), event_dim=v0.ndim))
-
-    return guide
-
 
 # --------------------------------------------------------------------------------------------
 # the driver
