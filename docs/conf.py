@@ -199,7 +199,16 @@ def _always_reread_index(app, env, added, changed, removed):
     return [root_doc] if root_doc in env.found_docs else []
 
 
+def _skip_metadata_requests(app, what, name, obj, skip, options):
+    """scikit-learn's generated ``set_<method>_request`` methods (metadata routing) are not
+    probdr's API and their docstrings cite scikit-learn's glossary: leave them out."""
+    if name.startswith("set_") and name.endswith("_request"):
+        return True
+    return None
+
+
 def setup(app):
+    app.connect("autodoc-skip-member", _skip_metadata_requests)
     _mathjax_source()  # fail early, before a long build, when MathJax is not installed
     app.connect("config-inited", _copy_notebooks)
     app.connect("build-finished", _copy_mathjax)
