@@ -47,7 +47,8 @@ ROW_LAWS = ("categorical", "bernoulli")
 
 def new_point_log_likelihood(Z: torch.Tensor, edges: tuple, Z_ref: torch.Tensor, kernel,
                              row_law: str = "categorical",
-                             nonedge_weight: torch.Tensor | None = None) -> torch.Tensor:
+                             nonedge_weight: torch.Tensor | None = None,
+                             field=None) -> torch.Tensor:
     r"""Per-point coupling log-likelihood :math:`\ell_i(z_i)` of new points (module docstring).
 
     Parameters
@@ -64,6 +65,10 @@ def new_point_log_likelihood(Z: torch.Tensor, edges: tuple, Z_ref: torch.Tensor,
     nonedge_weight : tensor (m,), optional
         Bernoulli rows only: the weight of every pair's non-edge term (expected negative
         sampling); ``None`` is the exact B law, :math:`1 - p_{ij}`.
+    field : probdr._fft.CauchyField, optional
+        Categorical rows with the Cauchy kernel in 2-D: the normaliser
+        :math:`\log\sum_j K_{ij}` interpolated from the reference points' field (computed
+        once) instead of summed over all pairs.
 
     Returns
     -------
@@ -72,7 +77,6 @@ def new_point_log_likelihood(Z: torch.Tensor, edges: tuple, Z_ref: torch.Tensor,
     rows, cols, p = edges
     m, q = Z.shape[-2:]
     lead = Z.shape[:-2]
-    d2 = pairwise_sq_distances(Z.reshape(-1, q), Z_ref).reshape(*lead, m, -1)  # (..., m, n)
     d2_e = (Z[..., rows, :] - Z_ref[cols]).square().sum(-1)  # (..., edges)
     logk_e = kernel.log_k(d2_e)
     p = p.to(Z.dtype)
@@ -82,6 +86,9 @@ def new_point_log_likelihood(Z: torch.Tensor, edges: tuple, Z_ref: torch.Tensor,
 
     if row_law == "categorical":
         p_tot = torch.zeros(m, dtype=Z.dtype).index_add_(0, rows, p)
+        if field is not None:
+            return per_row(logk_e) - p_tot * field.log_sum(Z)
+        d2 = pairwise_sq_distances(Z.reshape(-1, q), Z_ref).reshape(*lead, m, -1)  # (..., m, n)
         if kernel.heavy_tailed:  # no underflow: sum the kernel itself
             log_norm = torch.log(kernel.k_and_dlog_k(d2)[0].sum(-1))
         else:
@@ -90,6 +97,7 @@ def new_point_log_likelihood(Z: torch.Tensor, edges: tuple, Z_ref: torch.Tensor,
     if row_law == "bernoulli":
         # log sigma(log K) = log K - log(1 + K); log sigma(-log K) = -log(1 + K)
         attraction = per_row(logk_e - F.softplus(logk_e))
+        d2 = pairwise_sq_distances(Z.reshape(-1, q), Z_ref).reshape(*lead, m, -1)  # (..., m, n)
         if kernel.heavy_tailed:
             repel = -torch.log1p(kernel.k_and_dlog_k(d2)[0])
         else:
@@ -103,7 +111,7 @@ def new_point_log_likelihood(Z: torch.Tensor, edges: tuple, Z_ref: torch.Tensor,
 def new_points_model(edges: tuple, Z_ref: torch.Tensor, kernel, n_components: int, n_new: int, *,
                      row_law: str = "categorical", nonedge_weight: torch.Tensor | None = None,
                      z_prior: dist.TorchDistribution | None = None,
-                     coupling_weight: float = 1.0):
+                     coupling_weight: float = 1.0, field=None):
     r"""Pyro model of new points' positions given the fitted reference embedding: a site ``Z``
     of shape (m, q) (flat prior unless ``z_prior``) and the factor
     :math:`\beta \sum_i \ell_i(z_i)` (:func:`new_point_log_likelihood`); ``edges`` as there,
@@ -111,6 +119,6 @@ def new_points_model(edges: tuple, Z_ref: torch.Tensor, kernel, n_components: in
     prior = (dist.ImproperUniform(constraints.real, (), (n_new, n_components)) if z_prior is None
              else z_prior)
     Z = pyro.sample("Z", prior)
-    ll = new_point_log_likelihood(Z, edges, Z_ref, kernel, row_law, nonedge_weight)
+    ll = new_point_log_likelihood(Z, edges, Z_ref, kernel, row_law, nonedge_weight, field)
     pyro.factor("W_new", coupling_weight * ll.sum())
     return Z
