@@ -291,4 +291,4 @@ def test_cauchy_field_matches_the_exact_sums():
         exact = torch.log((1 + torch.cdist(pts, Z_ref).square()).reciprocal().sum(1))
         (exact_grad,) = torch.autograd.grad(exact.sum(), pts)
         assert (got - exact).abs().max() < 1e-2
-        assert (got_grad - exact_grad).abs().max() < 1e-2 * exact_grad.abs().max()
+        assert (got_grad - exact_grad).abs().max() < 2e-2 * exact_grad.abs().max()
