@@ -33,6 +33,16 @@ def pca(X: torch.Tensor, n_components: int) -> torch.Tensor:
     return Z * sign
 
 
+def pad_columns(Z: torch.Tensor, n_components: int, generator=None) -> torch.Tensor:
+    """Pad ``Z`` (n, r) with random columns, scaled like its last one, up to ``n_components``
+    (fewer directions than components: e.g. PCA of data with fewer features)."""
+    if Z.shape[1] >= n_components:
+        return Z
+    pad = torch.randn(Z.shape[0], n_components - Z.shape[1], dtype=Z.dtype, generator=generator)
+    scale = Z[:, -1].std().clamp_min(1e-12) if Z.shape[1] else torch.tensor(1.0, dtype=Z.dtype)
+    return torch.cat([Z, pad * scale], 1)
+
+
 def spectral(graph: torch.Tensor, n_components: int, random_state: int = 0) -> torch.Tensor:
     r"""Laplacian eigenmaps of a symmetric affinity graph: the eigenvectors 2..q+1 of the
     normalised Laplacian :math:`I - D^{-1/2} A D^{-1/2}` (largest of :math:`D^{-1/2}AD^{-1/2}`),
@@ -101,9 +111,7 @@ def initialize(
         Z = torch.randn(n, n_components, dtype=torch.float64, generator=generator)
     elif init == "pca":
         Z = pca(X, n_components)
-        if Z.shape[1] < n_components:  # fewer directions than components: pad at random
-            pad = torch.randn(n, n_components - Z.shape[1], dtype=Z.dtype, generator=generator)
-            Z = torch.cat([Z, pad * Z[:, -1].std().clamp_min(1e-12)], 1)
+        Z = pad_columns(Z, n_components, generator)
     elif init == "spectral":
         if graph is None:
             raise ValueError("init='spectral' needs the input graph.")

@@ -31,6 +31,7 @@ import numpy as np
 import torch
 
 from ..infer.map import MAPFit, Phase
+from ..init import pad_columns
 from ..input.graph import sea_affinity
 from ..models.ot_distr import distr_model, prototype_affinity, srgw_energy
 from ..ot.srgw import _f1
@@ -255,7 +256,7 @@ class DistR(DREstimator):
         Bc = B - (q[:, None] * B).sum(0) / q.sum()
         U, S, Vh = torch.linalg.svd(Bc, full_matrices=False)
         Z = U[:, :d] * S[:d]
-        Z = Z / Z[:, 0].std().clamp_min(1e-12)
+        Z = pad_columns(Z / Z[:, 0].std().clamp_min(1e-12), d, gen)
         return Z + 1e-3 * torch.randn(Z.shape, dtype=Z.dtype, generator=gen)
 
     def _t_step(self, C_X: np.ndarray, Cbar: np.ndarray, h: np.ndarray, T: np.ndarray):

@@ -19,10 +19,13 @@ restores the correspondence that GW, being invariant to permutations of Y, does 
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import torch
 
 from ..infer.map import MAPFit, Phase
+from ..init import pad_columns
 from ..input.graph import euclidean_distance_matrix, geodesic_distances
 from ..models.ot_gwmds import euclidean_distances, gwmds_model
 from ..ot.costs import pearson_distance_correlation
@@ -176,7 +179,7 @@ class GWMDS(DREstimator):
         if isinstance(self.init, str):  # pca
             Xc = X - X.mean(0, keepdim=True)
             U, S, Vh = torch.linalg.svd(Xc, full_matrices=False)
-            Y = U[:, :d] * S[:d]
+            Y = pad_columns(U[:, :d] * S[:d], d, gen)
         else:
             Y = torch.as_tensor(np.asarray(self.init), dtype=torch.float64).clone()
         return Y / scale, True
@@ -200,7 +203,15 @@ class GWMDS(DREstimator):
         off = ~np.eye(n, dtype=bool)
         scale = float(D[off].mean())
         if not scale > 0:
-            raise ValueError("all points coincide: every pairwise distance is zero.")
+            # all points coincide: the embedding whose distances all vanish matches exactly
+            warnings.warn("GWMDS: all points coincide (every pairwise distance is zero); the "
+                          "embedding is a single point.", RuntimeWarning, stacklevel=3)
+            self.scale_, self.plan_, self.gw_distance_ = 0.0, np.eye(n) / n, 0.0
+            self.loss_history_, self.n_iter_ = np.zeros(1), 0
+            self.stopped_by_callback_ = False
+            self.embedding_raw_ = np.zeros((n, d))
+            self.distance_correlation_ = float("nan")
+            return torch.zeros(n, d, dtype=torch.float64)
         self.scale_ = scale
         C_X = D / scale
         C_Xt = torch.from_numpy(C_X)

@@ -305,7 +305,22 @@ def symmetric_entropic(
     if not s > 0:
         s = float(C[off].mean())
     if not s > 0:
-        raise ValueError("all points coincide: the cost is identically zero.")
+        # all points coincide: every row's cost is constant, so the uniform affinity (maximal
+        # entropy, symmetric, unit row sums) solves (SEA) whatever the perplexity
+        k = n - 1 if exclude_self else n
+        lp = torch.full((n, n), -math.log(k), dtype=torch.float64)
+        if exclude_self:
+            lp.fill_diagonal_(float("-inf"))
+        warnings.warn("symmetric_entropic: all points coincide (the cost is identically zero); "
+                      "the affinity is uniform.", RuntimeWarning, stacklevel=2)
+        out = as_output(lp if return_log else torch.exp(lp), X)
+        if not return_info:
+            return out
+        zeros = torch.zeros(n, dtype=torch.float64)
+        return out, {"gamma": zeros, "lambda": zeros, "n_iter": 0, "converged": True,
+                     "entropy_violation": 0.0, "marginal_violation": 0.0,
+                     "perplexity": torch.full((n,), float(k)), "n_unsaturated": n,
+                     "cost_scale": 0.0, "message": "all points coincide: uniform affinity"}
     Cs = C / s
     Cs2 = 2.0 * Cs
     target = math.log(xi) + 1.0
