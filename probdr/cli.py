@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from typing import Any
@@ -57,18 +58,37 @@ def _load(data: str, pca: int | None, random_state: int):
     return X, y
 
 
+def _check_output_path(path: str | None, option: str) -> None:
+    """Fail before the fit if an output file cannot be written."""
+    if not path:
+        return
+    target = os.path.abspath(path)
+    parent = os.path.dirname(target) or "."
+    if os.path.isdir(target):
+        raise ValueError(f"{option} {path!r} is a directory; give a file name.")
+    if not os.path.isdir(parent):
+        raise ValueError(f"{option} {path!r}: the directory {parent!r} does not exist.")
+    if not os.access(parent, os.W_OK):
+        raise ValueError(f"{option} {path!r}: the directory {parent!r} is not writable.")
+
+
 def embed(args) -> int:
     from . import metrics, plotting
 
+    for path, option in ((args.out, "--out"), (args.plot, "--plot"),
+                         (getattr(args, "uncertainty_plot", None), "--uncertainty-plot")):
+        _check_output_path(path, option)
     X, y = _load(args.data, args.pca, args.random_state or 0)
     est = _make(args.method, args)
     t0 = time.perf_counter()
     Z = est.fit_transform(X)
     elapsed = time.perf_counter() - t0
+    # trustworthiness needs k < n / 2 (scikit-learn's definition): 15, or fewer on small data
+    k = min(15, (len(X) - 1) // 2)
     report = {"method": args.method, "data": args.data, "n": int(X.shape[0]),
               "p": int(X.shape[1]), "seconds": round(elapsed, 2),
-              "trustworthiness@15": round(metrics.trustworthiness(
-                  X, Z, 15, sample_size=5000 if len(X) > 5000 else None), 4),
+              f"trustworthiness@{k}": round(metrics.trustworthiness(
+                  X, Z, k, sample_size=5000 if len(X) > 5000 else None), 4) if k >= 1 else None,
               "loss": round(est.loss(Z), 4) if len(X) <= 20_000 else None}
     if y is not None:
         report["knn_accuracy@5"] = round(metrics.knn_accuracy(Z, y, 5), 4)

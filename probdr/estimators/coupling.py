@@ -24,6 +24,7 @@ from ..infer import Phase, run_map
 from ..init import INITS, initialize
 from ..input.graph import AFFINITIES, _prior_kind, build_input_graph
 from ..kernels import get_kernel
+from ..laws.edge_priors import check_support
 from ..laws.graph import GraphLaw, GraphPrior, check_coupling, get_prior
 from ..laws.weights import KernelWeights
 from ..models.coupling import graph_coupling_model
@@ -362,6 +363,7 @@ class GraphCoupling(NewPointsMixin, DREstimator):
         n = X.shape[0]
         gen = torch.Generator().manual_seed(self.random_state_)
         self.input_graph_ = self._build_input_graph(X)
+        check_support(self.latent_edge_prior, self.input_graph_.mean)  # before optimising
         self.kernel_ = self._make_kernel()
         dtype = self._fit_dtype
         mean = self.input_graph_.mean

@@ -370,3 +370,36 @@ def check_edge_prior(prior, n: int, name: str = "edge_prior") -> None:
     if hasattr(prior, "log_at") and m is not None and int(m) != int(n):
         raise ValueError(f"{name} is defined on {m} nodes but the data have {n} samples: build "
                          "the prior from the same samples as the data.")
+
+
+def check_support(prior, graph, name: str = "latent_edge_prior") -> None:
+    r"""Raise a clear ``ValueError`` if the edge prior :math:`\pi` is 0 on a pair where the
+    observed ``graph`` (dense or sparse, e.g. :math:`\mathbb E[W_X]`) has an edge: the coupling's
+    cross-entropy is then infinite (:math:`\log \pi = -\infty` on an observed edge)."""
+    if prior is None:
+        return
+    g = graph.coalesce() if graph.is_sparse else graph
+    if g.is_sparse:
+        rows, cols = g.indices()
+        vals = g.values()
+    else:
+        rows, cols = torch.nonzero(g, as_tuple=True)
+        vals = g[rows, cols]
+    keep = (rows != cols) & (vals > 0)
+    rows, cols = rows[keep], cols[keep]
+    if hasattr(prior, "log_at"):
+        log_pi = prior.log_at(rows, cols)
+    else:
+        pi = prior.coalesce().to_dense() if isinstance(prior, torch.Tensor) and prior.is_sparse \
+            else torch.as_tensor(np.asarray(prior, dtype=np.float64) if not isinstance(
+                prior, torch.Tensor) else prior, dtype=torch.float64)
+        if pi.ndim == 0:
+            return
+        log_pi = torch.log(pi.to(torch.float64)[rows, cols])
+    bad = torch.isneginf(log_pi)
+    if bool(bad.any()):
+        i = int(bad.nonzero()[0, 0])
+        raise ValueError(
+            f"{name} is 0 on {int(bad.sum())} pair(s) that the input graph has as edges (e.g. "
+            f"({int(rows[i])}, {int(cols[i])})): the latent graph cannot have them, so the "
+            "coupling's cross-entropy is infinite. Give those pairs a positive prior.")
