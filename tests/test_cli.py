@@ -41,3 +41,28 @@ def test_cli_embed_tsnekhorn(tmp_path, capsys):
     assert report["method"] == "tsnekhorn" and 0.8 < report["trustworthiness@15"] <= 1.0
     rc = cli.main(["embed", "--method", "snekhorn", "--data", str(data), "--inference", "svi"])
     assert rc == 2 and "MAP only" in capsys.readouterr().err
+
+
+def test_cli_small_data_reports_trustworthiness_at_a_smaller_k(tmp_path, capsys):
+    data, out = tmp_path / "small.npy", tmp_path / "z.npy"
+    np.save(data, np.random.default_rng(0).normal(size=(25, 4)))
+    rc = cli.main(["embed", "--data", str(data), "--perplexity", "5", "--out", str(out)])
+    assert rc == 0 and np.load(out).shape == (25, 2)
+    text = capsys.readouterr().out
+    report = json.loads(text[:text.rindex("}") + 1])
+    assert 0.0 <= report["trustworthiness@12"] <= 1.0  # k < n / 2
+
+
+def test_cli_output_paths_are_checked_before_the_fit(tmp_path, capsys, monkeypatch):
+    import probdr
+
+    def no_fit(*args, **kwargs):
+        raise AssertionError("the fit ran before the output path was checked")
+
+    monkeypatch.setattr(probdr.TSNE, "fit_transform", no_fit)
+    for option in ("--out", "--plot"):
+        rc = cli.main(["embed", "--data", "digits", option, str(tmp_path / "missing" / "x")])
+        assert rc == 2
+        assert "does not exist" in capsys.readouterr().err
+    rc = cli.main(["embed", "--data", "digits", "--out", str(tmp_path)])
+    assert rc == 2 and "directory" in capsys.readouterr().err

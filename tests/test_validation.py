@@ -139,3 +139,19 @@ def test_rnx_block_size_is_checked():
         probdr.metrics.rnx(X, X[:, :2], 5, block_size=-1)
     assert probdr.metrics.rnx(X, X[:, :2], 5, block_size=7) == pytest.approx(
         probdr.metrics.rnx(X, X[:, :2], 5))
+
+
+def test_latent_edge_prior_forbidding_input_edges_is_a_clear_error():
+    """log pi = -inf on an edge the input graph has: an infinite cross-entropy, said before the
+    optimisation (not as a FloatingPointError about the learning rate)."""
+    import probdr
+
+    X = np.random.default_rng(0).normal(size=(60, 5))
+    pi = np.ones((60, 60))
+    pi[0, :] = 0.0
+    with pytest.raises(ValueError, match="latent_edge_prior is 0 on"):
+        probdr.TSNE(perplexity=5, latent_edge_prior=pi).fit(X)
+    pi = np.ones((60, 60))
+    np.fill_diagonal(pi, 0.0)  # the diagonal is never an edge: fine
+    probdr.TSNE(perplexity=5, n_iter=20, early_exaggeration_iter=5,
+                latent_edge_prior=pi).fit(X)
