@@ -156,12 +156,22 @@ def add_bayes_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentPar
     g.add_argument("--guide", choices=("normal", "lowrank"), default="normal", help="SVI guide")
     g.add_argument("--num-chains", type=int, default=2, help="NUTS chains")
     g.add_argument("--warmup", type=int, default=300, help="NUTS warm-up steps per chain")
-    g.add_argument("--coupling-weight", type=float, default=1.0,
-                   help="inverse temperature of the coupling likelihood (sets the spread)")
+    g.add_argument("--coupling-weight", type=_weight, default="auto",
+                   help="inverse temperature of the coupling likelihood (sets the spread); "
+                        "'auto' (default): the tail rule, 4 for 2-D t-SNE")
     g.add_argument("--uncertainty-plot", default=None,
                    help="where to write the uncertainty-ellipse plot (.png); default: next to "
                         "--plot with suffix _uncertainty")
     return parser
+
+
+def _weight(value: str):
+    if value == "auto":
+        return value
+    try:
+        return float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected 'auto' or a number, got {value!r}") from None
 
 
 def bayes_estimator_kwargs(args: argparse.Namespace) -> dict[str, Any]:

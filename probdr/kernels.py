@@ -44,6 +44,13 @@ class Kernel:
     #: whether ``k`` decays polynomially (no underflow at large distances)
     heavy_tailed = True
 
+    @property
+    def tail_index(self) -> float:
+        r""":math:`\tau` with :math:`k(d^2) \sim d^{-2\tau}` as :math:`d \to \infty` (``inf`` for
+        kernels that decay faster than any power); it sets how heavy the tails of a point's
+        posterior are (:func:`probdr.estimators.out_of_sample.auto_coupling_weight`)."""
+        return float("inf")
+
     def log_k(self, d2: torch.Tensor) -> torch.Tensor:  # pragma: no cover - abstract
         raise NotImplementedError
 
@@ -102,6 +109,10 @@ class StudentKernel(Kernel):
 
     name = "student"
 
+    @property
+    def tail_index(self) -> float:
+        return 0.5 * (self.dof + 1.0)
+
     def __init__(self, dof: float = 1.0):
         if not dof > 0:
             raise ValueError(f"dof must be positive, got {dof}.")
@@ -137,6 +148,10 @@ class UMAPKernel(Kernel):
     """
 
     name = "umap"
+
+    @property
+    def tail_index(self) -> float:
+        return self.b
 
     def __init__(self, a: float = 1.577, b: float = 0.8951, odds: bool = False, d2_floor=1e-10):
         if not (a > 0 and b > 0):

@@ -644,3 +644,30 @@ def test_cli_helpers(blobs, tmp_path, capsys):
     assert "posterior" in capsys.readouterr().out
     mc = bayes_estimator_kwargs(p.parse_args(["--inference", "mcmc"]))
     assert mc["repulsion"] == "exact" and mc["inference_params"]["num_chains"] == 2
+
+
+def test_auto_coupling_weight_follows_the_tail_rule():
+    """coupling_weight="auto": 1 for MAP; for SVI (q + 2) / (tau min_i m_i), with the attraction
+    mass m_i = sum_j (W_ij + W_ji) of the observed graph (computed here from the dense mean) and
+    tau the kernel's tail index; the MAP does not depend on the weight at all."""
+    import probdr
+    from sklearn.datasets import load_digits
+
+    X = load_digits().data[:150]
+    fast = dict(random_state=0, n_iter=60, early_exaggeration_iter=20)
+    m = probdr.TSNE(**fast).fit(X)
+    assert m.coupling_weight_ == 1.0
+    np.testing.assert_array_equal(m.embedding_,
+                                  probdr.TSNE(coupling_weight=7.0, **fast).fit(X).embedding_)
+    s = probdr.TSNE(inference="svi", inference_params={"num_steps": 5, "num_samples": 4},
+                    **fast).fit(X)
+    W = s.input_graph_.mean
+    W = (W.to_dense() if W.is_sparse else W).double().numpy().copy()
+    np.fill_diagonal(W, 0.0)
+    mass = W.sum(0) + W.sum(1)
+    assert s.coupling_weight_ == pytest.approx(max(1.0, 4.0 / mass.min()))
+    assert s.model_kwargs_["coupling_weight"] == s.coupling_weight_
+    # light tails (SNE's Gaussian kernel): 1
+    sne = probdr.SNE(inference="svi", inference_params={"num_steps": 5, "num_samples": 4},
+                     **fast).fit(X)
+    assert sne.coupling_weight_ == 1.0

@@ -29,9 +29,9 @@ from ..laws.graph import GraphLaw, GraphPrior, check_coupling, get_prior
 from ..laws.weights import KernelWeights
 from ..models.coupling import graph_coupling_model
 from .base import DREstimator, set_init_params
-from .out_of_sample import NewPointsMixin
+from .out_of_sample import NewPointsMixin, attraction_mass, auto_coupling_weight
 
-__all__ = ["GraphCoupling"]
+__all__ = ["GraphCoupling", "auto_coupling_weight"]
 
 #: scale of the isotropic Gaussian prior on Z used when a posterior is asked for
 DEFAULT_Z_PRIOR_SCALE = 10.0
@@ -119,9 +119,11 @@ class GraphCoupling(NewPointsMixin, DREstimator):
         Prior on Z. ``None``: flat (improper) for MAP, isotropic Gaussian of scale
         ``DEFAULT_Z_PRIOR_SCALE`` for SVI/MCMC; a float: isotropic Gaussian of that scale; or a
         Pyro distribution with event shape (n, q).
-    coupling_weight : float
+    coupling_weight : float or "auto"
         Weight of the coupling likelihood (an inverse temperature): the posterior's spread
-        depends on it; MAP does not, up to the Z prior.
+        depends on it; MAP does not, up to the Z prior. ``"auto"`` (default): 1 for MAP; for
+        SVI/MCMC and ``sample_transform`` the tail rule of :func:`auto_coupling_weight` (4 for
+        2-D t-SNE), stored as ``coupling_weight_``.
     latent_edge_prior : array, sparse or edge-prior object, optional
         Edge prior :math:`\pi` on the latent graph :math:`W_Z`.
     dtype : {"float32", "float64"}
@@ -175,7 +177,7 @@ class GraphCoupling(NewPointsMixin, DREstimator):
         inference: str = "map",
         inference_params: dict | None = None,
         z_prior=None,
-        coupling_weight: float = 1.0,
+        coupling_weight="auto",
         latent_edge_prior=None,
         dtype: str = "float32",
         random_state: int | None = None,
@@ -257,8 +259,9 @@ class GraphCoupling(NewPointsMixin, DREstimator):
                              "(UMAP, LargeVis); use repulsion='exact' with D or E.")
         if self.inference not in ("map", "svi", "mcmc"):
             raise ValueError(f"inference must be 'map', 'svi' or 'mcmc', got {self.inference!r}.")
-        check_scalar(self.coupling_weight, "coupling_weight", Real, min_val=0,
-                     include_boundaries="neither")
+        if not (isinstance(self.coupling_weight, str) and self.coupling_weight == "auto"):
+            check_scalar(self.coupling_weight, "coupling_weight", Real, min_val=0,
+                         include_boundaries="neither")
         check_scalar(self.early_exaggeration, "early_exaggeration", Real, min_val=0,
                      include_boundaries="neither")
         check_scalar(self.early_exaggeration_iter, "early_exaggeration_iter", Integral, min_val=0)
@@ -329,7 +332,7 @@ class GraphCoupling(NewPointsMixin, DREstimator):
                                     model_kwargs={"exaggeration": ee}, name="exaggeration"))
             phases.append(Phase(n_main, lr(1.0), self.momentum, name="main",
                                 final_learning_rate=0.0 if self.learning_rate_decay else None))
-            return phases, 1.0 / n / float(self.coupling_weight), self.grad_clip
+            return phases, 1.0 / n / self._weight_now(), self.grad_clip
         lr0 = 1.0 if self.learning_rate == "auto" else float(self.learning_rate)
         mom = self.momentum if self.optimizer == "sgd" else 0.0
         early_mom = self.early_momentum if self.optimizer == "sgd" else 0.0
@@ -339,7 +342,7 @@ class GraphCoupling(NewPointsMixin, DREstimator):
                                 name="exaggeration"))
         phases.append(Phase(n_main, lr0, mom, name="main",
                             final_learning_rate=0.0 if self.learning_rate_decay else None))
-        return phases, 1.0 / float(self.coupling_weight), self.grad_clip
+        return phases, 1.0 / self._weight_now(), self.grad_clip
 
     # -- fitting ---------------------------------------------------------------------------
     def _build_input_graph(self, X: torch.Tensor) -> GraphLaw:
@@ -368,13 +371,14 @@ class GraphCoupling(NewPointsMixin, DREstimator):
         dtype = self._fit_dtype
         mean = self.input_graph_.mean
         W_X = mean.to(dtype).coalesce() if mean.is_sparse else mean.to(dtype)
+        self.coupling_weight_ = self._resolve_coupling_weight(mean)
         Z0 = initialize(self.init, X, self.n_components, graph=mean, input_graph=self.input_graph_,
                         scale=self.init_scale, generator=gen).to(dtype)
         self.model_kwargs_ = dict(
             W_X=W_X, prior_z=self._latent_prior(), kernel=self.kernel_,
             n_components=self.n_components, repulsion=self._repulsion(n),
             negative_samples=self.negative_samples, negative_weight=self.negative_weight,
-            z_prior=self._resolve_z_prior(n, dtype), coupling_weight=self.coupling_weight,
+            z_prior=self._resolve_z_prior(n, dtype), coupling_weight=self.coupling_weight_,
             pair_grad_clip=self.grad_clip)
         phases, scale, clip = self._phases(n)
         res = run_map(graph_coupling_model, self.model_kwargs_, Z0, phases,
@@ -396,6 +400,23 @@ class GraphCoupling(NewPointsMixin, DREstimator):
             generator=gen, verbose=self.verbose, **(self.inference_params or {}))
         self.posterior_samples_ = self.posterior_.samples
         return torch.as_tensor(self.posterior_.mean)
+
+    def _weight_now(self) -> float:
+        """The resolved coupling weight (before a fit: the given one, or 1 for ``"auto"``)."""
+        w = getattr(self, "coupling_weight_", None)
+        if w is not None:
+            return float(w)
+        cw = self.coupling_weight
+        return 1.0 if isinstance(cw, str) else float(cw)
+
+    def _resolve_coupling_weight(self, W) -> float:
+        r"""``coupling_weight``, or the automatic one: 1 for MAP, the tail rule for SVI/MCMC with
+        each point's attraction mass :math:`m_i = \sum_j (W_{ij} + W_{ji})`."""
+        if not (isinstance(self.coupling_weight, str) and self.coupling_weight == "auto"):
+            return float(self.coupling_weight)
+        if self.inference == "map":
+            return 1.0
+        return auto_coupling_weight(self._make_kernel(), self.n_components, attraction_mass(W))
 
     def _observe(self):
         """A fresh input-graph draw per step (``observe="sample"``), else ``None``."""

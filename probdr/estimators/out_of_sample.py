@@ -28,7 +28,7 @@ from ..input.graph import _prior_kind, new_point_rows
 from ..input.neighbors import knn_query
 from ..models.out_of_sample import new_point_log_likelihood, new_points_model
 
-__all__ = ["NewPointsMixin", "LinearMapMixin", "GraphRowMixin", "training_matches",
+__all__ = ["auto_coupling_weight", "attraction_mass", "NewPointsMixin", "LinearMapMixin", "GraphRowMixin", "training_matches",
            "transform_only_if"]
 
 #: transform's Adam learning rate, in units of the embedding's median nearest-neighbour distance
@@ -78,6 +78,38 @@ def training_matches(X_new: torch.Tensor, X_ref: torch.Tensor) -> torch.Tensor:
     return torch.where(same, j, torch.full_like(j, -1))
 
 
+def auto_coupling_weight(kernel, n_components: int, mass) -> float:
+    r"""The automatic coupling weight (inverse temperature) :math:`\beta` of the posterior.
+
+    The tail argument of :mod:`probdr.infer.posterior`: far from its neighbours a point's
+    likelihood decays like :math:`k(d^2)^{\beta m_i} \sim d^{-2\beta m_i\tau}`, where
+    :math:`m_i` is its attraction mass (the observed graph's weight on its edges) and
+    :math:`\tau` the kernel's tail index (1 for t-SNE's Cauchy kernel, :math:`b` for UMAP's
+    curve, :math:`\infty` for the Gaussian). Its posterior variance in :math:`q` dimensions is
+    finite when :math:`2\beta m_i\tau > q + 2`; the automatic weight doubles that bound for the
+    least attached point, :math:`\beta = \max(1, (q + 2)/(\tau \min_i m_i))` (4 for 2-D
+    t-SNE's new points, whose rows have mass 1), and is 1 for light-tailed kernels."""
+    tau = float(getattr(kernel, "tail_index", float("inf")))
+    m = float(torch.as_tensor(mass).min()) if torch.as_tensor(mass).numel() else 1.0
+    if not math.isfinite(tau) or m <= 0:
+        return 1.0
+    return max(1.0, (n_components + 2.0) / (tau * m))
+
+
+def attraction_mass(W: torch.Tensor) -> torch.Tensor:
+    r"""Each node's attraction mass :math:`m_i = \sum_{j \ne i} (W_{ij} + W_{ji})` in an observed
+    graph (dense or sparse)."""
+    W = W.coalesce() if W.is_sparse else W
+    if W.is_sparse:
+        (r, c), v = W.indices(), W.values().double()
+        keep = r != c
+        mass = torch.zeros(W.shape[0], dtype=torch.float64)
+        return mass.index_add_(0, r[keep], v[keep]).index_add_(0, c[keep], v[keep])
+    Wd = W.double().clone()
+    Wd.fill_diagonal_(0.0)
+    return Wd.sum(0) + Wd.sum(1)
+
+
 class NewPointsMixin:
     """``transform`` and ``sample_transform`` of the graph-coupling estimators."""
 
@@ -124,7 +156,17 @@ class NewPointsMixin:
             omega = factor * torch.zeros(e - s, dtype=dtype).index_add_(0, rows, vals)
         return dict(edges=(rows, cols, vals), Z_ref=Z_ref, kernel=self.kernel_,
                     n_components=self.n_components, n_new=e - s, row_law=row_law,
-                    nonedge_weight=omega, coupling_weight=self.coupling_weight, field=field)
+                    nonedge_weight=omega, coupling_weight=self._new_points_weight(vals, rows, e - s),
+                    field=field)
+
+    def _new_points_weight(self, vals: torch.Tensor, rows: torch.Tensor, m: int) -> float:
+        """``coupling_weight`` for new points; ``"auto"``: the tail rule
+        (:func:`auto_coupling_weight`) on the new rows' masses."""
+        cw = self.coupling_weight
+        if not (isinstance(cw, str) and cw == "auto"):
+            return float(cw)
+        mass = torch.zeros(m, dtype=torch.float64).index_add_(0, rows, vals.double())
+        return auto_coupling_weight(self.kernel_, self.n_components, mass)
 
     # -- transform ----------------------------------------------------------------------------
     def transform(self, X, *, n_iter: int = 100):
@@ -203,8 +245,9 @@ class NewPointsMixin:
                          num_warmup: int = 300, thin: int = 4, n_iter: int = 100):
         r"""Draws from each new point's conditional posterior given the fitted embedding,
         :math:`p(z_i \mid \cdot) \propto p(z_i)\, e^{\beta \ell_i(z_i)}` at the estimator's
-        ``coupling_weight`` :math:`\beta` (use :math:`\beta \ge 2`, e.g. 4, for spreads that
-        reflect the data rather than the prior: see :mod:`probdr.infer.posterior`).
+        ``coupling_weight`` :math:`\beta`; ``"auto"`` (the default) applies the tail rule of
+        :func:`auto_coupling_weight` to the new rows (4 for 2-D
+        t-SNE), so that spreads reflect the data rather than the prior.
 
         Exact per-point Markov chains: two random-walk Metropolis chains per new point, started
         at the MAP (:meth:`transform`), each point's step adapted during ``num_warmup`` steps,
@@ -237,7 +280,7 @@ class NewPointsMixin:
         for s, e in _batches(m, 1 if field is not None else Z_ref.shape[0], chains=2):
             kw = self._batch_kwargs(P, s, e, Z_ref, dtype, field)
             prior = self._new_points_prior(e - s, dtype, for_map=False).base_dist
-            beta = float(self.coupling_weight)
+            beta = float(kw["coupling_weight"])
 
             def log_density(Z, kw=kw, prior=prior, beta=beta):
                 ll = new_point_log_likelihood(Z, kw["edges"], Z_ref, self.kernel_, kw["row_law"],

@@ -69,7 +69,7 @@ class SNE(_GainsPreset):
                  early_exaggeration=4.0, early_exaggeration_iter=250, learning_rate=10.0,
                  momentum=0.8, early_momentum=0.5, init="pca", repulsion="auto",
                  negative_samples=10, observe="mean", edge_prior=None, neighbors="auto",
-                 inference="map", inference_params=None, z_prior=None, coupling_weight=1.0,
+                 inference="map", inference_params=None, z_prior=None, coupling_weight="auto",
                  latent_edge_prior=None, dtype="float32", random_state=None, verbose=False, callbacks=None,
                  callbacks_every: int = 50):
         set_init_params(self, locals())
@@ -88,7 +88,7 @@ class TSNE(_GainsPreset):
                  early_exaggeration=12.0, early_exaggeration_iter=250, learning_rate="auto",
                  momentum=0.8, early_momentum=0.5, init="pca", repulsion="auto",
                  negative_samples=10, observe="mean", edge_prior=None, neighbors="auto",
-                 inference="map", inference_params=None, z_prior=None, coupling_weight=1.0,
+                 inference="map", inference_params=None, z_prior=None, coupling_weight="auto",
                  latent_edge_prior=None, dtype="float32", random_state=None, verbose=False, callbacks=None,
                  callbacks_every: int = 50):
         set_init_params(self, locals())
@@ -111,7 +111,7 @@ class LargeVis(_SGDPreset):
                  negative_weight=7.0, learning_rate="auto", init="spectral",
                  repulsion="negative_sampling", observe="mean", edge_prior=None,
                  neighbors="auto", inference="map", inference_params=None, z_prior=None,
-                 coupling_weight=1.0, latent_edge_prior=None, dtype="float32",
+                 coupling_weight="auto", latent_edge_prior=None, dtype="float32",
                  random_state=None, verbose=False, callbacks=None,
                  callbacks_every: int = 50):
         set_init_params(self, locals())
@@ -138,7 +138,7 @@ class UMAP(_SGDPreset):
                  n_epochs=None, negative_samples=5, negative_weight=1.0, learning_rate="auto",
                  init="spectral", repulsion="negative_sampling", observe="mean", edge_prior=None,
                  neighbors="auto", inference="map", inference_params=None, z_prior=None,
-                 coupling_weight=1.0, latent_edge_prior=None, dtype="float32",
+                 coupling_weight="auto", latent_edge_prior=None, dtype="float32",
                  random_state=None, verbose=False, callbacks=None,
                  callbacks_every: int = 50):
         set_init_params(self, locals())
