@@ -650,8 +650,9 @@ def test_auto_coupling_weight_follows_the_tail_rule():
     """coupling_weight="auto": 1 for MAP; for SVI (q + 2) / (tau min_i m_i), with the attraction
     mass m_i = sum_j (W_ij + W_ji) of the observed graph (computed here from the dense mean) and
     tau the kernel's tail index; the MAP does not depend on the weight at all."""
-    import probdr
     from sklearn.datasets import load_digits
+
+    import probdr
 
     X = load_digits().data[:150]
     fast = dict(random_state=0, n_iter=60, early_exaggeration_iter=20)
