@@ -29,8 +29,15 @@ def digits():
 
 @pytest.fixture(scope="module")
 def tsne4(digits):
-    """t-SNE on 1,200 digits at coupling weight 4 (the posterior's temperature)."""
-    return probdr.TSNE(random_state=0, coupling_weight=4).fit(digits[0][:1200])
+    """t-SNE on 1,200 digits at coupling weight 4 (the posterior's temperature). One thread, as
+    conftest's per-test fixture would set (a module fixture runs before it): with two xdist
+    workers, two threads each oversubscribe the cores and the fit took 130 s instead of 3 s."""
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        return probdr.TSNE(random_state=0, coupling_weight=4).fit(digits[0][:1200])
+    finally:
+        torch.set_num_threads(n)
 
 
 def _median_knn_distance(Z, k=5):

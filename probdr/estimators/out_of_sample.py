@@ -48,6 +48,12 @@ FIELD_MIN_N = 1000
 TARGET_ACCEPT = 0.35
 
 
+def _check_n_iter(n_iter) -> None:
+    if not (isinstance(n_iter, (int, np.integer)) and not isinstance(n_iter, bool)
+            and n_iter >= 0):
+        raise ValueError(f"n_iter must be a non-negative integer, got {n_iter!r}.")
+
+
 def _batches(m: int, n: int, chains: int = 1):
     size = max(1, BATCH_PAIRS // max(n * chains, 1))
     for s in range(0, m, size):
@@ -185,10 +191,14 @@ class NewPointsMixin:
         array (m, n_components): numpy in -> numpy out, torch in -> torch out.
         """
         Xt = self._validate_new(X)
-        if not (isinstance(n_iter, (int, np.integer)) and n_iter >= 0):
-            raise ValueError(f"n_iter must be a non-negative integer, got {n_iter!r}.")
-        dtype = self._fit_dtype
+        _check_n_iter(n_iter)
         P, match = self._new_rows(Xt)
+        return self._output(self._place(P, match, int(n_iter)), X)
+
+    def _place(self, P: torch.Tensor, match: torch.Tensor, n_iter: int) -> torch.Tensor:
+        """MAP positions of new points from their input rows (training matches keep their fitted
+        positions), ``(m, q)`` in the fit's dtype."""
+        dtype = self._fit_dtype
         Z_ref = torch.from_numpy(self.embedding_).to(dtype)
         out = self._weighted_start(P, Z_ref)
         new = (match < 0).nonzero().flatten()
@@ -202,13 +212,13 @@ class NewPointsMixin:
                 kw = self._batch_kwargs(P, s, e, Z_ref, dtype, field)
                 kw["z_prior"] = self._new_points_prior(e - s, dtype, for_map=True)
                 res = run_map(new_points_model, kw, Z0[s:e],
-                              [Phase(int(n_iter), lr, final_learning_rate=0.0, name="transform")],
+                              [Phase(n_iter, lr, final_learning_rate=0.0, name="transform")],
                               optimizer="adam", collapse_floor=None, warn_collapse=False,
                               verbose=self.verbose, desc=f"{type(self).__name__}.transform")
                 out[new[s:e]] = res.Z
         seen = match >= 0
         out[seen] = Z_ref[match[seen]]
-        return self._output(out, X)
+        return out
 
     @staticmethod
     def _weighted_start(P: torch.Tensor, Z_ref: torch.Tensor) -> torch.Tensor:
@@ -266,11 +276,12 @@ class NewPointsMixin:
                             ("thin", thin, 1)):
             if not (isinstance(v, (int, np.integer)) and not isinstance(v, bool) and v >= lo):
                 raise ValueError(f"{name} must be an integer >= {lo}, got {v!r}.")
+        _check_n_iter(n_iter)
         Xt = self._validate_new(X)
         seed = resolve_seed(random_state)
         dtype = self._fit_dtype
-        Z_map = self.transform(Xt, n_iter=n_iter).to(dtype)
-        P, _ = self._new_rows(Xt)
+        P, match = self._new_rows(Xt)
+        Z_map = self._place(P, match, int(n_iter))
         Z_ref = torch.from_numpy(self.embedding_).to(dtype)
         gen = torch.Generator().manual_seed(seed)
         m, q = Z_map.shape
