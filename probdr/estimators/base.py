@@ -185,10 +185,7 @@ class DREstimator(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimat
         """Fit and return the embedding, ``(n_samples, n_components)``: numpy in -> numpy out,
         torch in -> torch out (on its device)."""
         self.fit(X, y, **fit_params)
-        Z = torch.from_numpy(self.embedding_)
-        if isinstance(X, torch.Tensor):
-            return as_output(Z, X).to(X.device)
-        return Z.numpy()
+        return self._output(torch.from_numpy(self.embedding_), X)
 
     def _check_fitted(self) -> None:
         check_is_fitted(self, "embedding_")

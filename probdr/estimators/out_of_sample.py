@@ -353,10 +353,9 @@ class LinearMapMixin:
     q principal directions (``projection_``), so that the training points map onto
     ``embedding_``; ``components_`` (q, p) are its unit-norm
     columns (the principal axes, as scikit-learn's PCA) and ``mean_`` the centring vector. The
-    map needs no training data after ``fit``."""
+    map needs no training data after ``fit``, and none is kept."""
 
-    _keeps_training_data = True
-    _data_attributes = ("_X_fit",)
+    _keeps_training_data = True  # for _after_fit, which then drops it
 
     def _after_fit(self) -> None:
         X = self._X_fit
@@ -367,6 +366,7 @@ class LinearMapMixin:
         q = min(self.embedding_.shape[1], int((s > s[0] * 1e-12).sum()))
         self.projection_ = Vt[:q].T @ ((U[:, :q].T @ self.embedding_) / s[:q, None])
         self.mean_ = mean
+        self._X_fit = None  # the map is all transform needs
 
     def _linear_map(self) -> tuple[np.ndarray, np.ndarray]:
         self._check_fitted()
