@@ -126,26 +126,29 @@ class Grid2D:
         return out[..., :G, :G]
 
 
+def _cauchy_grids(grid: Grid2D, Z: torch.Tensor, c: torch.Tensor) -> torch.Tensor:
+    r"""The four Cauchy potential grids of charges at ``Z`` (n, 2) spread on ``grid``:
+    :math:`\sum_j w_j` and :math:`\sum_j w_j^2 (1, z_j^x - c^x, z_j^y - c^y)`, ``(4, G, G)``.
+    Centring the charges on ``c`` keeps float32 accurate (potentials are translation-covariant).
+    One forward transform of the three charge grids, one batched inverse of the four products."""
+    n = Z.shape[0]
+    charges = torch.stack([torch.ones(n, dtype=Z.dtype), Z[:, 0] - c[0], Z[:, 1] - c[1]])
+    g = grid.spread(charges)
+    kw = grid.kernel_fft(lambda d2: -torch.log1p(d2), Z.dtype, key="cauchy")
+    kw2 = grid.kernel_fft(lambda d2: -2.0 * torch.log1p(d2), Z.dtype, key="cauchy2")
+    G = grid.G
+    F = torch.fft.rfft2(g, s=(2 * G, 2 * G))
+    prods = torch.cat([F[:1] * kw, F * kw2])
+    return torch.fft.irfft2(prods, s=(2 * G, 2 * G))[..., :G, :G]
+
+
 class _CauchyLogTotalFFT(torch.autograd.Function):
     @staticmethod
     def forward(ctx, Z, spacing):
         Zd = Z.detach()
-        n = Zd.shape[0]
         grid = Grid2D(Zd, spacing)
-        # centre the charges z: potentials are translation-covariant, and small charges keep
-        # float32 accurate
         c = Zd.mean(0)
-        charges = torch.stack([torch.ones(n, dtype=Zd.dtype), Zd[:, 0] - c[0], Zd[:, 1] - c[1]])
-        g = grid.spread(charges)
-        kw = grid.kernel_fft(lambda d2: -torch.log1p(d2), Zd.dtype, key="cauchy")
-        kw2 = grid.kernel_fft(lambda d2: -2.0 * torch.log1p(d2), Zd.dtype, key="cauchy2")
-        # one forward transform of the three charge grids, one batched inverse of the four
-        # products: sum_j w_ij, and sum_j w_ij^2 * (1, zx, zy)
-        G = grid.G
-        F = torch.fft.rfft2(g, s=(2 * G, 2 * G))
-        prods = torch.cat([F[:1] * kw, F * kw2])
-        conv = torch.fft.irfft2(prods, s=(2 * G, 2 * G))[..., :G, :G]
-        pots = grid.gather(conv)  # (4, n)
+        pots = grid.gather(_cauchy_grids(grid, Zd, c))  # (4, n)
         S = (pots[0] - 1.0).sum(dtype=torch.float64).clamp_min(1e-300)  # self terms w_ii = 1
         # sum_j w_ij^2 (z_i - z_j) = A_i (z_i - c) - B_i; the self terms cancel
         A, B = pots[1], pots[2:].T
@@ -187,16 +190,7 @@ class CauchyField:
         ref.index, ref.weight = ref.index[2:], ref.weight[2:]
         ref.flat_index = ref.index.reshape(-1)
         self.c = Zr.mean(0)
-        n = Zr.shape[0]
-        charges = torch.stack([torch.ones(n, dtype=Zr.dtype), Zr[:, 0] - self.c[0],
-                               Zr[:, 1] - self.c[1]])
-        g = ref.spread(charges)
-        kw = ref.kernel_fft(lambda d2: -torch.log1p(d2), Zr.dtype, key="cauchy")
-        kw2 = ref.kernel_fft(lambda d2: -2.0 * torch.log1p(d2), Zr.dtype, key="cauchy2")
-        G = ref.G
-        F = torch.fft.rfft2(g, s=(2 * G, 2 * G))
-        prods = torch.cat([F[:1] * kw, F * kw2])
-        self.grids = torch.fft.irfft2(prods, s=(2 * G, 2 * G))[..., :G, :G].contiguous()
+        self.grids = _cauchy_grids(ref, Zr, self.c).contiguous()
         self._by_dtype = {self.grids.dtype: self.grids}
 
     def _grids(self, dtype) -> torch.Tensor:
