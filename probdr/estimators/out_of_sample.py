@@ -195,9 +195,11 @@ class NewPointsMixin:
         P, match = self._new_rows(Xt)
         return self._output(self._place(P, match, int(n_iter)), X)
 
-    def _place(self, P: torch.Tensor, match: torch.Tensor, n_iter: int) -> torch.Tensor:
+    def _place(self, P: torch.Tensor, match: torch.Tensor, n_iter: int,
+               field=False) -> torch.Tensor:
         """MAP positions of new points from their input rows (training matches keep their fitted
-        positions), ``(m, q)`` in the fit's dtype."""
+        positions), ``(m, q)`` in the fit's dtype. ``field``: the training points' field if
+        the caller has built it (``False``: build it here when it applies)."""
         dtype = self._fit_dtype
         Z_ref = torch.from_numpy(self.embedding_).to(dtype)
         out = self._weighted_start(P, Z_ref)
@@ -206,7 +208,8 @@ class NewPointsMixin:
             P = P.index_select(0, new).coalesce()
             Z0 = out[new]
             lr = TRANSFORM_LR * _nn_scale(Z_ref, torch.Generator().manual_seed(0))
-            field = self._field(Z_ref)
+            if field is False:
+                field = self._field(Z_ref)
             n_pairs = 1 if field is not None else Z_ref.shape[0]  # per new point and step
             for s, e in _batches(Z0.shape[0], n_pairs):
                 kw = self._batch_kwargs(P, s, e, Z_ref, dtype, field)
@@ -281,13 +284,13 @@ class NewPointsMixin:
         seed = resolve_seed(random_state)
         dtype = self._fit_dtype
         P, match = self._new_rows(Xt)
-        Z_map = self._place(P, match, int(n_iter))
+        field = self._field(torch.from_numpy(self.embedding_))  # built once, for both steps
+        Z_map = self._place(P, match, int(n_iter), field)
         Z_ref = torch.from_numpy(self.embedding_).to(dtype)
         gen = torch.Generator().manual_seed(seed)
         m, q = Z_map.shape
         draws = torch.empty(num_samples, m, q, dtype=dtype)
         low_accept = 0
-        field = self._field(Z_ref)
         for s, e in _batches(m, 1 if field is not None else Z_ref.shape[0], chains=2):
             kw = self._batch_kwargs(P, s, e, Z_ref, dtype, field)
             prior = self._new_points_prior(e - s, dtype, for_map=False).base_dist
