@@ -129,12 +129,17 @@ def embed(adata, method="umap", *, use_rep: str = "X_pca", neighbors_key: str | 
     if not isinstance(adata, anndata.AnnData):
         raise TypeError(f"adata must be an anndata.AnnData, got {type(adata).__name__}.")
     est, name = _estimator(method)
+    explicit = set(params) | _non_default_params(est, method)
+    if neighbors_key is not None and "metric" in explicit:
+        metric = params.get("metric", getattr(est, "metric", None))
+        if not (isinstance(metric, str) and metric == "precomputed"):
+            raise ValueError(f"metric={metric!r} conflicts with neighbors_key: a reused graph is "
+                             "fitted with metric='precomputed'.")
     available = est.get_params(deep=False)
     bad = sorted(set(params) - set(available))
     if bad:
         raise ValueError(f"{type(est).__name__} has no parameter(s) {bad}; its parameters are "
                          f"{sorted(available)}.")
-    explicit = set(params) | _non_default_params(est, method)
     if "random_state" in available:
         params = {"random_state": random_state, **params}
     key = key_added if key_added is not None else f"X_probdr_{name}"
@@ -143,9 +148,6 @@ def embed(adata, method="umap", *, use_rep: str = "X_pca", neighbors_key: str | 
 
     info: dict[str, Any] = {"method": name}
     if neighbors_key is not None:
-        if params.get("metric", "precomputed") != "precomputed":
-            raise ValueError(f"metric={params['metric']!r} conflicts with neighbors_key: a reused "
-                             "graph is fitted with metric='precomputed'.")
         data, k = _neighbor_distances(adata, neighbors_key, est)
         params.update(_graph_neighbor_params(est, k, explicit, info))
         params["metric"] = "precomputed"

@@ -175,6 +175,11 @@ def test_bad_arguments_fail_before_fitting(adata, kwargs, error, match):
     assert not any(k.startswith("X_probdr") for k in adata.obsm)
 
 
+def test_an_instance_with_another_metric_conflicts_with_a_graph(adata):
+    with pytest.raises(ValueError, match="conflicts"):
+        pad.embed(adata, FakeUMAP(metric="cosine"), neighbors_key="neighbors")
+
+
 def test_not_an_anndata():
     with pytest.raises(TypeError, match="AnnData"):
         pad.embed(np.zeros((10, 3)))
