@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 import numbers
+import warnings
 from typing import Any
 
 import numpy as np
@@ -66,17 +67,18 @@ def embed(adata, method="umap", *, use_rep: str = "X_pca", neighbors_key: str | 
     use_rep : str
         The representation to embed: a key of ``adata.obsm``, or ``"X"`` for ``adata.X`` (dense
         or scipy sparse; a sparse matrix is passed as it is to the estimators that take one,
-        the graph-coupling family, and made dense for the others). When ``"X_pca"`` is missing, ``adata.X``
-        is used if it has at most 50 variables (scanpy's rule); otherwise, as for any missing
-        key, a ``KeyError`` lists the keys of ``adata.obsm``. Not read when ``neighbors_key`` is
-        given.
+        the graph-coupling family, and made dense for the others). When ``"X_pca"`` is
+        missing, ``adata.X`` is used if it has at most 50 variables (scanpy's rule); otherwise,
+        as for any missing key, a ``KeyError`` lists the keys of ``adata.obsm``. Not read when
+        ``neighbors_key`` is given.
     neighbors_key : str, optional
         Reuse the neighbour graph stored by ``scanpy.pp.neighbors``: ``adata.uns[neighbors_key]``
         names the distance matrix (its ``"distances_key"``; by default ``"distances"`` for the key
         ``"neighbors"`` and ``"<key>_distances"`` otherwise) in ``adata.obsp``, whose rows store
         each observation's nearest-neighbour distances. The estimator is then fitted with
         ``metric="precomputed"`` on that matrix. Each row of scanpy's matrix stores
-        ``k = n_neighbors - 1`` neighbours (the point itself is not stored); when the user does
+        ``k = n_neighbors - 1`` neighbours (the point itself is not stored; ``k`` is the fewest
+        any row stores); when the user does
         not set the neighbour count, it is taken from the graph: UMAP's ``n_neighbors`` is
         ``k + 1`` (UMAP counts the point itself), and the perplexity methods use
         ``perplexity = min(30, k / 3)`` (so that their ``3 * perplexity`` neighbours are the
@@ -100,21 +102,36 @@ def embed(adata, method="umap", *, use_rep: str = "X_pca", neighbors_key: str | 
 
     Returns
     -------
-    None, or the modified copy with ``copy=True`` (see ``return_estimator``). Writes:
+    adata : anndata.AnnData or None
+        The modified copy with ``copy=True``; ``None`` otherwise (``adata`` is modified in
+        place). With ``return_estimator=True``: the fitted estimator, or ``(copy, estimator)``.
+
+    Notes
+    -----
+    What is written, under ``key = key_added or "X_probdr_<method>"``:
 
     ``adata.obsm[key]``
         The embedding, ``(n_obs, n_components)``, in the estimator's ``dtype`` (float32 by
         default).
     ``adata.obsm[key + "_std"]``
         With ``inference="svi"`` or ``"mcmc"``: the posterior standard deviation of every
-        coordinate (over ``posterior_samples_``; the embedding is the posterior mean).
+        coordinate over ``posterior_samples_`` (the embedding is then the posterior mean). A
+        MAP fit under the same key removes an earlier one.
     ``adata.uns[key]``
-        ``{"method", "params", "use_rep", "neighbors_key", "probdr_version"}``: ``params`` are the
-        estimator's ``get_params()`` reduced to what HDF5 stores (strings, numbers, booleans;
-        ``None``, arrays, callables and other objects left out); ``use_rep`` is the
-        representation actually read (absent with ``neighbors_key``), ``neighbors_key`` is
-        present only when a graph was reused, with ``graph_neighbors`` (its ``k``) and, when
-        probdr chose the neighbour count from the graph, a ``note`` saying so.
+        ``method``; ``params``, the estimator's ``get_params()`` reduced to what HDF5 stores
+        (strings, numbers, booleans; ``None``, arrays, callables and other objects are left
+        out); ``use_rep``, the representation actually read (absent when a graph was reused);
+        ``neighbors_key`` and ``graph_neighbors`` (the graph's ``k``), only when a graph was
+        reused; ``note``, when probdr chose the neighbour count or perplexity from the graph;
+        ``probdr_version``.
+
+    Every value is a plain array, string or number: ``adata.write_h5ad`` saves it and
+    ``anndata.read_h5ad`` reads it back. The fitted estimator itself is not stored (save it
+    with its own ``save``).
+
+    For an estimator instance, the parameters that differ from its class's defaults count as
+    set by the user (a reused graph does not change them); ``random_state`` is always set from
+    the argument of this function.
 
     Examples
     --------
@@ -291,6 +308,13 @@ def _neighbor_distances(adata, neighbors_key: str, est):
     if k < 1:
         raise ValueError(f"adata.obsp[{dkey!r}] has rows that store no neighbour (row "
                          f"{int(np.argmin(per_row))}).")
+    declared = (entry.get("params") or {}).get("n_neighbors")
+    if isinstance(declared, numbers.Integral) and k < int(declared) - 1:
+        warnings.warn(
+            f"{int((per_row < int(declared) - 1).sum())} rows of adata.obsp[{dkey!r}] store "
+            f"fewer than the n_neighbors - 1 = {int(declared) - 1} neighbours of the graph's "
+            f"parameters (the fewest: {k}); the neighbour count is taken from k={k}.",
+            UserWarning, stacklevel=3)
     return D, k
 
 

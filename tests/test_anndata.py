@@ -264,6 +264,15 @@ def test_graph_under_scanpy_key_added(adata):
     assert (est.X_seen_ != adata.obsp["foo_distances"]).nnz == 0 and est.n_neighbors == 10
 
 
+def test_graph_rows_with_fewer_neighbours_lower_k_with_a_warning(adata):
+    D = adata.obsp["distances"].tolil()
+    D[3, D.rows[3][0]] = 0  # a row that lost a neighbour (scipy drops a duplicate's 0 distance)
+    adata.obsp["distances"] = D.tocsr()
+    with pytest.warns(UserWarning, match="1 rows .* fewer than .* 14"):
+        est = pad.embed(adata, FakeUMAP, neighbors_key="neighbors", return_estimator=True)
+    assert est.n_neighbors == N_NEIGHBORS - 1
+
+
 def test_graph_reuse_needs_a_metric_parameter(adata):
     class NoMetric(_Recorder):
         def __init__(self, n_neighbors=15):
