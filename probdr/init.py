@@ -16,21 +16,55 @@ from .laws.components import sample_memberships
 from .laws.graph import GraphLaw, SymmetrizedBinaryGraph, UnitDegreeGraph
 from .laws.weights import DenseWeights, SparseWeights
 
-__all__ = ["pca", "spectral", "initialize", "INITS", "cc_means", "cc_mean_average", "pca_scores",
+__all__ = ["pca", "classical_mds", "spectral", "initialize", "INITS", "cc_means", "cc_mean_average", "pca_scores",
            "ccpca_embedding"]
 
 
-def pca(X: torch.Tensor, n_components: int) -> torch.Tensor:
+def pca(X, n_components: int) -> torch.Tensor:
     """PCA scores of column-centred ``X`` (signs fixed: the entry of largest magnitude on each
-    axis is positive)."""
+    axis is positive). A scipy sparse ``X`` is centred implicitly (randomised PCA on the sparse
+    matrix, never densified)."""
+    import scipy.sparse as sp
+
+    if sp.issparse(X):
+        C = sp.coo_matrix(X, dtype=np.float64)
+        A = torch.sparse_coo_tensor(torch.from_numpy(np.vstack([C.row, C.col]).astype(np.int64)),
+                                    torch.from_numpy(C.data), C.shape,
+                                    check_invariants=False).coalesce()
+        q = min(n_components + 10, min(C.shape))
+        with warnings.catch_warnings():  # torch's own sparse intermediate warns
+            warnings.filterwarnings("ignore", message="Sparse invariant checks")
+            U, S, V = torch.pca_lowrank(A, q=q, center=True, niter=6)
+        return _sign_fix(U[:, :n_components] * S[:n_components])
     Xc = X.to(torch.float64) - X.to(torch.float64).mean(0, keepdim=True)
     if min(Xc.shape) > 500:
         U, S, V = torch.pca_lowrank(Xc, q=n_components + 10, center=False, niter=6)
     else:
         U, S, Vh = torch.linalg.svd(Xc, full_matrices=False)
     Z = U[:, :n_components] * S[:n_components]
+    return _sign_fix(Z)
+
+
+def _sign_fix(Z: torch.Tensor) -> torch.Tensor:
+    """Flip each column so that its entry of largest magnitude is positive."""
     sign = torch.sign(Z.gather(0, Z.abs().argmax(0, keepdim=True)))
     return Z * sign
+
+
+def classical_mds(D, n_components: int) -> torch.Tensor:
+    r"""Classical (Torgerson) MDS of a distance matrix: the top eigenvectors of
+    :math:`B = -\tfrac12 J D^{\odot 2} J` scaled by the square roots of their eigenvalues
+    (negative ones clipped), signs fixed as :func:`pca`. For Euclidean distances of X these are
+    X's PCA scores."""
+    D = torch.as_tensor(np.asarray(D) if not isinstance(D, torch.Tensor) else D,
+                        dtype=torch.float64)
+    D2 = D.square()
+    B = -0.5 * (D2 - D2.mean(0, keepdim=True) - D2.mean(1, keepdim=True) + D2.mean())
+    B = 0.5 * (B + B.T)
+    vals, vecs = torch.linalg.eigh(B)
+    top = torch.argsort(vals, descending=True)[:n_components]
+    Z = vecs[:, top] * vals[top].clamp_min(0).sqrt()
+    return _sign_fix(Z)
 
 
 def pad_columns(Z: torch.Tensor, n_components: int, generator=None) -> torch.Tensor:

@@ -15,6 +15,7 @@ import random
 import secrets
 
 import numpy as np
+import scipy.sparse as sp
 import torch
 from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, TransformerMixin
 from sklearn.utils.validation import check_is_fitted, validate_data
@@ -92,6 +93,10 @@ class DREstimator(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimat
     _components_at_most_features = False
     #: ``fit`` keeps the training data as ``_X_fit`` (what ``transform`` needs)
     _keeps_training_data = False
+    #: ``fit`` accepts scipy sparse X (CSR/CSC; the input side never densifies it)
+    _accepts_sparse = False
+    #: ``fit(X, y)`` uses the labels (``_fit(X, y)``); other estimators ignore ``y``
+    _uses_labels = False
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
@@ -103,9 +108,27 @@ class DREstimator(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimat
         return self.embedding_.shape[1]
 
     # -- shared checks ---------------------------------------------------------------------------
-    def _validate_X(self, X) -> torch.Tensor:
-        """scikit-learn's validation (2-D, finite, numeric, not complex, not sparse, enough
-        samples), then a float64 tensor."""
+    def _sparse_ok(self) -> bool:
+        """Whether this configuration takes scipy sparse X (override)."""
+        return self._accepts_sparse
+
+    def _validate_X(self, X):
+        """scikit-learn's validation (2-D, finite, numeric, not complex, enough samples), then a
+        float64 tensor; a scipy sparse matrix (where the estimator takes one) stays sparse, as
+        float64 CSR."""
+        import scipy.sparse as sp
+
+        if sp.issparse(X) or (isinstance(X, torch.Tensor) and X.is_sparse):
+            if not self._sparse_ok():
+                raise TypeError(
+                    f"{type(self).__name__} does not take sparse X with these parameters; "
+                    "pass a dense array (X.toarray()), or use an estimator of the graph-coupling "
+                    "family (SNE, TSNE, LargeVis, UMAP, GraphCoupling), which takes sparse input.")
+            if isinstance(X, torch.Tensor):
+                X = _torch_sparse_to_scipy(X)
+            A = validate_data(self, X, accept_sparse=["csr", "csc", "coo"], dtype=np.float64,
+                              ensure_min_samples=self._min_samples, reset=True)
+            return sp.csr_matrix(A)
         data = X.detach().cpu().numpy() if isinstance(X, torch.Tensor) else X
         A = validate_data(self, data, accept_sparse=False, dtype=np.float64,
                           ensure_min_samples=self._min_samples, reset=True)
@@ -130,26 +153,39 @@ class DREstimator(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimat
     def _fit(self, X: torch.Tensor) -> torch.Tensor:  # pragma: no cover - abstract
         raise NotImplementedError
 
+    def _keeps_data_now(self) -> bool:
+        """Whether this fit keeps its X for ``transform`` (not a precomputed matrix)."""
+        return True
+
+    def _check_labels(self, y, n: int):
+        """Validate ``y`` for a supervised fit (override); ``None`` when unused."""
+        return None
+
     def fit(self, X, y=None):
-        """Fit the model to ``X`` of shape ``(n_samples, n_features)``; ``y`` is ignored."""
+        """Fit the model to ``X`` of shape ``(n_samples, n_features)``. ``y``: labels, used by
+        the estimators that support supervision (the graph-coupling family, ``target_weight``);
+        ignored by the others."""
         Xt = self._validate_X(X)
-        n, p = Xt.shape
+        from ..laws.graph import GraphLaw
+
+        n, p = (Xt.n, Xt.n) if isinstance(Xt, GraphLaw) else Xt.shape  # a law: n nodes
         self._check_n_components(p)
         self._fit_dtype = resolve_dtype(getattr(self, "dtype", "float64"))
         self._check_params(n, p)
+        labels = self._check_labels(y, n) if (self._uses_labels and y is not None) else None
         callback = self._callback()
         self.random_state_ = resolve_seed(self.random_state)
         with isolated_random_state(self.random_state_), fit_callbacks(
                 callback, getattr(self, "callbacks_every", 50)):
-            Z = self._fit(Xt)
+            Z = self._fit(Xt, labels) if self._uses_labels else self._fit(Xt)
         if not torch.isfinite(Z).all():
             raise FloatingPointError(
                 f"{type(self).__name__} produced a non-finite embedding; try a smaller learning "
                 "rate, float64 (dtype='float64') or another initialisation.")
         self.embedding_ = Z.detach().to(torch.float64).cpu().numpy()
         self.n_samples_ = n
-        if self._keeps_training_data:
-            self._X_fit = Xt.numpy()
+        if self._keeps_training_data and self._keeps_data_now():
+            self._X_fit = Xt if sp.issparse(Xt) else Xt.numpy()
         self._after_fit()
         return self
 
@@ -191,23 +227,36 @@ class DREstimator(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimat
         check_is_fitted(self, "embedding_")
 
     # -- new points ------------------------------------------------------------------------------
-    def _validate_new(self, X) -> torch.Tensor:
+    def _validate_new(self, X):
         """Validate new points against the fit (fitted, same number and names of features,
-        finite, numeric) before any work; a float64 tensor."""
+        finite, numeric) before any work; a float64 tensor (float64 CSR for sparse input,
+        where the fit took sparse input)."""
         self._check_fitted()
+        if sp.issparse(X) or (isinstance(X, torch.Tensor) and X.is_sparse):
+            if not self._sparse_ok():
+                raise TypeError(f"{type(self).__name__} does not take sparse X with these "
+                                "parameters; pass a dense array.")
+            if isinstance(X, torch.Tensor):
+                X = _torch_sparse_to_scipy(X)
+            A = validate_data(self, X, accept_sparse=["csr", "csc", "coo"], dtype=np.float64,
+                              reset=False, ensure_min_samples=1)
+            return sp.csr_matrix(A)
         data = X.detach().cpu().numpy() if isinstance(X, torch.Tensor) else X
         A = validate_data(self, data, accept_sparse=False, dtype=np.float64, reset=False,
                           ensure_min_samples=1)
         return torch.from_numpy(np.array(A, dtype=np.float64, order="C", copy=True))
 
-    def _training_data(self) -> torch.Tensor:
-        """The training data kept by ``fit`` (for ``transform``)."""
+    def _training_data(self):
+        """The training data kept by ``fit`` (for ``transform``): a float64 tensor, or a CSR
+        matrix for sparse input."""
         X = getattr(self, "_X_fit", None)
         if X is None:
             raise RuntimeError(
                 f"this {type(self).__name__} has no training data: it was saved with "
                 "include_data=False, so it cannot place new points. Save it with "
                 "include_data=True (the default) to use transform.")
+        if sp.issparse(X):
+            return X
         return torch.from_numpy(np.asarray(X, dtype=np.float64))
 
     @staticmethod
@@ -231,3 +280,10 @@ class DREstimator(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimat
         from ..serialize import save_estimator
 
         save_estimator(self, path, include_data=include_data)
+
+
+def _torch_sparse_to_scipy(X: torch.Tensor):
+    """A torch sparse tensor (COO or CSR) as a scipy CSR matrix (float64, on the host)."""
+    C = X.detach().cpu().to_sparse_coo().coalesce()
+    (r, c), v = C.indices().numpy(), C.values().double().numpy()
+    return sp.csr_matrix((v, (r, c)), shape=tuple(C.shape))

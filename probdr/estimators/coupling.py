@@ -129,12 +129,38 @@ class GraphCoupling(NewPointsMixin, DREstimator):
     dtype : {"float32", "float64"}
     random_state : int or None
     verbose : bool
+    metric : str or callable
+        Dissimilarity of the rows of X (:mod:`probdr.input.distances`): ``"euclidean"``
+        (default), ``"sqeuclidean"``, ``"cosine"``, ``"correlation"``, ``"manhattan"``,
+        ``"chebyshev"``, ``"minkowski"``, ``"hamming"``, ``"jaccard"``, ``"haversine"``, a
+        callable ``f(x, y) -> float``, or ``"precomputed"``: X is then a square distance matrix
+        (dense), or a sparse matrix whose stored entries in each row are that row's neighbour
+        distances (scanpy's ``obsp["distances"]``), and ``transform`` takes the new points'
+        distances to the training points. The entropic affinities use the cost :math:`d^2`,
+        UMAP's calibration the distance :math:`d`.
+    metric_params : dict, optional
+        Parameters of the metric (``{"p": 3}`` for minkowski).
+    precomputed_knn : tuple (indices, distances), optional
+        Neighbour lists ``(n, k')`` computed elsewhere, used instead of the search (umap-learn's
+        layout, with the point itself in column 0, is accepted).
+    target_weight : float in [0, 1]
+        Weight of the labels in ``fit(X, y)`` (:mod:`probdr.input.labels`): each labelled
+        point's observed row is :math:`(1 - \alpha) P_X + \alpha P_Y`, where the label graph
+        :math:`W_Y` links it to points of its own label. 0: the labels are ignored; 1: labelled
+        points follow only their labels. ``y = -1`` marks an unknown label.
+
+    A sparse X (scipy CSR/CSC, e.g. counts or tf-idf) is never densified: the neighbour search
+    works on its rows and ``init="pca"`` uses a randomised PCA of the implicitly centred matrix.
+    With precomputed distances the ``"pca"`` initialisation is classical MDS (dense distances,
+    equal to PCA for Euclidean distances) or, without all distances, the spectral one.
 
     Attributes
     ----------
     embedding_ : ndarray (n, q)
     input_graph_ : GraphLaw
         The law of :math:`W_X \mid X` (``.mean`` is :math:`E[W_X]`, ``.sample()`` draws a graph).
+    label_graph_ : torch sparse tensor (n, n)
+        ``fit(X, y)`` only: :math:`E[W_Y \mid y]`, the label graph's mean on its sampled edges.
     loss_history_ : ndarray
         Optimised objective at every step (with exaggeration; a stochastic estimate under
         negative sampling).
@@ -145,6 +171,34 @@ class GraphCoupling(NewPointsMixin, DREstimator):
 
     _defaults_kernel: dict[str, Any] = {}
     _keeps_training_data = True
+    _accepts_sparse = True
+    _uses_labels = True
+
+    # -- the input: features, a distance matrix, an affinity or a graph law --------------------
+    def _precomputed(self) -> str | None:
+        """``"distances"`` (``metric="precomputed"``), ``"affinity"``
+        (``affinity="precomputed"``) or ``None`` (X holds features)."""
+        if self._affinity() == "precomputed":
+            return "affinity"
+        if isinstance(self.metric, str) and self.metric == "precomputed":
+            return "distances"
+        return None
+
+    def _keeps_data_now(self) -> bool:
+        return self._precomputed() is None
+
+    def _validate_X(self, X):
+        if self._precomputed() == "affinity" and isinstance(X, GraphLaw):
+            self.n_features_in_ = X.n
+            if hasattr(self, "feature_names_in_"):
+                del self.feature_names_in_
+            return X
+        return super()._validate_X(X)
+
+    def _check_labels(self, y, n: int):
+        from ..input.labels import check_labels
+
+        return check_labels(y, n)
 
     def __init__(
         self,
@@ -184,6 +238,10 @@ class GraphCoupling(NewPointsMixin, DREstimator):
         verbose: bool = False,
         callbacks=None,
         callbacks_every: int = 50,
+        metric="euclidean",
+        metric_params: dict | None = None,
+        precomputed_knn=None,
+        target_weight: float = 0.5,
     ):
         set_init_params(self, locals())
 
@@ -227,8 +285,11 @@ class GraphCoupling(NewPointsMixin, DREstimator):
         if not isinstance(self.prior_z, GraphPrior) or kz in ("B", "D", "E"):
             check_coupling(kx, kz)
         aff = self._affinity()
-        if aff not in AFFINITIES:
-            raise ValueError(f"affinity must be 'auto' or one of {AFFINITIES}, got {aff!r}.")
+        if aff not in AFFINITIES + ("precomputed",):
+            raise ValueError(f"affinity must be 'auto', 'precomputed' or one of {AFFINITIES}, "
+                             f"got {aff!r}.")
+        if aff == "precomputed":
+            return
         if aff == "entropic":
             if not (isinstance(self.perplexity, Real) and not isinstance(self.perplexity, bool)
                     and self.perplexity >= 1):
@@ -251,6 +312,7 @@ class GraphCoupling(NewPointsMixin, DREstimator):
 
     def _check_params(self, n: int, p: int) -> None:
         self._check_input_side(n)
+        self._check_input_kind(n, p)
         kz = _prior_kind(self._latent_prior())
         if self.repulsion not in REPULSIONS:
             raise ValueError(f"repulsion must be one of {REPULSIONS}, got {self.repulsion!r}.")
@@ -305,6 +367,33 @@ class GraphCoupling(NewPointsMixin, DREstimator):
             check_inference(self.inference, n, self.n_components,
                             repulsion=self._repulsion(n), **(self.inference_params or {}))
 
+    def _check_input_kind(self, n: int, p: int) -> None:
+        """``metric``, ``metric_params``, ``precomputed_knn``, ``target_weight`` and the shape
+        of a precomputed X, before any work."""
+        from ..input.distances import check_knn, check_metric
+
+        kind = self._precomputed()
+        if kind is None:
+            check_metric(self.metric, self.metric_params, n_features=p)
+        elif n != p:
+            raise ValueError(f"{'metric' if kind == 'distances' else 'affinity'}='precomputed' "
+                             f"needs a square (n, n) matrix as X, got ({n}, {p}).")
+        if kind == "affinity" and not (isinstance(self.metric, str)
+                                       and self.metric in ("euclidean", "precomputed")):
+            raise ValueError("affinity='precomputed' takes the affinity itself: metric does not "
+                             "apply.")
+        if self.precomputed_knn is not None:
+            if kind == "affinity":
+                raise ValueError("precomputed_knn does not apply to affinity='precomputed'.")
+            check_knn(self.precomputed_knn, n, 1)
+        check_scalar(self.target_weight, "target_weight", Real, min_val=0, max_val=1)
+        if kind is not None and isinstance(self.init, str) and self.init == "ccpca":
+            raise ValueError("init='ccpca' needs the data's features; with a precomputed "
+                             f"{kind} use init='spectral' or 'pca'.")
+
+    def _sparse_ok(self) -> bool:
+        return not (isinstance(self.init, str) and self.init == "ccpca")
+
     def _phases(self, n: int) -> tuple[list[Phase], float, float | None]:
         """Optimisation schedule, loss scale and gradient clip (umap-learn's per-pair clip at 4
         is applied inside the model for the SGD presets). The loss is divided by
@@ -345,11 +434,36 @@ class GraphCoupling(NewPointsMixin, DREstimator):
         return phases, 1.0 / self._weight_now(), self.grad_clip
 
     # -- fitting ---------------------------------------------------------------------------
-    def _build_input_graph(self, X: torch.Tensor) -> GraphLaw:
+    def _build_input_graph(self, X) -> GraphLaw:
         return build_input_graph(
             X, self.prior_x, self._affinity(), perplexity=self.perplexity,
             n_neighbors=self.n_neighbors, edge_prior=self.edge_prior, neighbors=self.neighbors,
-            random_state=self.random_state_)
+            random_state=self.random_state_, metric=self.metric, metric_params=self.metric_params,
+            precomputed_knn=self.precomputed_knn)
+
+    def _initial(self, X, mean, gen) -> torch.Tensor:
+        """The initial embedding. Without features (precomputed input) ``"pca"`` is classical
+        MDS of dense distances, else spectral."""
+        init, data = self.init, X
+        if isinstance(X, GraphLaw):  # no features: the initialisers need the size only
+            data = torch.empty(X.n, 0, dtype=torch.float64)
+        kind = self._precomputed()
+        if isinstance(init, str) and init == "pca" and kind is not None:
+            import scipy.sparse as sp
+
+            if kind == "distances" and not sp.issparse(X):
+                from ..init import classical_mds
+
+                data, init = classical_mds(X, self.n_components), "given"
+            else:
+                init = "spectral"
+        if init == "given":
+            from ..init import _rescale, pad_columns
+
+            Z = pad_columns(data, self.n_components, gen)
+            return _rescale(Z, self.init_scale, gen)
+        return initialize(init, data, self.n_components, graph=mean,
+                          input_graph=self.input_graph_, scale=self.init_scale, generator=gen)
 
     def _repulsion(self, n: int) -> str:
         """Resolve ``repulsion="auto"``: exact for small n; FFT for 2-D t-SNE; else sampled."""
@@ -362,18 +476,25 @@ class GraphCoupling(NewPointsMixin, DREstimator):
             return "fft"
         return "exact" if n <= EXACT_REPULSION_MAX_N else "sampled"
 
-    def _fit(self, X: torch.Tensor) -> torch.Tensor:
-        n = X.shape[0]
+    def _fit(self, X, y=None) -> torch.Tensor:
+        n = X.n if isinstance(X, GraphLaw) else X.shape[0]
         gen = torch.Generator().manual_seed(self.random_state_)
         self.input_graph_ = self._build_input_graph(X)
+        if self.input_graph_.n != n:
+            raise ValueError(f"the input graph has {self.input_graph_.n} nodes for {n} samples.")
         check_support(self.latent_edge_prior, self.input_graph_.mean)  # before optimising
         self.kernel_ = self._make_kernel()
         dtype = self._fit_dtype
         mean = self.input_graph_.mean
+        if y is not None and float(self.target_weight) > 0:
+            from ..input.labels import label_graph
+
+            self.label_graph_ = label_graph(y, mean, generator=gen)
+            self._y_fit = y
+            mean = self._observed_graph(mean)
         W_X = mean.to(dtype).coalesce() if mean.is_sparse else mean.to(dtype)
         self.coupling_weight_ = self._resolve_coupling_weight(mean)
-        Z0 = initialize(self.init, X, self.n_components, graph=mean, input_graph=self.input_graph_,
-                        scale=self.init_scale, generator=gen).to(dtype)
+        Z0 = self._initial(X, mean, gen).to(dtype)
         self.model_kwargs_ = dict(
             W_X=W_X, prior_z=self._latent_prior(), kernel=self.kernel_,
             n_components=self.n_components, repulsion=self._repulsion(n),
@@ -425,9 +546,20 @@ class GraphCoupling(NewPointsMixin, DREstimator):
         dtype = self._fit_dtype
 
         def observe():
-            W = self.input_graph_.sample()
+            W = self._observed_graph(self.input_graph_.sample().double())
             return W.to(dtype).coalesce() if W.is_sparse else W.to(dtype)
         return observe
+
+    def _observed_graph(self, W=None):
+        r"""The graph the latent graph is coupled with: :math:`W_X` (its mean unless given), or
+        after ``fit(X, y)`` the label mixture :math:`(1-\alpha) W_X + \alpha W_Y` of the
+        labelled rows (:func:`probdr.input.labels.supervised_mean`)."""
+        W = self.input_graph_.mean if W is None else W
+        if getattr(self, "label_graph_", None) is None:
+            return W
+        from ..input.labels import supervised_mean
+
+        return supervised_mean(W, self.label_graph_, self._y_fit, float(self.target_weight))
 
     def optimize(self, n_iter: int, *, learning_rate: float | None = None,
                  momentum: float | None = None, exaggeration: float = 1.0):
@@ -496,7 +628,7 @@ class GraphCoupling(NewPointsMixin, DREstimator):
         et al. 2022, §3.1), exactly (all ordered pairs :math:`i \ne j`, float64), from
         ``input_graph_.mean``."""
         law = self.latent_law(Z)
-        P = self.input_graph_.mean
+        P = self._observed_graph()
         return float(law.cross_entropy(P.double().coalesce() if P.is_sparse else P.double()))
 
     def log_joint(self, Z) -> float:
@@ -505,7 +637,7 @@ class GraphCoupling(NewPointsMixin, DREstimator):
 
         Zt = self._check_Z(Z)
         kw = dict(self.model_kwargs_)
-        P = self.input_graph_.mean
+        P = self._observed_graph()
         kw.update(W_X=P.double().coalesce() if P.is_sparse else P.double(), repulsion="exact",
                   dtype=torch.float64)
         tr = poutine.trace(poutine.condition(graph_coupling_model, data={"Z": Zt})).get_trace(**kw)

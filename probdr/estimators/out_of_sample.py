@@ -74,14 +74,48 @@ def _nn_scale(Z: torch.Tensor, gen: torch.Generator) -> float:
     return float(d2.sqrt().median()) if d2.numel() else 1.0
 
 
-def training_matches(X_new: torch.Tensor, X_ref: torch.Tensor) -> torch.Tensor:
+def training_matches(X_new, X_ref) -> torch.Tensor:
     """For each new row, the index of a training row it equals exactly, else -1. A new point
     that is a training point is that node of the fitted model: its position is the fitted one
-    (so ``fit(X).transform(X)`` returns ``fit_transform(X)``)."""
+    (so ``fit(X).transform(X)`` returns ``fit_transform(X)``). Dense tensors or scipy sparse
+    matrices."""
+    import scipy.sparse as sp
+
+    if sp.issparse(X_ref):
+        from ..input.distances import knn_query_metric
+
+        idx, d = knn_query_metric(X_ref, X_new, 1, "sqeuclidean")
+        j = idx[:, 0]
+        diff = (sp.csr_matrix(X_new) - X_ref[j.numpy()]).tocsr()
+        diff.eliminate_zeros()
+        same = torch.from_numpy(np.diff(diff.indptr) == 0)
+        return torch.where(same, j, torch.full_like(j, -1))
     idx, d2 = knn_query(X_ref, X_new, 1)
     j = idx[:, 0]
     same = (d2[:, 0] <= 1e-9 * (1.0 + X_ref.square().sum(1).max())) & (X_new == X_ref[j]).all(1)
     return torch.where(same, j, torch.full_like(j, -1))
+
+
+def _zero_distance_matches(D) -> torch.Tensor:
+    """For each row of new-to-training distances, a training point at distance exactly 0
+    (the first), else -1."""
+    import scipy.sparse as sp
+
+    m = D.shape[0]
+    out = torch.full((m,), -1, dtype=torch.long)
+    if sp.issparse(D):
+        C = sp.coo_matrix(D)
+        hit = C.data == 0
+        r, c = C.row[hit], C.col[hit]
+        first = np.full(m, -1)
+        for i, j in zip(r[::-1], c[::-1], strict=True):  # the first stored zero of each row
+            first[i] = j
+        return torch.from_numpy(first.astype(np.int64))
+    Dt = torch.as_tensor(np.asarray(D) if not isinstance(D, torch.Tensor) else D)
+    z = Dt == 0
+    has = z.any(1)
+    out[has] = z[has].to(torch.int8).argmax(1)
+    return out
 
 
 def auto_coupling_weight(kernel, n_components: int, mass) -> float:
@@ -133,12 +167,21 @@ class NewPointsMixin:
         """The calibration of a new point's input row (SNEkhorn: its entropic row)."""
         return self._affinity()
 
-    def _new_rows(self, X_new: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def _new_rows(self, X_new) -> tuple[torch.Tensor, torch.Tensor]:
         """The new points' input rows and, for each, the index of a training point it equals
-        (-1 if none)."""
-        X_ref = self._training_data()
+        (-1 if none). With a precomputed input, ``X_new`` holds the new points' distances (or
+        affinities) to the training points; a distance of exactly 0 is a match."""
+        kind = getattr(self, "_precomputed", lambda: None)()
+        n = self.embedding_.shape[0]
+        X_ref = None if kind is not None else self._training_data()
         P = new_point_rows(X_new, X_ref, self.prior_x, self._new_rows_affinity(),
-                           perplexity=self.perplexity, n_neighbors=self.n_neighbors)
+                           perplexity=self.perplexity, n_neighbors=self.n_neighbors,
+                           metric=getattr(self, "metric", "euclidean"),
+                           metric_params=getattr(self, "metric_params", None), n_ref=n)
+        if kind == "affinity":
+            return P, torch.full((X_new.shape[0],), -1, dtype=torch.long)
+        if kind == "distances":
+            return P, _zero_distance_matches(X_new)
         return P, training_matches(X_new, X_ref)
 
     def _field(self, Z_ref: torch.Tensor):

@@ -11,7 +11,8 @@ LargeVis   D        B        student       entropic     negative sampling (m=5, 
 UMAP       B~       B        umap_odds     umap         negative sampling (m=5, gamma=1), SGD
 =========  =======  =======  ============  ===========  ==========================================
 
-The parameters not listed in a preset's signature are those of :class:`GraphCoupling` at the
+``affinity`` is the preset's calibration, or ``"precomputed"`` (X is the input affinity). The
+parameters not listed in a preset's signature are those of :class:`GraphCoupling` at the
 values of the class attributes below (use :class:`GraphCoupling` to change them).
 """
 
@@ -71,7 +72,8 @@ class SNE(_GainsPreset):
                  negative_samples=10, observe="mean", edge_prior=None, neighbors="auto",
                  inference="map", inference_params=None, z_prior=None, coupling_weight="auto",
                  latent_edge_prior=None, dtype="float32", random_state=None, verbose=False, callbacks=None,
-                 callbacks_every: int = 50):
+                 callbacks_every: int = 50, metric="euclidean", metric_params=None,
+                 precomputed_knn=None, target_weight=0.5, affinity="entropic"):
         set_init_params(self, locals())
 
 
@@ -90,7 +92,8 @@ class TSNE(_GainsPreset):
                  negative_samples=10, observe="mean", edge_prior=None, neighbors="auto",
                  inference="map", inference_params=None, z_prior=None, coupling_weight="auto",
                  latent_edge_prior=None, dtype="float32", random_state=None, verbose=False, callbacks=None,
-                 callbacks_every: int = 50):
+                 callbacks_every: int = 50, metric="euclidean", metric_params=None,
+                 precomputed_knn=None, target_weight=0.5, affinity="entropic"):
         set_init_params(self, locals())
 
     def _make_kernel(self):
@@ -113,7 +116,8 @@ class LargeVis(_SGDPreset):
                  neighbors="auto", inference="map", inference_params=None, z_prior=None,
                  coupling_weight="auto", latent_edge_prior=None, dtype="float32",
                  random_state=None, verbose=False, callbacks=None,
-                 callbacks_every: int = 50):
+                 callbacks_every: int = 50, metric="euclidean", metric_params=None,
+                 precomputed_knn=None, target_weight=0.5, affinity="entropic"):
         set_init_params(self, locals())
 
 
@@ -140,7 +144,8 @@ class UMAP(_SGDPreset):
                  neighbors="auto", inference="map", inference_params=None, z_prior=None,
                  coupling_weight="auto", latent_edge_prior=None, dtype="float32",
                  random_state=None, verbose=False, callbacks=None,
-                 callbacks_every: int = 50):
+                 callbacks_every: int = 50, metric="euclidean", metric_params=None,
+                 precomputed_knn=None, target_weight=0.5, affinity="umap"):
         set_init_params(self, locals())
 
     def _make_kernel(self):

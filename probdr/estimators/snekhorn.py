@@ -79,6 +79,13 @@ class SNEkhorn(GraphCoupling):
     latent_edge_prior = None
     grad_clip = None
     init_scale = 1e-4
+    # SEA is computed from the dense Euclidean cost of the features: no other input yet
+    metric = "euclidean"
+    metric_params = None
+    precomputed_knn = None
+    target_weight = 0.0
+    _accepts_sparse = False
+    _uses_labels = False
 
     def __init__(self, perplexity: float = 30.0, n_components: int = 2, *,
                  kernel_z: str = "gaussian", sea_tol: float = 1e-5, sinkhorn_tol: float = 1e-5,

@@ -26,21 +26,95 @@ from ..laws.weights import MAX_LOGIT, DenseWeights, SparseWeights
 from ..laws.wishart import KNNLaplacian
 from ..ot.sea import symmetric_entropic
 from . import affinities
+from .distances import check_knn, is_sparse, knn_metric, knn_query_metric, precomputed_neighbors
 from .neighbors import knn, knn_query
 
-__all__ = ["AFFINITIES", "knn_edges", "build_input_graph", "new_point_rows", "sea_input_graph", "sea_affinity",
+__all__ = ["AFFINITIES", "knn_edges", "neighbor_lists", "query_lists", "build_input_graph",
+           "precomputed_input_graph", "new_point_rows", "sea_input_graph", "sea_affinity",
            "knn_laplacian", "euclidean_distance_matrix", "geodesic_distances"]
 
 AFFINITIES = ("entropic", "umap", "binary")
 
 
-def knn_edges(X: torch.Tensor, k: int, *, neighbors: str = "auto", random_state: int = 0
+def neighbor_lists(X, k: int, *, metric="euclidean", metric_params=None,
+                   neighbors: str = "auto", precomputed_knn=None, random_state: int = 0
+                   ) -> tuple[torch.Tensor, torch.Tensor]:
+    r"""The ``k`` nearest neighbours of every row (self excluded) and their costs
+    :math:`C_{ij} = d(x_i, x_j)^2`, each ``(n, k)``, nearest first: the one neighbour step of
+    the input side.
+
+    ``X`` is a dense float64 tensor or a scipy sparse matrix of features, or, with
+    ``metric="precomputed"``, a distance matrix (dense square, or sparse with each row's
+    neighbour distances stored). ``precomputed_knn=(indices, distances)`` replaces the search.
+    Euclidean neighbours of dense X come from :func:`probdr.input.neighbors.knn`; every other
+    metric from :func:`probdr.input.distances.knn_metric`."""
+    if precomputed_knn is not None:
+        idx, d = check_knn(precomputed_knn, X.shape[0] if X is not None else None, k)
+        return idx, d.square()
+    if isinstance(metric, str) and metric == "precomputed":
+        idx, d = precomputed_neighbors(X, k)
+        return idx, d.square()
+    if isinstance(metric, str) and metric == "euclidean" and not is_sparse(X):
+        return knn(X, k, method=neighbors, random_state=random_state)
+    idx, d = knn_metric(X, k, metric, metric_params, method=neighbors, random_state=random_state)
+    return idx, d.square()
+
+
+def query_lists(X_ref, X_new, k: int, *, metric="euclidean", metric_params=None
+                ) -> tuple[torch.Tensor, torch.Tensor]:
+    r"""The ``k`` nearest reference rows of each new row and their costs :math:`d^2`, nearest
+    first. With ``metric="precomputed"``, ``X_new`` holds the new points' distances to the
+    reference points, ``(m, n)`` (dense, or sparse with the neighbour distances stored)."""
+    if isinstance(metric, str) and metric == "precomputed":
+        n = X_ref.shape[0] if X_ref is not None else X_new.shape[1]
+        if X_new.shape[1] != n:
+            raise ValueError(f"with metric='precomputed', transform takes the (m, {n}) distances "
+                             f"of the new points to the training points; got {X_new.shape[1]} "
+                             "columns.")
+        return _rows_neighbors(X_new, k)
+    if isinstance(metric, str) and metric == "euclidean" and not is_sparse(X_ref):
+        return knn_query(X_ref, X_new, k)
+    idx, d = knn_query_metric(X_ref, X_new, k, metric, metric_params)
+    return idx, d.square()
+
+
+def _rows_neighbors(D, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The ``k`` smallest entries of each row of a (new points x reference points) distance
+    matrix (dense or sparse), squared."""
+    import scipy.sparse as sp
+
+    if is_sparse(D):
+        C = sp.csr_matrix(D, dtype=np.float64)
+        counts = np.diff(C.indptr)
+        if counts.min() < k:
+            raise ValueError(f"a row of the precomputed distances stores {int(counts.min())} "
+                             f"neighbours, fewer than the {k} needed.")
+        width = int(counts.max())
+        r = np.repeat(np.arange(C.shape[0]), counts)
+        slot = np.arange(r.size) - np.repeat(C.indptr[:-1], counts)
+        vals = np.full((C.shape[0], width), np.inf)
+        ind = np.zeros((C.shape[0], width), dtype=np.int64)
+        vals[r, slot], ind[r, slot] = C.data, C.indices
+        order = np.argsort(vals, axis=1, kind="stable")[:, :k]
+        d = torch.from_numpy(np.take_along_axis(vals, order, 1))
+        idx = torch.from_numpy(np.take_along_axis(ind, order, 1))
+    else:
+        Dt = torch.as_tensor(np.asarray(D) if not isinstance(D, torch.Tensor) else D,
+                             dtype=torch.float64)
+        d, idx = torch.topk(Dt, k, dim=1, largest=False, sorted=True)
+    if not torch.isfinite(d).all() or (d < 0).any():
+        raise ValueError("the precomputed distances must be finite and non-negative.")
+    return idx, d.square()
+
+
+def knn_edges(X, k: int, *, neighbors: str = "auto", random_state: int = 0, **metric_kw
               ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """The ``k`` nearest neighbours of every row of ``X`` as an edge list: ``(rows, cols, d2)``
     with ``rows = [0]*k + [1]*k + ...``, ``cols`` the neighbours (self excluded) and ``d2`` the
-    ``(n, k)`` squared distances, nearest first."""
+    ``(n, k)`` costs (squared distances), nearest first. ``metric_kw``: ``metric``,
+    ``metric_params``, ``precomputed_knn`` of :func:`neighbor_lists`."""
     n = X.shape[0]
-    idx, d2 = knn(X, k, method=neighbors, random_state=random_state)
+    idx, d2 = neighbor_lists(X, k, neighbors=neighbors, random_state=random_state, **metric_kw)
     return torch.arange(n).repeat_interleave(k), idx.flatten(), d2
 
 
@@ -58,6 +132,9 @@ def build_input_graph(
     edge_prior=None,
     neighbors: str = "auto",
     random_state: int = 0,
+    metric="euclidean",
+    metric_params=None,
+    precomputed_knn=None,
 ) -> GraphLaw:
     r"""The posterior law of the input graph, :math:`W_X \mid X \sim \mathbb P_{\mathcal P_X}
     (\cdot; \pi \odot K_X)` (Proposition 1), on a kNN edge list.
@@ -71,12 +148,20 @@ def build_input_graph(
       ``n_neighbors - 1`` neighbours (self counted, as umap-learn), so the B posterior has mean
       :math:`v`; with ``prior_x="B~"`` the law is the symmetrised graph, mean the fuzzy union.
     * ``"binary"``: 0/1 kNN graph (:math:`K_X = \infty` on neighbours).
+    * ``"precomputed"``: ``X`` is the affinity itself (:func:`precomputed_input_graph`).
+
+    ``metric``, ``metric_params`` and ``precomputed_knn`` set the neighbours and their costs
+    :math:`C = d^2` (:func:`neighbor_lists`).
     """
+    if affinity == "precomputed":
+        return precomputed_input_graph(X, prior_x, edge_prior=edge_prior)
     n = X.shape[0]
     kind = _prior_kind(prior_x)
     symmetrize = kind in ("B~",)
     k = _input_k(n, affinity, perplexity, n_neighbors)
-    rows, cols, d2 = knn_edges(X, k, neighbors=neighbors, random_state=random_state)
+    rows, cols, d2 = knn_edges(X, k, neighbors=neighbors, random_state=random_state,
+                               metric=metric, metric_params=metric_params,
+                               precomputed_knn=precomputed_knn)
     logk = _row_log_weights(d2, affinity, perplexity, k)
     weights = SparseWeights(rows, cols, logk.flatten().to(torch.float64), n)
     prior = get_prior(prior_x.replace("~", "") if isinstance(prior_x, str) else prior_x, edge_prior)
@@ -107,9 +192,10 @@ def _row_log_weights(d2: torch.Tensor, affinity: str, perplexity: float, k: int)
     raise ValueError(f"affinity must be one of {AFFINITIES}, got {affinity!r}.")
 
 
-def new_point_rows(X_new: torch.Tensor, X_ref: torch.Tensor, prior_x: str | GraphPrior = "D",
+def new_point_rows(X_new, X_ref, prior_x: str | GraphPrior = "D",
                    affinity: str = "entropic", *, perplexity: float = 30.0,
-                   n_neighbors: int | None = None) -> torch.Tensor:
+                   n_neighbors: int | None = None, metric="euclidean", metric_params=None,
+                   n_ref: int | None = None) -> torch.Tensor:
     r"""The input-graph rows of new points against the reference (training) points: the mean
     :math:`\mathbb E[W_{X,i\cdot} \mid X]` of each new node's edges to the reference nodes,
     ``(m, n)`` sparse COO, float64.
@@ -122,12 +208,19 @@ def new_point_rows(X_new: torch.Tensor, X_ref: torch.Tensor, prior_x: str | Grap
     node's own edges; the reference nodes' neighbour lists are those of the fit). New points are
     independent given the reference points; an edge prior of the fit does not extend to them
     (:math:`\pi = 1`).
+
+    With ``affinity="precomputed"``, ``X_new`` is the new points' affinities to the reference
+    points, ``(m, n)``, normalised as the input prior's mean (rows summing to 1 for D and E,
+    memberships in [0, 1] for B); with ``metric="precomputed"`` it is their distances.
     """
-    n, m = X_ref.shape[0], X_new.shape[0]
-    k = _input_k(n + 1, affinity, perplexity, n_neighbors)
-    idx, d2 = knn_query(X_ref, X_new, k)
-    logk = _row_log_weights(d2, affinity, perplexity, k)
     kind = _prior_kind(prior_x)
+    if affinity == "precomputed":
+        return _precomputed_rows(X_new, kind, n_ref)
+    n = X_ref.shape[0] if X_ref is not None else int(n_ref)
+    m = X_new.shape[0]
+    k = _input_k(n + 1, affinity, perplexity, n_neighbors)
+    idx, d2 = query_lists(X_ref, X_new, k, metric=metric, metric_params=metric_params)
+    logk = _row_log_weights(d2, affinity, perplexity, k)
     values = torch.sigmoid(logk) if kind in ("B", "B~") else torch.softmax(logk, dim=1)
     rows = torch.arange(m).repeat_interleave(k)
     return torch.sparse_coo_tensor(torch.stack([rows, idx.flatten()]), values.flatten(),
@@ -203,3 +296,119 @@ def geodesic_distances(X, n_neighbors: int | None = None) -> tuple[np.ndarray, i
     D = 0.5 * (D + D.T)
     np.fill_diagonal(D, 0.0)
     return D, k
+
+
+def _affinity_entries(A) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, int]:
+    """``(rows, cols, values, n)`` of a square, finite, non-negative affinity matrix (dense or
+    scipy/torch sparse), diagonal and zero entries dropped."""
+    import scipy.sparse as sp
+
+    if isinstance(A, torch.Tensor) and A.is_sparse:
+        A = A.coalesce()
+        (r, c), v = A.indices(), A.values().to(torch.float64)
+        shape = tuple(A.shape)
+    elif is_sparse(A):
+        C = sp.coo_matrix(A)
+        r, c = torch.from_numpy(C.row.astype(np.int64)), torch.from_numpy(C.col.astype(np.int64))
+        v = torch.from_numpy(C.data.astype(np.float64))
+        shape = C.shape
+    else:
+        D = torch.as_tensor(np.asarray(A) if not isinstance(A, torch.Tensor) else A,
+                            dtype=torch.float64)
+        shape = tuple(D.shape)
+        if D.ndim == 2 and shape[0] == shape[1]:
+            r, c = torch.nonzero(D, as_tuple=True)
+            v = D[r, c]
+        else:
+            r = c = v = torch.zeros(0)
+    if len(shape) != 2 or shape[0] != shape[1]:
+        raise ValueError("affinity='precomputed' needs a square (n, n) affinity matrix, got "
+                         f"shape {shape}.")
+    if not torch.isfinite(v).all() or (v < 0).any():
+        raise ValueError("a precomputed affinity must be finite and non-negative.")
+    keep = (r != c) & (v > 0)
+    return r[keep], c[keep], v[keep], int(shape[0])
+
+
+def precomputed_input_graph(A, prior_x: str | GraphPrior = "D", *, edge_prior=None) -> GraphLaw:
+    r"""The input graph law from a user's affinity matrix :math:`A` (dense or sparse, or a
+    probdr :class:`~probdr.laws.graph.GraphLaw`, returned as it is), taken as the input
+    prior's posterior mean after its normalisation:
+
+    * D: :math:`\mathbb E[W_X] = A_{ij} / A_{i+}` (rows normalised; a row without an edge is an
+      error);
+    * E: :math:`\mathbb E[W_X] = n A / A_{++}`;
+    * B: :math:`\mathbb E[W_X] = A` (memberships, which must lie in [0, 1]);
+    * B~: :math:`\mathbb E[W_X] = A`, which must be symmetric (UMAP's fuzzy union).
+
+    The diagonal is ignored. An ``edge_prior`` multiplies the weights (Proposition 1):
+    :math:`\pi \odot A` for D and E, :math:`\pi \odot A/(1-A)` for B.
+    """
+    if isinstance(A, GraphLaw):
+        return A
+    kind = _prior_kind(prior_x)
+    r, c, v, n = _affinity_entries(A)
+    counts = torch.bincount(r, minlength=n)
+    if kind in ("D",) and (counts == 0).any():
+        raise ValueError(f"row {int(torch.nonzero(counts == 0)[0])} of the precomputed affinity "
+                         "has no off-diagonal weight: under the D prior every row needs one.")
+    if not r.numel():
+        raise ValueError("the precomputed affinity has no off-diagonal weight.")
+    if kind in ("B", "B~"):
+        if (v > 1 + 1e-12).any():
+            raise ValueError("under the B prior a precomputed affinity holds edge memberships in "
+                             f"[0, 1]; the largest entry is {float(v.max()):.4g}.")
+        if kind == "B~":
+            S = torch.sparse_coo_tensor(torch.stack([r, c]), v, (n, n)).coalesce()
+            asym = (S - S.t()).coalesce().values().abs()
+            if asym.numel() and float(asym.max()) > 1e-8:
+                raise ValueError("under the B~ prior (UMAP's symmetrised graph) a precomputed "
+                                 "affinity must be symmetric; symmetrise it (e.g. the fuzzy "
+                                 "union A + A.T - A * A.T) or use prior_x='B'.")
+        logw = torch.logit(v.clamp(0, 1)).clamp(-MAX_LOGIT, MAX_LOGIT)
+    else:
+        logw = v.log()
+    order = torch.argsort(r * n + c)
+    weights = SparseWeights(r[order], c[order], logw[order], n)
+    prior = get_prior(prior_x.replace("~", "") if isinstance(prior_x, str) else prior_x,
+                      edge_prior)
+    law = prior.posterior(weights)
+    if kind == "B~":
+        from ..laws.graph import SymmetrizedBinaryGraph
+
+        return SymmetrizedBinaryGraph.from_mean(law.mean)
+    return law
+
+
+def _precomputed_rows(A_new, kind: str, n: int | None) -> torch.Tensor:
+    """New points' rows from their precomputed affinities to the reference points, ``(m, n)``,
+    normalised as the input prior's mean."""
+    import scipy.sparse as sp
+
+    if isinstance(A_new, torch.Tensor) and A_new.is_sparse:
+        C = A_new.coalesce()
+        (r, c), v = C.indices(), C.values().to(torch.float64)
+        m = C.shape[0]
+    else:
+        C = sp.coo_matrix(A_new if is_sparse(A_new) else np.asarray(A_new, dtype=np.float64))
+        r, c = torch.from_numpy(C.row.astype(np.int64)), torch.from_numpy(C.col.astype(np.int64))
+        v = torch.from_numpy(C.data.astype(np.float64))
+        m = C.shape[0]
+    if n is not None and A_new.shape[1] != n:
+        raise ValueError(f"with affinity='precomputed', transform takes the (m, {n}) affinities "
+                         f"of the new points to the training points; got {A_new.shape[1]} "
+                         "columns.")
+    if not torch.isfinite(v).all() or (v < 0).any():
+        raise ValueError("a precomputed affinity must be finite and non-negative.")
+    keep = v > 0
+    r, c, v = r[keep], c[keep], v[keep]
+    if kind in ("B", "B~"):
+        if (v > 1 + 1e-12).any():
+            raise ValueError("under the B prior precomputed affinities are memberships in [0, 1].")
+    else:
+        tot = torch.zeros(m, dtype=torch.float64).index_add_(0, r, v)
+        if (tot == 0).any():
+            raise ValueError("every new point needs a positive affinity to a training point.")
+        v = v / tot[r]
+    return torch.sparse_coo_tensor(torch.stack([r, c]), v, (m, int(A_new.shape[1])),
+                                   check_invariants=False).coalesce()

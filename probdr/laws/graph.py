@@ -247,11 +247,37 @@ class SymmetrizedBinaryGraph(GraphLaw):
     def normaliser(self, value):
         return 0.5 * self.weights.sum_softplus()
 
+    @classmethod
+    def from_mean(cls, P: torch.Tensor) -> SymmetrizedBinaryGraph:
+        """The B~ law whose mean is the symmetric matrix ``P`` (a precomputed fuzzy union)."""
+        obj = cls.__new__(cls)
+        obj.base = None
+        if P.is_sparse:
+            P = P.coalesce()
+            lw = torch.logit(P.values().double().clamp(0, 1)).clamp(-MAX_LOGIT, MAX_LOGIT)
+            weights = SparseWeights(P.indices()[0], P.indices()[1], lw, P.shape[0])
+        else:
+            weights = DenseWeights(torch.logit(P.double().clamp(0, 1)).clamp(-MAX_LOGIT, MAX_LOGIT))
+        GraphLaw.__init__(obj, weights)
+        return obj
+
     @property
     def mean(self):
         return BinaryGraph(self.weights).mean
 
     def sample(self, sample_shape=torch.Size()):
+        if self.base is None:  # from_mean: one Bernoulli per unordered pair, mirrored
+            W = BinaryGraph(self.weights).sample(sample_shape)
+            if W.is_sparse:
+                W = W.coalesce()
+                idx, val = W.indices(), W.values()
+                up = idx[-2] < idx[-1]
+                idx, val = idx[:, up], val[up]
+                low = idx.clone()
+                low[-2], low[-1] = idx[-1], idx[-2]
+                return _coo(torch.cat([idx, low], 1), torch.cat([val, val]), W.shape).coalesce()
+            U = torch.triu(W, diagonal=1)
+            return U + U.transpose(-1, -2)
         W = self.base.sample(sample_shape)
         if W.is_sparse:
             WT = W.transpose(-1, -2).coalesce()
