@@ -102,7 +102,7 @@ def label_graph(y: np.ndarray, W_X: torch.Tensor, *, k: int | None = None,
                                        torch.zeros(0, dtype=torch.float64), (n, n)).coalesce()
     r, c = torch.cat(rows), torch.cat(cols)
     v = torch.full((r.numel(),), 1.0 / k, dtype=torch.float64)
-    return torch.sparse_coo_tensor(torch.stack([r, c]), v, (n, n)).coalesce()
+    return torch.sparse_coo_tensor(torch.stack([r, c]), v, (n, n), check_invariants=False).coalesce()
 
 
 def supervised_mean(W_X: torch.Tensor, W_Y: torch.Tensor, y: np.ndarray,
@@ -123,6 +123,7 @@ def supervised_mean(W_X: torch.Tensor, W_Y: torch.Tensor, y: np.ndarray,
     a = torch.where(has & torch.as_tensor(y >= 0), alpha, 0.0).double()
     vals = torch.cat([(1.0 - a[r]) * v, a[ry] * mass[ry] * vy])
     idx = torch.cat([torch.stack([r, c]), torch.stack([ry, cy])], 1)
-    out = torch.sparse_coo_tensor(idx, vals, (n, n)).coalesce()
+    out = torch.sparse_coo_tensor(idx, vals, (n, n), check_invariants=False).coalesce()
     keep = out.values() > 0
-    return torch.sparse_coo_tensor(out.indices()[:, keep], out.values()[keep], (n, n)).coalesce()
+    return torch.sparse_coo_tensor(out.indices()[:, keep], out.values()[keep], (n, n),
+                                   check_invariants=False).coalesce()
