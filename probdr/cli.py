@@ -1,39 +1,350 @@
-"""The ``probdr`` command line.
-
-``probdr embed --method tsne --data digits --out emb.npy --plot emb.png`` fits a model on a
-bundled data set (or a ``.npy`` / ``.csv`` file), prints quality metrics, and writes the
-embedding and a plot.
+"""The ``probdr`` command line: ``probdr embed --data cells.csv --labels cell_type --out emb.csv
+--plot emb.png`` reads a data file (``.npy``; ``.csv``, ``.tsv``, whitespace-separated ``.txt``,
+with or without a header row; ``.h5ad``) or a bundled data set, fits an embedding, writes it and a
+plot, and prints one JSON report on standard output; progress bars, notes and warnings go to
+standard error. Every path is checked before the fit (exit code 2). See ``docs/cli.md``.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
 import time
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
+from .datasets import NAMES as BUNDLED
 from .plotting import plot_uncertainty
 
 METHODS = ("sne", "tsne", "largevis", "umap", "tsnekhorn", "snekhorn")
+#: the distance names of the estimators' ``metric=``
+METRICS = ("euclidean", "sqeuclidean", "cosine", "correlation", "manhattan", "chebyshev",
+           "minkowski", "hamming", "jaccard", "haversine")
+#: delimited text formats and their separators (compressed ones, ``.csv.gz`` etc., read too)
+TABLES = {".csv": ",", ".tsv": "\t", ".txt": r"\s+"}
+COMPRESSIONS = (".gz", ".bz2", ".xz", ".zip", ".zst")
+DATA_SUFFIXES = (".npy", *TABLES, ".h5ad")
+OUT_SUFFIXES = (".npy", ".csv", ".tsv")
+UNLABELLED = "(unlabelled)"  # the plot's legend entry for unknown labels
+
+_is_bundled = lambda data: data in BUNDLED and not os.path.exists(data)
+
+
+def _suffix(path: str, compressed: bool = False) -> str:
+    """The lower-cased suffix of ``path`` (``.csv`` for ``x.csv.gz`` when ``compressed``)."""
+    name = os.path.basename(path).lower()
+    if compressed:
+        name = next((name[: -len(c)] for c in COMPRESSIONS if name.endswith(c)), name)
+    return os.path.splitext(name)[1]
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
+def _check_path(path: str | None, option: str, write: bool = True) -> None:
+    """Fail before the fit if an output file cannot be written (or an input file read)."""
+    if not path:
+        return
+    target = os.path.abspath(path)
+    parent = os.path.dirname(target)
+    if os.path.isdir(target):
+        raise ValueError(f"{option} {path!r} is a directory; give a file name.")
+    checks = [(not os.path.exists(target), "no such file"),
+              (not os.access(target, os.R_OK), "the file is not readable")] if not write else [
+        (not os.path.isdir(parent), f"the directory {parent!r} does not exist"),
+        (not os.access(parent, os.W_OK), f"the directory {parent!r} is not writable"),
+        (os.path.exists(target) and not os.access(target, os.W_OK), "the file is not writable")]
+    for bad, problem in checks:
+        if bad:
+            raise ValueError(f"{option} {path!r}: {problem}.")
+
+
+def _check_options(args) -> None:
+    """The options and every path the command reads or writes, before anything is loaded."""
+    for bad, message in (
+            (args.metric_param and args.metric is None, "--metric-param needs --metric"),
+            (args.target_weight is not None and not args.supervised,
+             "--target-weight needs --supervised"),
+            (args.supervised and args.labels is None and not _is_bundled(args.data),
+             "--supervised needs --labels"),
+            (args.inference == "map" and args.uncertainty_plot,
+             "--uncertainty-plot needs --inference svi or mcmc"),
+            (args.use_rep is not None and _suffix(args.data) != ".h5ad",
+             "--use-rep applies to .h5ad data only")):
+        if bad:
+            raise ValueError(message + ".")
+    paths = [(args.out, "--out"), (args.plot, "--plot"), (
+        _uncertainty_path(args) if args.inference != "map" else None, "--uncertainty-plot")]
+    for path, option in paths:
+        _check_path(path, option)
+        suffix = _suffix(path or "")
+        if path and option == "--out" and suffix not in OUT_SUFFIXES:
+            raise ValueError(f"--out {path!r}: the embedding is written as .npy, .csv or .tsv, "
+                             f"chosen by the file name's suffix (got {suffix or 'none'!r}).")
+        if path and option != "--out":
+            from matplotlib.backend_bases import FigureCanvasBase
+
+            kinds = FigureCanvasBase.get_supported_filetypes()
+            if suffix[1:] not in kinds:
+                raise ValueError(f"{option} {path!r}: the figure format is chosen by the file "
+                                 f"name's suffix, one of {', '.join('.' + k for k in kinds)} "
+                                 f"(got {suffix or 'none'!r}).")
+            if args.n_components < 2:
+                raise ValueError(f"{option} needs --n-components 2 or more.")
+    if not _is_bundled(args.data):
+        if not os.path.exists(args.data):
+            raise ValueError(f"--data {args.data!r}: no such file, and not a bundled data set "
+                             f"({', '.join(BUNDLED)}).")
+        _check_path(args.data, "--data", write=False)
+        suffix = _suffix(args.data, compressed=True)
+        if suffix not in DATA_SUFFIXES:
+            raise ValueError(f"--data {args.data!r}: unknown format {suffix or '(no suffix)'!r}; "
+                             f"probdr reads {', '.join(DATA_SUFFIXES)} (tables also compressed, "
+                             "e.g. .csv.gz).")
+        paths.append((args.data, "--data"))
+    if args.labels and (_is_bundled(args.data) or _suffix(args.data) == ".npy"):
+        _check_path(args.labels, "--labels", write=False)  # a file: no columns to name
+    named = [(os.path.abspath(p), o) for p, o in paths if p]
+    for i, (path, option) in enumerate(named):
+        for other in (o for q, o in named[:i] if q == path):
+            raise ValueError(f"{other} and {option} name the same file {path!r}.")
+
+
+@dataclass
+class Labels:
+    """One label per row: ``values`` (numbers or strings), ``known`` (False where the label is
+    missing: empty, NaN, or -1 with ``--supervised``) and where they came from."""
+
+    values: np.ndarray
+    known: np.ndarray
+    source: str
+
+    @classmethod
+    def from_raw(cls, raw, source: str, minus_one_unknown: bool = False) -> Labels:
+        arr = raw if isinstance(raw, np.ndarray) else np.asarray(raw, dtype=object)
+        arr = arr.ravel() if arr.ndim == 2 and 1 in arr.shape else arr
+        if arr.ndim != 1:
+            raise ValueError(f"labels ({source}): one label per row, got shape {arr.shape}.")
+        if arr.dtype.kind in "OUS":  # text: numbers when every known entry is one
+            text = np.array(["" if v is None or (isinstance(v, float) and np.isnan(v))
+                             else str(v).strip() for v in arr], dtype=object)
+            if not all(_is_number(v) for v in text if v):
+                return cls(text, text != "", source)
+            arr = np.array([float(v) if v else np.nan for v in text])
+        arr = arr.astype(np.int64) if arr.dtype.kind == "b" else arr
+        if arr.dtype.kind not in "iuf":
+            raise ValueError(f"labels ({source}) have an unsupported type {arr.dtype}.")
+        known = np.isfinite(arr) if arr.dtype.kind == "f" else np.ones(len(arr), bool)
+        if arr.dtype.kind == "f" and np.all(arr[known] == np.round(arr[known])):
+            arr = np.where(known, arr, 0).astype(np.int64)
+        return cls(arr, known & (arr != -1) if minus_one_unknown else known, source)
+
+    classes = property(lambda self: np.unique(self.values[self.known]))
+
+    def codes(self) -> np.ndarray:
+        """Integer classes 0..k-1, -1 where unknown (the supervised fit's ``y``)."""
+        codes = np.full(len(self.values), -1, dtype=np.int64)
+        codes[self.known] = np.unique(self.values[self.known], return_inverse=True)[1]
+        return codes
+
+    def for_plot(self) -> np.ndarray:
+        return self.values if self.known.all() else np.array(
+            [str(v) if k else UNLABELLED for v, k in zip(self.values, self.known, strict=True)],
+            dtype=object)
+
+    def for_table(self) -> np.ndarray:
+        return np.array([v if k else "" for v, k in zip(self.values.tolist(), self.known,
+                                                        strict=True)], dtype=object)
+
+
+def _pandas():
+    try:
+        import pandas
+    except ImportError as exc:  # pragma: no cover - pandas comes with arviz
+        raise ImportError("tables (.csv, .tsv, .txt) need pandas: pip install pandas") from exc
+    return pandas
+
+
+def _read_table(path: str, header: str, spec: str | None, minus_one: bool):
+    """A delimited table: numeric feature columns and, optionally, the label column ``spec``."""
+    pd = _pandas()
+    sep = TABLES[_suffix(path, compressed=True)]
+    kw = dict(sep=sep, skipinitialspace=sep != r"\s+")
+    try:
+        first = pd.read_csv(path, header=None, nrows=1, dtype=str, keep_default_na=False, **kw)
+    except pd.errors.EmptyDataError:
+        raise ValueError(f"--data {path!r} is empty.") from None
+    cells = [str(c).strip() for c in first.iloc[0]]
+    # auto: a first row with a cell that is not a number is a header
+    has_header = any(c and not _is_number(c) for c in cells) if header == "auto" else \
+        header == "yes"
+    # an empty first header cell (pandas' to_csv with its index, R's write.csv): row names
+    row_names = has_header and len(cells) > 1 and cells[0] == ""
+    df = pd.read_csv(path, header=0 if has_header else None, index_col=0 if row_names else None,
+                     **kw)
+    if len(df) == 0:
+        raise ValueError(f"--data {path!r} has no data rows.")
+    first_line = 2 if has_header else 1
+    doubt = ""  # a header guessed from text cells over text columns only: say so
+    if header == "auto" and has_header and all(not pd.api.types.is_numeric_dtype(df[c])
+                                               for c in df.columns if not _is_number(str(c))):
+        doubt = " (the first row was read as a header, as it holds text; if it is data, give " \
+                "--header no)"
+    name = (lambda c: repr(c)) if has_header else (lambda c: f"{c} (0-based)")
+    labels = col = None
+    if spec is not None:
+        if spec in df.columns:
+            col = spec
+        elif not has_header and spec.lstrip("-").isdigit() and \
+                -df.shape[1] <= int(spec) < df.shape[1]:
+            col = df.columns[int(spec)]
+        if col is not None:
+            labels = Labels.from_raw(df[col].to_numpy(), f"column {name(col)}", minus_one)
+        elif not os.path.exists(spec):
+            cols = ", ".join(map(repr, df.columns[:20])) + ", ..." * (df.shape[1] > 20)
+            what = f"a column of {path!r} (columns: {cols})" if has_header else \
+                f"a column position of {path!r} (it has no header row; 0..{df.shape[1] - 1})"
+            raise ValueError(f"--labels {spec!r} is neither {what} nor a file{doubt}.")
+    feats = df.drop(columns=[col]) if col is not None else df
+    if feats.shape[1] == 0:
+        raise ValueError(f"--data {path!r} has no feature column besides the labels.")
+    bad = []
+    for c in feats.columns:
+        if not (pd.api.types.is_bool_dtype(feats[c]) or pd.api.types.is_numeric_dtype(feats[c])):
+            text = feats[c].notna() & pd.to_numeric(feats[c], errors="coerce").isna()
+            i = int(np.flatnonzero(text.to_numpy())[0])
+            bad.append(f"{name(c)} ({feats[c].iloc[i]!r} on line {first_line + i})")
+    if bad:
+        hint = "give its position with --labels N (no header row), or remove it" if not \
+            has_header and spec is None else "name the label column with --labels COLUMN " \
+            "and remove other text columns"
+        raise ValueError(f"--data {path!r}: non-numeric column{'s' * (len(bad) > 1)} "
+                         f"{', '.join(bad)}; probdr embeds numeric features only: {hint}"
+                         f"{doubt}.")
+    X = feats.to_numpy(dtype=np.float64)
+    missing = ~np.isfinite(X)
+    if missing.any():
+        j = int(np.flatnonzero(missing.any(0))[0])
+        raise ValueError(f"--data {path!r}: {int(missing.sum())} missing or infinite value(s) "
+                         f"in {int(missing.any(0).sum())} column(s), the first in column "
+                         f"{name(feats.columns[j])} on line "
+                         f"{first_line + int(np.flatnonzero(missing[:, j])[0])}; fill or drop "
+                         "them first.")
+    info = {"format": _suffix(path, compressed=True)[1:], "header": has_header}
+    return X, labels, {**info, "row_names": True} if row_names else info
+
+
+def _read_h5ad(path: str, use_rep: str | None, spec: str | None, minus_one: bool):
+    try:
+        import anndata
+    except ImportError as exc:
+        raise ImportError("reading .h5ad files needs anndata: pip install anndata") from exc
+    import scipy.sparse as sp
+
+    try:
+        adata = anndata.read_h5ad(path)
+    except (OSError, KeyError, ValueError) as exc:
+        raise ValueError(f"--data {path!r} is not a readable .h5ad file ({exc}).") from exc
+    rep = use_rep or ("X_pca" if "X_pca" in adata.obsm else "X")
+    keys = ", ".join(adata.obsm.keys()) or "(none)"
+    if (rep != "X" and rep not in adata.obsm) or (rep == "X" and adata.X is None):
+        raise ValueError(f"--use-rep {rep!r} is not a key of obsm in {path!r}; keys: {keys}, "
+                         "or X." if rep != "X" else f"--data {path!r} has no X; choose "
+                         f"--use-rep from obsm: {keys}.")
+    X = adata.X if rep == "X" else adata.obsm[rep]
+    X = X.to_numpy() if hasattr(X, "to_numpy") else X
+    X = X.tocsr() if sp.issparse(X) else np.asarray(X)  # a sparse X is passed on as it is
+    labels = None
+    if spec is not None and spec in adata.obs.columns:
+        labels = Labels.from_raw(np.asarray(adata.obs[spec].astype(object)), f"obs[{spec!r}]",
+                                 minus_one)
+    elif spec is not None and not os.path.exists(spec):
+        cols = ", ".join(map(repr, adata.obs.columns[:20])) or "none"
+        raise ValueError(f"--labels {spec!r} is neither an obs column of {path!r} (columns: "
+                         f"{cols}) nor a file.")
+    return X, labels, {"format": "h5ad", "use_rep": rep, "sparse": bool(sp.issparse(X))}
+
+
+def load_data(args):
+    """``--data`` with ``--labels``, ``--use-rep``, ``--pca``: ``(X, labels or None, info)``;
+    ``X`` is an array, or scipy sparse from an ``.h5ad``."""
+    import scipy.sparse as sp
+
+    from . import datasets
+
+    minus_one, spec = bool(args.supervised), args.labels
+    labels, info = None, {}
+    if _is_bundled(args.data):
+        X, y = datasets.load(args.data, random_state=args.random_state or 0)
+        labels = Labels.from_raw(y, "bundled", minus_one)
+    elif _suffix(args.data) == ".npy":
+        X, info = np.load(args.data, allow_pickle=False), {"format": "npy"}
+        if X.ndim != 2:
+            raise ValueError(f"--data {args.data!r} holds an array of shape {X.shape}; probdr "
+                             "needs a 2-D array (rows x features).")
+    elif _suffix(args.data) == ".h5ad":
+        X, labels, info = _read_h5ad(args.data, args.use_rep, spec, minus_one)
+    else:
+        X, labels, info = _read_table(args.data, args.header, spec, minus_one)
+    if spec is not None and (labels is None or labels.source == "bundled"):  # a labels file
+        _check_path(spec, "--labels", write=False)
+        if _suffix(spec) == ".npy":
+            raw = np.load(spec, allow_pickle=False)
+        else:
+            with open(spec, encoding="utf-8") as f:
+                raw = f.read().splitlines()
+        labels = Labels.from_raw(raw, f"file {spec!r}", minus_one)
+        if len(labels.values) != X.shape[0]:
+            raise ValueError(f"--labels {spec!r} holds {len(labels.values)} labels for "
+                             f"{X.shape[0]} rows of data (one label per line, no header).")
+    if labels is not None and not labels.known.any():
+        raise ValueError(f"no row has a known label ({labels.source}).")
+    info["p"] = int(X.shape[1])
+    if args.pca is not None:
+        if not 1 <= args.pca <= min(X.shape):
+            raise ValueError(f"--pca must lie in [1, {min(X.shape)}] for these data.")
+        if sp.issparse(X):  # centred PCA of a sparse matrix, without making it dense
+            from sklearn.decomposition import PCA
+
+            X = PCA(args.pca, svd_solver="arpack", random_state=0).fit_transform(X)
+        else:
+            X = datasets._pca(np.asarray(X, dtype=np.float64), args.pca)
+    return X, labels, info
 
 
 def _make(method: str, args):
     from . import estimators as est
 
+    cls = {"sne": est.SNE, "tsne": est.TSNE, "largevis": est.LargeVis, "umap": est.UMAP,
+           "tsnekhorn": est.TSNEkhorn, "snekhorn": est.SNEkhorn}[method]
     common = dict(n_components=args.n_components, random_state=args.random_state,
-                  verbose=args.verbose)
-    common.update(bayes_estimator_kwargs(args))
+                  verbose=not getattr(args, "quiet", False), **bayes_estimator_kwargs(args))
+    # metric and supervision only when asked for: the default works with any estimator
+    for option, param in (("metric", "metric"), ("supervised", "target_weight")):
+        if getattr(args, option, None) and param not in cls._get_param_names():
+            raise ValueError(f"--{option}: {cls.__name__} in this version of probdr has no "
+                             f"{param} parameter.")
+    if getattr(args, "metric", None):
+        common["metric"] = args.metric
+        if args.metric_param:
+            common["metric_params"] = dict(args.metric_param)
+    if getattr(args, "supervised", False) and args.target_weight is not None:
+        common["target_weight"] = args.target_weight
     if method == "umap":
-        return est.UMAP(n_neighbors=args.n_neighbors, n_epochs=args.n_iter, **common)
+        return cls(n_neighbors=args.n_neighbors, n_epochs=args.n_iter, **common)
     if method in ("tsnekhorn", "snekhorn") and getattr(args, "inference", "map") != "map":
         raise ValueError(f"--inference {args.inference} is not available for {method}: the "
                          "SNEkhorn presets are fitted by MAP only.")
-    cls = {"sne": est.SNE, "tsne": est.TSNE, "largevis": est.LargeVis,
-           "tsnekhorn": est.TSNEkhorn, "snekhorn": est.SNEkhorn}[method]
     kw = dict(perplexity=args.perplexity, **common)
     if args.n_iter is not None:
         kw["n_iter"] = args.n_iter
@@ -42,109 +353,166 @@ def _make(method: str, args):
     return cls(**kw)
 
 
-def _load(data: str, pca: int | None, random_state: int):
-    from . import datasets
+def write_embedding(path: str, Z: np.ndarray, labels: Labels | None = None) -> None:
+    """Write ``Z`` to exactly ``path``: ``.npy``, or ``.csv`` / ``.tsv`` with a header ``z1, z2,
+    ...`` and a ``label`` column when labels are given."""
+    suffix = _suffix(path)
+    if suffix not in OUT_SUFFIXES:
+        raise ValueError(f"cannot write the embedding as {suffix!r}; use .npy, .csv or .tsv.")
+    if suffix == ".npy":
+        with open(path, "wb") as f:  # np.save(name) appends .npy to a name without it
+            return np.save(f, Z)
+    table = _pandas().DataFrame(Z, columns=[f"z{j + 1}" for j in range(Z.shape[1])])
+    if labels is not None:
+        table["label"] = labels.for_table()
+    # float32 values (the estimators' default dtype) are written with the 9 digits they need
+    single = np.array_equal(Z, np.asarray(Z, dtype=np.float32))
+    table.to_csv(path, sep="," if suffix == ".csv" else "\t", index=False,
+                 float_format="%.9g" if single else None)
 
-    if data.endswith(".npy"):
-        X = np.load(data)
-        y = None
-    elif data.endswith(".csv"):
-        X = np.loadtxt(data, delimiter=",")
-        y = None
-    else:
-        X, y = datasets.load(data, random_state=random_state)
-    if pca is not None:
-        X = datasets._pca(np.asarray(X, dtype=np.float64), pca)
-    return X, y
 
+def _save_figure(ax, path: str) -> None:
+    import matplotlib.pyplot as plt
 
-def _check_output_path(path: str | None, option: str) -> None:
-    """Fail before the fit if an output file cannot be written."""
-    if not path:
-        return
-    target = os.path.abspath(path)
-    parent = os.path.dirname(target) or "."
-    if os.path.isdir(target):
-        raise ValueError(f"{option} {path!r} is a directory; give a file name.")
-    if not os.path.isdir(parent):
-        raise ValueError(f"{option} {path!r}: the directory {parent!r} does not exist.")
-    if not os.access(parent, os.W_OK):
-        raise ValueError(f"{option} {path!r}: the directory {parent!r} is not writable.")
+    ax.figure.savefig(path, dpi=120, bbox_inches="tight")
+    plt.close(ax.figure)
 
 
 def embed(args) -> int:
+    """Run ``probdr embed``: the JSON report on standard output, everything else on standard
+    error. Raises ``ValueError`` (or ``ImportError``, ``OSError``) on bad input, before the fit
+    when the input can be checked before it."""
+    stdout = sys.stdout
+    with contextlib.redirect_stdout(sys.stderr):  # anything a library prints: stderr
+        report = _embed(args)
+    stdout.write(json.dumps(report, indent=2) + "\n")
+    stdout.flush()
+    return 0
+
+
+def _embed(args) -> dict[str, Any]:
+    import scipy.sparse as sp
+
     from . import metrics, plotting
 
-    for path, option in ((args.out, "--out"), (args.plot, "--plot"),
-                         (getattr(args, "uncertainty_plot", None), "--uncertainty-plot")):
-        _check_output_path(path, option)
-    X, y = _load(args.data, args.pca, args.random_state or 0)
+    note = (lambda m: None) if args.quiet else (lambda m: print(f"probdr: {m}", file=sys.stderr))
+    _check_options(args)
+    X, labels, info = load_data(args)
     est = _make(args.method, args)
+    n, p = int(X.shape[0]), info.pop("p")
+    note(f"{args.data}: {n} rows x {p} features" + (
+        f" (header row: {'yes' if info['header'] else 'no'})" if "header" in info else "") + (
+        f"; labels: {labels.source}, {len(labels.classes)} classes, "
+        f"{int((~labels.known).sum())} unknown" if labels is not None else ""))
     t0 = time.perf_counter()
-    Z = est.fit_transform(X)
-    elapsed = time.perf_counter() - t0
-    # trustworthiness needs k < n / 2 (scikit-learn's definition): 15, or fewer on small data
-    k = min(15, (len(X) - 1) // 2)
-    report = {"method": args.method, "data": args.data, "n": int(X.shape[0]),
-              "p": int(X.shape[1]), "seconds": round(elapsed, 2),
-              f"trustworthiness@{k}": round(metrics.trustworthiness(
-                  X, Z, k, sample_size=5000 if len(X) > 5000 else None), 4) if k >= 1 else None,
-              "loss": round(est.loss(Z), 4) if len(X) <= 20_000 else None}
-    if y is not None:
-        report["knn_accuracy@5"] = round(metrics.knn_accuracy(Z, y, 5), 4)
-    print(json.dumps(report, indent=2))
+    Z = est.fit_transform(X, labels.codes()) if args.supervised else est.fit_transform(X)
+    elapsed, Z = time.perf_counter() - t0, np.asarray(Z)
+
+    report = {"method": args.method, "data": args.data, **info, "n": n, "p": p,
+              "pca": args.pca, "metric": args.metric or "euclidean",
+              "metric_params": dict(args.metric_param) or None}
+    if labels is not None:
+        report.update(labels=labels.source, n_classes=len(labels.classes))
+    report = {k: v for k, v in report.items() if v is not None}
+    report.update({"supervised": True} if args.supervised else {}, seconds=round(elapsed, 2))
+    # trustworthiness (Euclidean distances in the input) needs k < n / 2: 15, or fewer
+    k, sample, Xm, Zm = min(15, (n - 1) // 2), 5000 if n > 5000 else None, X, Z
+    if sp.issparse(X):  # dense rows only for the points it is measured on
+        idx = np.random.default_rng(0).choice(n, sample, replace=False) if sample else \
+            slice(None)
+        Xm, Zm, sample = X[idx].toarray(), Z[idx], None
+    report[f"trustworthiness@{k}"] = round(metrics.trustworthiness(
+        Xm, Zm, k, sample_size=sample), 4) if k >= 1 else None
+    if labels is not None and labels.known.sum() > 5 and len(labels.classes) > 1:
+        m = labels.known
+        report["knn_accuracy@5"] = round(metrics.knn_accuracy(Z[m], labels.codes()[m], 5), 4)
+    if labels is not None and not labels.known.all():
+        report["labelled"] = int(labels.known.sum())
+    report["loss"] = round(est.loss(Z), 4) if n <= 20_000 else None
+
+    outputs: dict[str, str] = {}
     if args.out:
-        np.save(args.out, Z)
-        print(f"embedding written to {args.out}")
+        write_embedding(args.out, Z, labels)
+        note(f"embedding written to {args.out}")
+        outputs["embedding"] = args.out
+    y_plot = labels.for_plot() if labels is not None else None
     if args.plot:
         import matplotlib
 
         matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
+        _save_figure(plotting.plot_embedding(
+            Z, y_plot, title=f"{args.method} on {os.path.basename(args.data)}"), args.plot)
+        note(f"plot written to {args.plot}")
+        outputs["plot"] = args.plot
+    summary = run_bayes_outputs(est, args, y_plot, report=report)
+    if "uncertainty_plot" in summary:  # listed with the other outputs
+        outputs["uncertainty_plot"] = summary.pop("uncertainty_plot")
+    return {**report, "outputs": outputs} if outputs else report
 
-        ax = plotting.plot_embedding(Z, y, title=f"{args.method} on {args.data}")
-        ax.figure.savefig(args.plot, dpi=120, bbox_inches="tight")
-        plt.close(ax.figure)
-        print(f"plot written to {args.plot}")
 
-    run_bayes_outputs(est, args, y)
-    return 0
+def _metric_param(text: str) -> tuple[str, Any]:
+    key, eq, value = (s.strip() for s in text.partition("="))
+    if not eq or not key:
+        raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text!r}")
+    return key, float(value) if _is_number(value) else value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="probdr", description="Dimensionality reduction as "
+                                "probabilistic programs on Pyro.")
+    e = p.add_subparsers(dest="command", required=True).add_parser(
+        "embed", help="fit an embedding of a data file, print a JSON report, write it and a plot",
+        description="Fit an embedding of a data file or a bundled data set. Standard output "
+                    "carries only the JSON report; progress and notes go to standard error.")
+    io = e.add_argument_group("input and output")
+    io.add_argument("--data", default="digits", help="a .npy, .csv, .tsv, .txt (whitespace) or "
+                    f".h5ad file, or a bundled data set: {', '.join(BUNDLED)} (default: digits)")
+    io.add_argument("--labels", default=None, metavar="COLUMN|FILE",
+                    help="a column of the table (by name; by 0-based position without a header "
+                         "row), an obs column of the .h5ad, or a file of labels (one per line, "
+                         "or .npy): colours the plot and gives knn_accuracy@5")
+    io.add_argument("--header", choices=("auto", "yes", "no"), default="auto",
+                    help="whether a table's first row names its columns (auto: it does when a "
+                         "cell of it is not a number)")
+    io.add_argument("--use-rep", default=None, metavar="KEY",
+                    help=".h5ad: embed obsm[KEY], or X (default: X_pca if present, else X)")
+    io.add_argument("--out", default=None, help="where to write the embedding: .npy, or .csv / "
+                                                ".tsv (columns z1, z2, ..., and label)")
+    io.add_argument("--plot", default=None, help="where to write a scatter plot (.png, .pdf, "
+                                                 ".svg, ...)")
+    m = e.add_argument_group("model")
+    m.add_argument("--method", choices=METHODS, default="tsne")
+    m.add_argument("--n-components", type=int, default=2)
+    m.add_argument("--perplexity", type=float, default=30.0)
+    m.add_argument("--n-neighbors", type=int, default=15, help="UMAP's neighbours")
+    m.add_argument("--metric", choices=METRICS, default=None, metavar="NAME",
+                   help=f"input distance: {', '.join(METRICS)} (default: Euclidean)")
+    m.add_argument("--metric-param", type=_metric_param, action="append", default=[],
+                   metavar="KEY=VALUE", help="a parameter of --metric, e.g. p=3 (repeatable)")
+    m.add_argument("--supervised", action="store_true",
+                   help="fit on the labels too (labels -1 or empty are unknown)")
+    m.add_argument("--target-weight", type=float, default=None,
+                   help="with --supervised: the labels' weight (the estimator's target_weight)")
+    m.add_argument("--n-iter", type=int, default=None, help="optimisation steps / epochs")
+    m.add_argument("--pca", type=int, default=None, help="project the data on k PCs first")
+    m.add_argument("--random-state", type=int, default=0)
+    v = e.add_mutually_exclusive_group()
+    v.add_argument("--quiet", action="store_true", help="no progress bar, no notes on stderr")
+    v.add_argument("--verbose", action="store_true", help="progress bar (the default)")
+    add_bayes_arguments(e)
+    return p
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="probdr", description="Dimensionality reduction as "
-                                "probabilistic programs on Pyro.")
-    sub = p.add_subparsers(dest="command", required=True)
-    e = sub.add_parser("embed", help="fit an embedding, print metrics, write it and a plot")
-    e.add_argument("--method", choices=METHODS, default="tsne")
-    e.add_argument("--data", default="digits",
-                   help="digits, mnist5k, blobs, s_curve, swiss_roll, or a .npy/.csv file")
-    e.add_argument("--out", default=None, help="where to write the embedding (.npy)")
-    e.add_argument("--plot", default=None, help="where to write a scatter plot (.png)")
-    e.add_argument("--n-components", type=int, default=2)
-    e.add_argument("--perplexity", type=float, default=30.0)
-    e.add_argument("--n-neighbors", type=int, default=15)
-    e.add_argument("--n-iter", type=int, default=None, help="optimisation steps / epochs")
-    e.add_argument("--pca", type=int, default=None, help="project the data on k PCs first")
-    e.add_argument("--random-state", type=int, default=0)
-    e.add_argument("--verbose", action="store_true")
-
-    add_bayes_arguments(e)
-    args = p.parse_args(argv)
+    args = build_parser().parse_args(argv)
     try:
         return embed(args)
-    except (ValueError, ImportError, FileNotFoundError, MemoryError) as exc:
+    except (ValueError, ImportError, OSError, MemoryError) as exc:
         print(f"probdr: error: {exc}", file=sys.stderr)
         return 2
 
 
-if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())
-
-
-# --------------------------------------------------------------------------------------------
-# posterior inference options (--inference)
-# --------------------------------------------------------------------------------------------
+# posterior inference options (--inference) ---------------------------------------------------
 def add_bayes_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     """Add ``--inference`` and its options to the ``probdr embed`` parser."""
     g = parser.add_argument_group("posterior inference")
@@ -166,12 +534,9 @@ def add_bayes_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentPar
 
 
 def _weight(value: str):
-    if value == "auto":
-        return value
-    try:
-        return float(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected 'auto' or a number, got {value!r}") from None
+    if value == "auto" or _is_number(value):
+        return value if value == "auto" else float(value)
+    raise argparse.ArgumentTypeError(f"expected 'auto' or a number, got {value!r}")
 
 
 def bayes_estimator_kwargs(args: argparse.Namespace) -> dict[str, Any]:
@@ -180,55 +545,53 @@ def bayes_estimator_kwargs(args: argparse.Namespace) -> dict[str, Any]:
     if inference == "map":
         return {}
     if inference == "svi":
-        params = {"num_steps": args.num_steps, "num_samples": args.num_samples,
-                  "guide": args.guide}
-        return {"inference": "svi", "inference_params": params,
-                "coupling_weight": args.coupling_weight}
-    params = {"num_chains": args.num_chains, "warmup": args.warmup,
-              "num_samples": args.num_samples}
-    return {"inference": "mcmc", "inference_params": params, "repulsion": "exact",
-            "coupling_weight": args.coupling_weight}
+        params = dict(num_steps=args.num_steps, num_samples=args.num_samples, guide=args.guide)
+        return dict(inference="svi", inference_params=params, coupling_weight=args.coupling_weight)
+    params = dict(num_chains=args.num_chains, warmup=args.warmup, num_samples=args.num_samples)
+    return dict(inference="mcmc", inference_params=params, repulsion="exact",
+                coupling_weight=args.coupling_weight)
 
 
 def _uncertainty_path(args) -> str | None:
-    if getattr(args, "uncertainty_plot", None):
-        return args.uncertainty_plot
     plot = getattr(args, "plot", None)
-    if plot:
-        stem, dot, ext = plot.rpartition(".")
-        return f"{stem}_uncertainty.{ext}" if dot else f"{plot}_uncertainty.png"
-    return None
+    if getattr(args, "uncertainty_plot", None) or not plot:
+        return getattr(args, "uncertainty_plot", None)
+    stem, dot, ext = plot.rpartition(".")
+    return f"{stem}_uncertainty.{ext}" if dot else f"{plot}_uncertainty.png"
 
 
-def run_bayes_outputs(est, args: argparse.Namespace, y=None) -> dict[str, Any]:
-    """After a fit with ``--inference svi|mcmc``: print a posterior summary and write the
-    uncertainty plot. Returns the summary (empty for MAP)."""
-    import json
-
+def run_bayes_outputs(est, args: argparse.Namespace, y=None, *,
+                      report: dict[str, Any] | None = None) -> dict[str, Any]:
+    """After a fit with ``--inference svi|mcmc``: the posterior summary, and the uncertainty
+    plot. The summary goes into ``report["posterior"]`` when a report is given (``probdr embed``
+    prints one JSON document), and is printed as JSON otherwise. Returns it (empty for MAP)."""
     if getattr(args, "inference", "map") == "map":
         return {}
-    post = est.posterior_
+    post, diag = est.posterior_, est.posterior_.diagnostics
     sd = post.point_std()
     summary: dict[str, Any] = {"inference": post.method, "draws": int(post.samples.shape[0]),
                                "point_std_median": round(float(np.median(sd)), 4),
                                "point_std_max": round(float(sd.max()), 4),
-                               "seconds": round(float(post.diagnostics.get("seconds", 0.0)), 2)}
+                               "seconds": round(float(diag.get("seconds", 0.0)), 2)}
     if post.method == "mcmc":
-        summary["r_hat_max"] = round(post.diagnostics["r_hat_max"], 4)
-        summary["ess_min"] = round(post.diagnostics["ess_min"], 1)
-        summary["divergences"] = int(sum(post.diagnostics["divergences"]))
-    print(json.dumps({"posterior": summary}, indent=2))
+        summary.update(r_hat_max=round(diag["r_hat_max"], 4), ess_min=round(diag["ess_min"], 1),
+                       divergences=int(sum(diag["divergences"])))
     path = _uncertainty_path(args)
     if path:
         import matplotlib
 
         matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-
-        ax = plot_uncertainty(post, y, title=f"{getattr(args, 'method', '')} posterior "
-                              f"({post.method}), 2-sd ellipses")
-        ax.figure.savefig(path, dpi=120, bbox_inches="tight")
-        plt.close(ax.figure)
-        print(f"uncertainty plot written to {path}")
+        _save_figure(plot_uncertainty(post, y, title=f"{getattr(args, 'method', '')} posterior "
+                                      f"({post.method}), 2-sd ellipses"), path)
+        if not getattr(args, "quiet", False):
+            print(f"probdr: uncertainty plot written to {path}", file=sys.stderr)
         summary["uncertainty_plot"] = path
+    if report is not None:
+        report["posterior"] = summary
+    else:
+        print(json.dumps({"posterior": summary}, indent=2))
     return summary
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,8 +1,42 @@
 import json
+import os
+import subprocess
+import sys
 
 import numpy as np
+import pytest
 
+import probdr
 from probdr import cli
+
+FAST = ["--quiet", "--perplexity", "10", "--n-iter", "150"]
+
+
+def _report(capsys):
+    """Standard output must be exactly one JSON document."""
+    return json.loads(capsys.readouterr().out)
+
+
+@pytest.fixture(scope="module")
+def table():
+    """90 rows, 4 numeric features in 3 clusters, and a text label column."""
+    pd = pytest.importorskip("pandas")
+    rng = np.random.default_rng(0)
+    names = np.array(["setosa", "versicolor", "virginica"])
+    y = np.repeat(np.arange(3), 30)
+    X = rng.normal(size=(90, 4)) + 10.0 * np.eye(3, 4)[y]
+    df = pd.DataFrame(X, columns=["sepal length", "sepal width", "petal length", "petal width"])
+    df["species"] = names[y]
+    return df
+
+
+@pytest.fixture
+def no_fit(monkeypatch):
+    def fail(*args, **kwargs):
+        raise AssertionError("the fit ran before the input was checked")
+
+    for cls in (probdr.TSNE, probdr.UMAP):
+        monkeypatch.setattr(cls, "fit_transform", fail)
 
 
 def test_cli_embed_writes_embedding_and_plot(tmp_path, capsys):
@@ -13,9 +47,110 @@ def test_cli_embed_writes_embedding_and_plot(tmp_path, capsys):
     Z = np.load(out)
     assert Z.shape == (1797, 2) and np.isfinite(Z).all()
     assert png.stat().st_size > 1000
-    text = capsys.readouterr().out
-    report = json.loads(text[:text.rindex("}") + 1])
+    captured = capsys.readouterr()
+    report = json.loads(captured.out)
     assert 0.5 < report["trustworthiness@15"] <= 1.0 and "knn_accuracy@5" in report
+    assert report["n"] == 1797 and report["p"] == 64 and report["metric"] == "euclidean"
+    assert report["outputs"] == {"embedding": str(out), "plot": str(png)}
+    # the notes and the progress bar (on by default) go to standard error
+    assert f"embedding written to {out}" in captured.err and "UMAP" in captured.err
+
+
+def test_cli_csv_with_header_and_text_labels(tmp_path, capsys, monkeypatch, table):
+    import pandas as pd
+
+    import probdr.plotting as plotting
+
+    axes = []
+    plot = plotting.plot_embedding
+    monkeypatch.setattr(plotting, "plot_embedding",
+                        lambda *a, **k: axes.append(plot(*a, **k)) or axes[-1])
+    data, out, png = tmp_path / "flowers.csv", tmp_path / "x.csv", tmp_path / "x.png"
+    table.to_csv(data, index=False)
+    rc = cli.main(["embed", "--data", str(data), "--labels", "species", "--out", str(out),
+                   "--plot", str(png), *FAST])
+    assert rc == 0
+    report = _report(capsys)
+    assert report["header"] is True and (report["n"], report["p"]) == (90, 4)
+    assert report["labels"] == "column 'species'" and report["n_classes"] == 3
+    assert report["knn_accuracy@5"] > 0.9
+    # the plot is coloured by the three labels: one colour and one legend entry each
+    ax = axes[-1]
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == [
+        "setosa", "versicolor", "virginica"]
+    assert len({tuple(c.get_facecolor()[0]) for c in ax.collections}) == 3
+    assert png.stat().st_size > 1000
+    # --out x.csv writes exactly x.csv: a header, the coordinates and the labels
+    assert sorted(os.listdir(tmp_path)) == ["flowers.csv", "x.csv", "x.png"]
+    emb = pd.read_csv(out)
+    assert list(emb.columns) == ["z1", "z2", "label"] and emb.shape == (90, 3)
+    assert (emb["label"] == table["species"]).all() and np.isfinite(emb[["z1", "z2"]]).all().all()
+
+
+def test_cli_out_npy_writes_exactly_that_file(tmp_path, capsys):
+    data, out = tmp_path / "d.npy", tmp_path / "x.npy"
+    np.save(data, np.random.default_rng(0).normal(size=(40, 3)))
+    assert cli.main(["embed", "--data", str(data), "--out", str(out), *FAST]) == 0
+    assert np.load(out).shape == (40, 2)
+    assert sorted(os.listdir(tmp_path)) == ["d.npy", "x.npy"]
+    assert _report(capsys)["format"] == "npy"
+
+
+@pytest.mark.parametrize("kind", ["tsv", "headerless", "txt"])
+def test_cli_reads_tsv_headerless_csv_and_whitespace_text(kind, tmp_path, capsys, table):
+    features = table.drop(columns="species")
+    labels = tmp_path / "labels.txt"
+    labels.write_text("\n".join(table["species"]) + "\n")
+    if kind == "tsv":
+        data = tmp_path / "d.tsv"
+        table.to_csv(data, sep="\t", index=False)
+        args = ["--labels", "species"]
+    elif kind == "headerless":
+        data = tmp_path / "d.csv"
+        features.to_csv(data, header=False, index=False)
+        args = ["--labels", str(labels)]
+    else:
+        data = tmp_path / "d.txt"
+        features.to_csv(data, sep=" ", header=False, index=False)
+        args = ["--labels", str(labels)]
+    out = tmp_path / "z.tsv"
+    assert cli.main(["embed", "--data", str(data), *args, "--out", str(out), *FAST]) == 0
+    report = _report(capsys)
+    assert (report["n"], report["p"], report["header"]) == (90, 4, kind == "tsv")
+    assert report["n_classes"] == 3 and report["knn_accuracy@5"] > 0.9
+    assert out.read_text().splitlines()[0] == "z1\tz2\tlabel"
+
+
+def test_cli_headerless_label_column_by_position(tmp_path, capsys, table):
+    """A headerless file whose label column is text: its first row looks like a header, the
+    error says so, and --header no with a column position reads it."""
+    data = tmp_path / "d.csv"
+    table.to_csv(data, header=False, index=False)
+    assert cli.main(["embed", "--data", str(data), *FAST]) == 2
+    assert "--header no" in capsys.readouterr().err
+    assert cli.main(["embed", "--data", str(data), "--header", "no", "--labels", "4",
+                     *FAST]) == 0
+    report = _report(capsys)
+    assert report["n"] == 90 and report["p"] == 4 and report["n_classes"] == 3
+
+
+def test_cli_stdout_is_one_json_document(tmp_path, table):
+    data, out = tmp_path / "d.csv", tmp_path / "z.npy"
+    table.to_csv(data, index=False)
+    env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
+    embed = subprocess.Popen(
+        [sys.executable, "-m", "probdr.cli", "embed", "--data", str(data), "--labels",
+         "species", "--out", str(out), "--perplexity", "10", "--n-iter", "60"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+    tool = subprocess.run([sys.executable, "-m", "json.tool"], stdin=embed.stdout,
+                          capture_output=True, text=True, timeout=300)
+    embed.stdout.close()
+    err = embed.stderr.read().decode()
+    assert embed.wait(timeout=300) == 0, err
+    assert tool.returncode == 0, tool.stderr
+    report = json.loads(tool.stdout)
+    assert report["data"] == str(data) and report["n"] == 90 and "seconds" in report
+    assert "embedding written to" in err and "TSNE" in err  # notes and progress: stderr
 
 
 def test_cli_bad_argument_is_a_clear_error(capsys, tmp_path):
@@ -26,18 +161,66 @@ def test_cli_bad_argument_is_a_clear_error(capsys, tmp_path):
     assert "NaN" in capsys.readouterr().err
 
 
+def test_cli_bad_inputs_fail_before_the_fit(tmp_path, capsys, no_fit, table):
+    good = tmp_path / "good.csv"
+    table.to_csv(good, index=False)
+    ids = tmp_path / "ids.csv"
+    table.assign(sample=[f"s{i}" for i in range(90)]).to_csv(ids, index=False)
+    holes = tmp_path / "holes.csv"
+    table.assign(**{"petal width": table["petal width"].where(table.index != 7)}).to_csv(
+        holes, index=False)
+    features = tmp_path / "features.csv"
+    table.drop(columns="species").to_csv(features, index=False)
+    short = tmp_path / "short.txt"
+    short.write_text("a\nb\n")
+    odd = tmp_path / "d.xlsx"
+    odd.write_text("x")
+    cases = [
+        (["--data", str(tmp_path / "missing.csv")], "no such file"),
+        (["--data", str(odd)], "unknown format '.xlsx'"),
+        (["--data", str(good)], "non-numeric column 'species' ('setosa' on line 2)"),
+        (["--data", str(ids), "--labels", "species"], "non-numeric column 'sample'"),
+        (["--data", str(holes), "--labels", "species"], "column 'petal width' on line 9"),
+        (["--data", str(good), "--labels", "kind"], "neither a column"),
+        (["--data", str(features), "--labels", str(short)], "holds 2 labels for 90 rows"),
+        (["--data", "digits", "--labels", str(tmp_path / "nope.txt")], "no such file"),
+        (["--data", str(good), "--labels", "species", "--out", str(tmp_path / "z.txt")],
+         "written as .npy, .csv or .tsv"),
+        (["--data", str(good), "--labels", "species", "--out", str(tmp_path / "z")],
+         "got 'none'"),
+        (["--data", str(good), "--labels", "species", "--plot", str(tmp_path / "p.foo")],
+         "figure format"),
+        (["--data", str(good), "--labels", "species", "--out", str(good)], "same file"),
+        (["--data", str(good), "--labels", "species", "--use-rep", "X_pca"], ".h5ad data only"),
+        (["--data", str(good), "--labels", "species", "--metric-param", "p=3"],
+         "needs --metric"),
+    ]
+    for argv, message in cases:
+        assert cli.main(["embed", *argv]) == 2, argv
+        captured = capsys.readouterr()
+        assert captured.out == "" and message in captured.err, (argv, captured.err)
+
+
+def test_cli_output_paths_are_checked_before_the_fit(tmp_path, capsys, no_fit):
+    for option, name in (("--out", "x.npy"), ("--plot", "x.png")):
+        rc = cli.main(["embed", "--data", "digits", option, str(tmp_path / "missing" / name)])
+        assert rc == 2
+        assert "does not exist" in capsys.readouterr().err
+    rc = cli.main(["embed", "--data", "digits", "--out", str(tmp_path)])
+    assert rc == 2 and "directory" in capsys.readouterr().err
+
+
 def test_cli_embed_tsnekhorn(tmp_path, capsys):
     from sklearn.datasets import load_digits
 
     data, out = tmp_path / "d.npy", tmp_path / "emb.npy"
     np.save(data, load_digits().data[:150])
     rc = cli.main(["embed", "--method", "tsnekhorn", "--data", str(data), "--perplexity", "10",
-                   "--n-iter", "150", "--out", str(out)])
+                   "--n-iter", "150", "--out", str(out), "--quiet"])
     assert rc == 0
     Z = np.load(out)
     assert Z.shape == (150, 2) and np.isfinite(Z).all()
-    text = capsys.readouterr().out
-    report = json.loads(text[:text.rindex("}") + 1])
+    report = _report(capsys)
     assert report["method"] == "tsnekhorn" and 0.8 < report["trustworthiness@15"] <= 1.0
     rc = cli.main(["embed", "--method", "snekhorn", "--data", str(data), "--inference", "svi"])
     assert rc == 2 and "MAP only" in capsys.readouterr().err
@@ -46,23 +229,131 @@ def test_cli_embed_tsnekhorn(tmp_path, capsys):
 def test_cli_small_data_reports_trustworthiness_at_a_smaller_k(tmp_path, capsys):
     data, out = tmp_path / "small.npy", tmp_path / "z.npy"
     np.save(data, np.random.default_rng(0).normal(size=(25, 4)))
-    rc = cli.main(["embed", "--data", str(data), "--perplexity", "5", "--out", str(out)])
+    rc = cli.main(["embed", "--data", str(data), "--perplexity", "5", "--out", str(out),
+                   "--quiet"])
     assert rc == 0 and np.load(out).shape == (25, 2)
-    text = capsys.readouterr().out
-    report = json.loads(text[:text.rindex("}") + 1])
-    assert 0.0 <= report["trustworthiness@12"] <= 1.0  # k < n / 2
+    assert 0.0 <= _report(capsys)["trustworthiness@12"] <= 1.0  # k < n / 2
 
 
-def test_cli_output_paths_are_checked_before_the_fit(tmp_path, capsys, monkeypatch):
-    import probdr
+def test_cli_posterior_summary_is_part_of_the_report(tmp_path, capsys, table):
+    data, png = tmp_path / "d.csv", tmp_path / "p.png"
+    table.to_csv(data, index=False)
+    rc = cli.main(["embed", "--data", str(data), "--labels", "species", "--inference", "svi",
+                   "--num-steps", "20", "--num-samples", "5", "--plot", str(png), *FAST])
+    assert rc == 0
+    report = _report(capsys)
+    assert report["posterior"]["inference"] == "svi" and report["posterior"]["draws"] == 5
+    assert report["outputs"]["uncertainty_plot"] == str(tmp_path / "p_uncertainty.png")
+    assert (tmp_path / "p_uncertainty.png").exists()
 
-    def no_fit(*args, **kwargs):
-        raise AssertionError("the fit ran before the output path was checked")
 
-    monkeypatch.setattr(probdr.TSNE, "fit_transform", no_fit)
-    for option in ("--out", "--plot"):
-        rc = cli.main(["embed", "--data", "digits", option, str(tmp_path / "missing" / "x")])
-        assert rc == 2
-        assert "does not exist" in capsys.readouterr().err
-    rc = cli.main(["embed", "--data", "digits", "--out", str(tmp_path)])
-    assert rc == 2 and "directory" in capsys.readouterr().err
+def test_labels_unknown_and_numeric_text():
+    lab = cli.Labels.from_raw(np.array(["1", " 2", "", "-1", None], dtype=object), "test")
+    assert lab.values.dtype == np.int64 and lab.known.tolist() == [True] * 2 + [False, True,
+                                                                                False]
+    assert lab.codes().tolist() == [1, 2, -1, 0, -1]
+    sup = cli.Labels.from_raw(np.array(["1", " 2", "", "-1", None], dtype=object), "test",
+                              minus_one_unknown=True)
+    assert sup.codes().tolist() == [0, 1, -1, -1, -1]
+    assert sup.for_plot().tolist() == ["1", "2", cli.UNLABELLED, cli.UNLABELLED, cli.UNLABELLED]
+    text = cli.Labels.from_raw(["b", "a", float("nan")], "test")
+    assert text.codes().tolist() == [1, 0, -1] and text.for_table().tolist() == ["b", "a", ""]
+
+
+def test_metric_param_parsing():
+    assert cli._metric_param("p=3") == ("p", 3.0)
+    assert cli._metric_param("w = abc") == ("w", "abc")
+    with pytest.raises(Exception, match="KEY=VALUE"):
+        cli._metric_param("p3")
+
+
+@pytest.mark.skipif("metric" not in probdr.TSNE().get_params(),
+                    reason="the estimators have no metric parameter yet")
+def test_cli_metric_is_passed_to_the_estimator(tmp_path, capsys, monkeypatch, table):
+    made = []
+    make = cli._make
+    monkeypatch.setattr(cli, "_make", lambda *a: made.append(make(*a)) or made[-1])
+    data = tmp_path / "d.csv"
+    table.to_csv(data, index=False)
+    rc = cli.main(["embed", "--data", str(data), "--labels", "species", "--metric", "cosine",
+                   *FAST])
+    assert rc == 0
+    report = _report(capsys)
+    assert report["metric"] == "cosine" and made[-1].metric == "cosine"
+    assert 0.0 < report["trustworthiness@15"] <= 1.0
+    rc = cli.main(["embed", "--data", str(data), "--labels", "species", "--metric", "minkowski",
+                   "--metric-param", "p=3", *FAST])
+    assert rc == 0
+    assert _report(capsys)["metric_params"] == {"p": 3.0} == made[-1].metric_params
+
+
+@pytest.mark.skipif("target_weight" not in probdr.UMAP().get_params(),
+                    reason="the estimators do not fit on labels yet")
+def test_cli_supervised_passes_labels_with_unknowns(tmp_path, capsys, monkeypatch, table):
+    seen = []
+    fit = probdr.UMAP.fit_transform
+
+    def spy(self, X, y=None, **kw):
+        seen.append((self.target_weight, None if y is None else np.asarray(y)))
+        return fit(self, X, y, **kw)
+
+    monkeypatch.setattr(probdr.UMAP, "fit_transform", spy)
+    data = tmp_path / "d.csv"
+    table.assign(species=table["species"].where(table.index % 3 != 0, "")).to_csv(
+        data, index=False)
+    rc = cli.main(["embed", "--method", "umap", "--data", str(data), "--labels", "species",
+                   "--supervised", "--target-weight", "0.5", *FAST])
+    assert rc == 0
+    report = _report(capsys)
+    assert report["supervised"] is True and report["labelled"] == 60
+    weight, y = seen[-1]
+    assert weight == 0.5 and (y[::3] == -1).all() and set(y.tolist()) == {-1, 0, 1, 2}
+    assert cli.main(["embed", "--data", str(data), "--target-weight", "1", *FAST]) == 2
+    assert "needs --supervised" in capsys.readouterr().err
+
+
+def _anndata():
+    return pytest.importorskip("anndata")
+
+
+def test_cli_h5ad_obsm_and_obs_labels(tmp_path, capsys, table):
+    anndata = _anndata()
+    import pandas as pd
+
+    X = table.drop(columns="species").to_numpy()
+    obs = pd.DataFrame({"cell_type": pd.Categorical(table["species"])},
+                       index=[f"c{i}" for i in range(len(X))])
+    adata = anndata.AnnData(X=np.zeros((len(X), 7), dtype=np.float32), obs=obs)
+    adata.obsm["X_pca"] = X
+    path = tmp_path / "cells.h5ad"
+    adata.write_h5ad(path)
+    rc = cli.main(["embed", "--data", str(path), "--labels", "cell_type", *FAST])
+    assert rc == 0
+    report = _report(capsys)
+    assert report["use_rep"] == "X_pca" and (report["n"], report["p"]) == (90, 4)
+    assert report["labels"] == "obs['cell_type']" and report["knn_accuracy@5"] > 0.9
+    assert cli.main(["embed", "--data", str(path), "--use-rep", "X_umap"]) == 2
+    assert "not a key of obsm" in capsys.readouterr().err
+
+
+def test_cli_h5ad_sparse_x_is_passed_through(tmp_path, capsys, monkeypatch, table):
+    anndata = _anndata()
+    import scipy.sparse as sp
+
+    class Recorder:
+        def fit_transform(self, X):
+            self.X = X
+            return np.random.default_rng(0).normal(size=(X.shape[0], 2))
+
+        def loss(self, Z):
+            return 0.0
+
+    rec = Recorder()
+    monkeypatch.setattr(cli, "_make", lambda *a: rec)
+    X = sp.random(90, 30, density=0.2, format="csr", random_state=0, dtype=np.float32)
+    path = tmp_path / "sparse.h5ad"
+    anndata.AnnData(X=X).write_h5ad(path)
+    assert cli.main(["embed", "--data", str(path), "--quiet"]) == 0
+    report = _report(capsys)
+    assert report["use_rep"] == "X" and report["sparse"] is True and report["p"] == 30
+    assert sp.issparse(rec.X) and rec.X.shape == (90, 30)
