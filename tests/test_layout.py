@@ -22,7 +22,7 @@ LAYERS = [
     ["probdr.estimators"],
     ["probdr.diagnostics", "probdr.metrics"],
     ["probdr.plotting"],
-    ["probdr.cli"],
+    ["probdr.cli", "probdr.anndata"],
 ]
 
 

@@ -101,6 +101,7 @@ class DREstimator(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimat
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
         tags.transformer_tags.preserves_dtype = []
+        tags.input_tags.sparse = self._sparse_ok()
         return tags
 
     @property

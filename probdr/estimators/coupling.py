@@ -21,7 +21,7 @@ import torch
 from sklearn.utils import check_scalar
 
 from ..infer import Phase, run_map
-from ..init import INITS, initialize
+from ..init import INITS
 from ..input.graph import AFFINITIES, _prior_kind, build_input_graph
 from ..kernels import get_kernel
 from ..laws.edge_priors import check_support
@@ -29,6 +29,7 @@ from ..laws.graph import GraphLaw, GraphPrior, check_coupling, get_prior
 from ..laws.weights import KernelWeights
 from ..models.coupling import graph_coupling_model
 from .base import DREstimator, set_init_params
+from .inputs import ContinueMixin, InputKindsMixin
 from .out_of_sample import NewPointsMixin, attraction_mass, auto_coupling_weight
 
 __all__ = ["GraphCoupling", "auto_coupling_weight"]
@@ -45,7 +46,7 @@ FFT_REPULSION_MIN_N = 1000
 SAMPLED_LR_SHRINK = 16.0
 
 
-class GraphCoupling(NewPointsMixin, DREstimator):
+class GraphCoupling(InputKindsMixin, ContinueMixin, NewPointsMixin, DREstimator):
     r"""Probabilistic graph coupling (Van Assel et al., 2022) fitted by MAP.
 
     Parameters
@@ -173,32 +174,6 @@ class GraphCoupling(NewPointsMixin, DREstimator):
     _keeps_training_data = True
     _accepts_sparse = True
     _uses_labels = True
-
-    # -- the input: features, a distance matrix, an affinity or a graph law --------------------
-    def _precomputed(self) -> str | None:
-        """``"distances"`` (``metric="precomputed"``), ``"affinity"``
-        (``affinity="precomputed"``) or ``None`` (X holds features)."""
-        if self._affinity() == "precomputed":
-            return "affinity"
-        if isinstance(self.metric, str) and self.metric == "precomputed":
-            return "distances"
-        return None
-
-    def _keeps_data_now(self) -> bool:
-        return self._precomputed() is None
-
-    def _validate_X(self, X):
-        if self._precomputed() == "affinity" and isinstance(X, GraphLaw):
-            self.n_features_in_ = X.n
-            if hasattr(self, "feature_names_in_"):
-                del self.feature_names_in_
-            return X
-        return super()._validate_X(X)
-
-    def _check_labels(self, y, n: int):
-        from ..input.labels import check_labels
-
-        return check_labels(y, n)
 
     def __init__(
         self,
@@ -367,33 +342,6 @@ class GraphCoupling(NewPointsMixin, DREstimator):
             check_inference(self.inference, n, self.n_components,
                             repulsion=self._repulsion(n), **(self.inference_params or {}))
 
-    def _check_input_kind(self, n: int, p: int) -> None:
-        """``metric``, ``metric_params``, ``precomputed_knn``, ``target_weight`` and the shape
-        of a precomputed X, before any work."""
-        from ..input.distances import check_knn, check_metric
-
-        kind = self._precomputed()
-        if kind is None:
-            check_metric(self.metric, self.metric_params, n_features=p)
-        elif n != p:
-            raise ValueError(f"{'metric' if kind == 'distances' else 'affinity'}='precomputed' "
-                             f"needs a square (n, n) matrix as X, got ({n}, {p}).")
-        if kind == "affinity" and not (isinstance(self.metric, str)
-                                       and self.metric in ("euclidean", "precomputed")):
-            raise ValueError("affinity='precomputed' takes the affinity itself: metric does not "
-                             "apply.")
-        if self.precomputed_knn is not None:
-            if kind == "affinity":
-                raise ValueError("precomputed_knn does not apply to affinity='precomputed'.")
-            check_knn(self.precomputed_knn, n, 1)
-        check_scalar(self.target_weight, "target_weight", Real, min_val=0, max_val=1)
-        if kind is not None and isinstance(self.init, str) and self.init == "ccpca":
-            raise ValueError("init='ccpca' needs the data's features; with a precomputed "
-                             f"{kind} use init='spectral' or 'pca'.")
-
-    def _sparse_ok(self) -> bool:
-        return not (isinstance(self.init, str) and self.init == "ccpca")
-
     def _phases(self, n: int) -> tuple[list[Phase], float, float | None]:
         """Optimisation schedule, loss scale and gradient clip (umap-learn's per-pair clip at 4
         is applied inside the model for the SGD presets). The loss is divided by
@@ -440,30 +388,6 @@ class GraphCoupling(NewPointsMixin, DREstimator):
             n_neighbors=self.n_neighbors, edge_prior=self.edge_prior, neighbors=self.neighbors,
             random_state=self.random_state_, metric=self.metric, metric_params=self.metric_params,
             precomputed_knn=self.precomputed_knn)
-
-    def _initial(self, X, mean, gen) -> torch.Tensor:
-        """The initial embedding. Without features (precomputed input) ``"pca"`` is classical
-        MDS of dense distances, else spectral."""
-        init, data = self.init, X
-        if isinstance(X, GraphLaw):  # no features: the initialisers need the size only
-            data = torch.empty(X.n, 0, dtype=torch.float64)
-        kind = self._precomputed()
-        if isinstance(init, str) and init == "pca" and kind is not None:
-            import scipy.sparse as sp
-
-            if kind == "distances" and not sp.issparse(X):
-                from ..init import classical_mds
-
-                data, init = classical_mds(X, self.n_components), "given"
-            else:
-                init = "spectral"
-        if init == "given":
-            from ..init import _rescale, pad_columns
-
-            Z = pad_columns(data, self.n_components, gen)
-            return _rescale(Z, self.init_scale, gen)
-        return initialize(init, data, self.n_components, graph=mean,
-                          input_graph=self.input_graph_, scale=self.init_scale, generator=gen)
 
     def _repulsion(self, n: int) -> str:
         """Resolve ``repulsion="auto"``: exact for small n; FFT for 2-D t-SNE; else sampled."""
@@ -549,63 +473,6 @@ class GraphCoupling(NewPointsMixin, DREstimator):
             W = self._observed_graph(self.input_graph_.sample().double())
             return W.to(dtype).coalesce() if W.is_sparse else W.to(dtype)
         return observe
-
-    def _observed_graph(self, W=None):
-        r"""The graph the latent graph is coupled with: :math:`W_X` (its mean unless given), or
-        after ``fit(X, y)`` the label mixture :math:`(1-\alpha) W_X + \alpha W_Y` of the
-        labelled rows (:func:`probdr.input.labels.supervised_mean`)."""
-        W = self.input_graph_.mean if W is None else W
-        if getattr(self, "label_graph_", None) is None:
-            return W
-        from ..input.labels import supervised_mean
-
-        return supervised_mean(W, self.label_graph_, self._y_fit, float(self.target_weight))
-
-    def optimize(self, n_iter: int, *, learning_rate: float | None = None,
-                 momentum: float | None = None, exaggeration: float = 1.0):
-        """Continue optimising the fitted embedding for ``n_iter`` more steps (openTSNE's
-        ``optimize``), with the optimiser's state (gains, velocity, moments) kept from the
-        previous ``fit`` or ``optimize``: a fit of ``a`` steps followed by ``optimize(b)`` is a
-        fit of ``a + b`` steps (same learning rate and momentum, no decay). ``learning_rate``,
-        ``momentum`` (default: those of the last phase) and ``exaggeration`` set this run's
-        schedule. Updates ``embedding_``, ``loss_history_`` (appended) and ``n_iter_``; the
-        callbacks run as in ``fit``. Returns ``self``."""
-        from ..infer.map import fit_callbacks
-        from .base import isolated_random_state
-
-        self._check_fitted()
-        check_scalar(n_iter, "n_iter", Integral, min_val=1)
-        check_scalar(exaggeration, "exaggeration", Real, min_val=0, include_boundaries="neither")
-        if self.inference != "map":
-            raise ValueError("optimize continues a MAP fit; with inference="
-                             f"{self.inference!r} refit the estimator instead.")
-        lr, mom = self._last_step
-        lr = lr if learning_rate is None else learning_rate
-        mom = mom if momentum is None else momentum
-        check_scalar(lr, "learning_rate", Real, min_val=0, include_boundaries="neither")
-        check_scalar(mom, "momentum", Real, min_val=0, max_val=1, include_boundaries="left")
-        n = self.embedding_.shape[0]
-        _, scale, clip = self._phases(n)
-        phase = Phase(int(n_iter), float(lr), float(mom), name="optimize",
-                      model_kwargs={} if exaggeration == 1.0 else {"exaggeration": exaggeration})
-        Z0 = torch.from_numpy(self.embedding_).to(self._fit_dtype)
-        seed = (self.random_state_ + int(self.n_iter_)) % (2**32)
-        with isolated_random_state(seed), fit_callbacks(self._callback(), self.callbacks_every):
-            res = run_map(graph_coupling_model, self.model_kwargs_, Z0, [phase],
-                          optimizer=self.optimizer, loss_scale=scale, grad_clip=clip,
-                          observe=self._observe(), verbose=self.verbose,
-                          desc=f"{type(self).__name__}.optimize",
-                          optimizer_state=self._optimizer_state)
-        if not torch.isfinite(res.Z).all():
-            raise FloatingPointError(f"{type(self).__name__}.optimize produced a non-finite "
-                                     "embedding; lower the learning rate.")
-        self.embedding_ = res.Z.detach().to(torch.float64).numpy()
-        self.loss_history_ = np.concatenate([self.loss_history_, res.loss_history])
-        self.n_iter_ = int(self.n_iter_) + res.n_iter
-        self.stopped_by_callback_ = res.stopped
-        self._optimizer_state = res.optimizer_state
-        self._last_step = (float(lr), float(mom))
-        return self
 
     # -- the objective ------------------------------------------------------------------------
     def _check_Z(self, Z) -> torch.Tensor:

@@ -1,0 +1,159 @@
+"""Mixins of :class:`~probdr.estimators.coupling.GraphCoupling`: the kinds of input it takes
+(features, dense or sparse; precomputed distances, neighbour lists or affinities; a graph law;
+labels) and the continuation of a MAP fit (``optimize``)."""
+
+from __future__ import annotations
+
+from numbers import Integral, Real
+
+import numpy as np
+import torch
+from sklearn.utils import check_scalar
+
+from ..infer import Phase, run_map
+from ..init import initialize
+from ..laws.graph import GraphLaw
+from ..models.coupling import graph_coupling_model
+
+__all__ = ["InputKindsMixin", "ContinueMixin"]
+
+
+class InputKindsMixin:
+    """What X (and y) may be, for the graph-coupling estimators."""
+
+    def _precomputed(self) -> str | None:
+        """``"distances"`` (``metric="precomputed"``), ``"affinity"``
+        (``affinity="precomputed"``) or ``None`` (X holds features)."""
+        if self._affinity() == "precomputed":
+            return "affinity"
+        if isinstance(self.metric, str) and self.metric == "precomputed":
+            return "distances"
+        return None
+
+    def _keeps_data_now(self) -> bool:
+        return self._precomputed() is None
+
+    def _validate_X(self, X):
+        if self._precomputed() == "affinity" and isinstance(X, GraphLaw):
+            self.n_features_in_ = X.n
+            if hasattr(self, "feature_names_in_"):
+                del self.feature_names_in_
+            return X
+        return super()._validate_X(X)
+
+    def _check_labels(self, y, n: int):
+        from ..input.labels import check_labels
+
+        return check_labels(y, n)
+
+    def _check_input_kind(self, n: int, p: int) -> None:
+        """``metric``, ``metric_params``, ``precomputed_knn``, ``target_weight`` and the shape
+        of a precomputed X, before any work."""
+        from ..input.distances import check_knn, check_metric
+
+        kind = self._precomputed()
+        if kind is None:
+            check_metric(self.metric, self.metric_params, n_features=p)
+        elif n != p:
+            raise ValueError(f"{'metric' if kind == 'distances' else 'affinity'}='precomputed' "
+                             f"needs a square (n, n) matrix as X, got ({n}, {p}).")
+        if kind == "affinity" and not (isinstance(self.metric, str)
+                                       and self.metric in ("euclidean", "precomputed")):
+            raise ValueError("affinity='precomputed' takes the affinity itself: metric does not "
+                             "apply.")
+        if self.precomputed_knn is not None:
+            if kind == "affinity":
+                raise ValueError("precomputed_knn does not apply to affinity='precomputed'.")
+            check_knn(self.precomputed_knn, n, 1)
+        check_scalar(self.target_weight, "target_weight", Real, min_val=0, max_val=1)
+        if kind is not None and isinstance(self.init, str) and self.init == "ccpca":
+            raise ValueError("init='ccpca' needs the data's features; with a precomputed "
+                             f"{kind} use init='spectral' or 'pca'.")
+
+    def _sparse_ok(self) -> bool:
+        return self._accepts_sparse and not (isinstance(self.init, str) and self.init == "ccpca")
+
+    def _initial(self, X, mean, gen) -> torch.Tensor:
+        """The initial embedding. Without features (precomputed input) ``"pca"`` is classical
+        MDS of dense distances, else spectral."""
+        init, data, given = self.init, X, False
+        if isinstance(X, GraphLaw):  # no features: the initialisers need the size only
+            data = torch.empty(X.n, 0, dtype=torch.float64)
+        kind = self._precomputed()
+        if isinstance(init, str) and init == "pca" and kind is not None:
+            import scipy.sparse as sp
+
+            if kind == "distances" and not sp.issparse(X):
+                from ..init import classical_mds
+
+                data, given = classical_mds(X, self.n_components), True
+            else:
+                init = "spectral"
+        if given:
+            from ..init import _rescale, pad_columns
+
+            Z = pad_columns(data, self.n_components, gen)
+            return _rescale(Z, self.init_scale, gen)
+        return initialize(init, data, self.n_components, graph=mean,
+                          input_graph=self.input_graph_, scale=self.init_scale, generator=gen)
+
+    def _observed_graph(self, W=None):
+        r"""The graph the latent graph is coupled with: :math:`W_X` (its mean unless given), or
+        after ``fit(X, y)`` the label mixture :math:`(1-\alpha) W_X + \alpha W_Y` of the
+        labelled rows (:func:`probdr.input.labels.supervised_mean`)."""
+        W = self.input_graph_.mean if W is None else W
+        if getattr(self, "label_graph_", None) is None:
+            return W
+        from ..input.labels import supervised_mean
+
+        return supervised_mean(W, self.label_graph_, self._y_fit, float(self.target_weight))
+
+
+class ContinueMixin:
+    """``optimize``: more MAP steps from the fitted state."""
+
+    def optimize(self, n_iter: int, *, learning_rate: float | None = None,
+                 momentum: float | None = None, exaggeration: float = 1.0):
+        """Continue optimising the fitted embedding for ``n_iter`` more steps (openTSNE's
+        ``optimize``), with the optimiser's state (gains, velocity, moments) kept from the
+        previous ``fit`` or ``optimize``: a fit of ``a`` steps followed by ``optimize(b)`` is a
+        fit of ``a + b`` steps (same learning rate and momentum, no decay). ``learning_rate``,
+        ``momentum`` (default: those of the last phase) and ``exaggeration`` set this run's
+        schedule. Updates ``embedding_``, ``loss_history_`` (appended) and ``n_iter_``; the
+        callbacks run as in ``fit``. Returns ``self``."""
+        from ..infer.map import fit_callbacks
+        from .base import isolated_random_state
+
+        self._check_fitted()
+        check_scalar(n_iter, "n_iter", Integral, min_val=1)
+        check_scalar(exaggeration, "exaggeration", Real, min_val=0, include_boundaries="neither")
+        if self.inference != "map":
+            raise ValueError("optimize continues a MAP fit; with inference="
+                             f"{self.inference!r} refit the estimator instead.")
+        lr, mom = self._last_step
+        lr = lr if learning_rate is None else learning_rate
+        mom = mom if momentum is None else momentum
+        check_scalar(lr, "learning_rate", Real, min_val=0, include_boundaries="neither")
+        check_scalar(mom, "momentum", Real, min_val=0, max_val=1, include_boundaries="left")
+        n = self.embedding_.shape[0]
+        _, scale, clip = self._phases(n)
+        phase = Phase(int(n_iter), float(lr), float(mom), name="optimize",
+                      model_kwargs={} if exaggeration == 1.0 else {"exaggeration": exaggeration})
+        Z0 = torch.from_numpy(self.embedding_).to(self._fit_dtype)
+        seed = (self.random_state_ + int(self.n_iter_)) % (2**32)
+        with isolated_random_state(seed), fit_callbacks(self._callback(), self.callbacks_every):
+            res = run_map(graph_coupling_model, self.model_kwargs_, Z0, [phase],
+                          optimizer=self.optimizer, loss_scale=scale, grad_clip=clip,
+                          observe=self._observe(), verbose=self.verbose,
+                          desc=f"{type(self).__name__}.optimize",
+                          optimizer_state=self._optimizer_state)
+        if not torch.isfinite(res.Z).all():
+            raise FloatingPointError(f"{type(self).__name__}.optimize produced a non-finite "
+                                     "embedding; lower the learning rate.")
+        self.embedding_ = res.Z.detach().to(torch.float64).numpy()
+        self.loss_history_ = np.concatenate([self.loss_history_, res.loss_history])
+        self.n_iter_ = int(self.n_iter_) + res.n_iter
+        self.stopped_by_callback_ = res.stopped
+        self._optimizer_state = res.optimizer_state
+        self._last_step = (float(lr), float(mom))
+        return self
