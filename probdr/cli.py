@@ -122,49 +122,36 @@ def _check_options(args) -> None:
 
 @dataclass
 class Labels:
-    """One label per row: ``values`` (numbers or strings), ``known`` (False where the label is
-    missing: empty, NaN, or -1 with ``--supervised``) and where they came from."""
+    """One label per row: ``names`` (numbers or text as read, ``""`` where unknown), ``codes``
+    (0..k-1, -1 where unknown: empty, NaN, or -1 with ``--supervised``) and their source."""
 
-    values: np.ndarray
-    known: np.ndarray
+    names: np.ndarray
+    codes: np.ndarray
     source: str
 
     @classmethod
     def from_raw(cls, raw, source: str, minus_one_unknown: bool = False) -> Labels:
-        arr = raw if isinstance(raw, np.ndarray) else np.asarray(raw, dtype=object)
+        arr = np.asarray(raw, dtype=object)
         arr = arr.ravel() if arr.ndim == 2 and 1 in arr.shape else arr
         if arr.ndim != 1:
             raise ValueError(f"labels ({source}): one label per row, got shape {arr.shape}.")
-        if arr.dtype.kind in "OUS":  # text: numbers when every known entry is one
-            text = np.array(["" if v is None or (isinstance(v, float) and np.isnan(v))
-                             else str(v).strip() for v in arr], dtype=object)
-            if not all(_is_number(v) for v in text if v):
-                return cls(text, text != "", source)
-            arr = np.array([float(v) if v else np.nan for v in text])
-        arr = arr.astype(np.int64) if arr.dtype.kind == "b" else arr
-        if arr.dtype.kind not in "iuf":
-            raise ValueError(f"labels ({source}) have an unsupported type {arr.dtype}.")
-        known = np.isfinite(arr) if arr.dtype.kind == "f" else np.ones(len(arr), bool)
-        if arr.dtype.kind == "f" and np.all(arr[known] == np.round(arr[known])):
-            arr = np.where(known, arr, 0).astype(np.int64)
-        return cls(arr, known & (arr != -1) if minus_one_unknown else known, source)
+        names = [str(v).strip() for v in arr]
+        names = ["" if v in ("None", "nan", "NaN", "<NA>") else v for v in names]
+        if all(_is_number(v) for v in names if v):  # numbers, integers when they are
+            names = [v and (int(float(v)) if float(v).is_integer() else float(v)) for v in names]
+        names = np.array(names, dtype=object)
+        known = np.array([v != "" and not (minus_one_unknown and v == -1) for v in names], bool)
+        codes = np.full(len(names), -1, dtype=np.int64)
+        codes[known] = np.unique(names[known], return_inverse=True)[1]
+        return cls(names, codes, source)
 
-    classes = property(lambda self: np.unique(self.values[self.known]))
-
-    def codes(self) -> np.ndarray:
-        """Integer classes 0..k-1, -1 where unknown (the supervised fit's ``y``)."""
-        codes = np.full(len(self.values), -1, dtype=np.int64)
-        codes[self.known] = np.unique(self.values[self.known], return_inverse=True)[1]
-        return codes
+    known = property(lambda self: self.codes >= 0)
+    n_classes = property(lambda self: int(self.codes.max()) + 1)
 
     def for_plot(self) -> np.ndarray:
-        return self.values if self.known.all() else np.array(
-            [str(v) if k else UNLABELLED for v, k in zip(self.values, self.known, strict=True)],
-            dtype=object)
-
-    def for_table(self) -> np.ndarray:
-        return np.array([v if k else "" for v, k in zip(self.values.tolist(), self.known,
-                                                        strict=True)], dtype=object)
+        return self.names if self.known.all() else np.array(
+            [str(v) if c >= 0 else UNLABELLED for v, c in zip(self.names, self.codes,
+                                                              strict=True)], dtype=object)
 
 
 def _pandas():
@@ -234,12 +221,10 @@ def _read_table(path: str, header: str, spec: str | None, minus_one: bool):
     X = feats.to_numpy(dtype=np.float64)
     missing = ~np.isfinite(X)
     if missing.any():
-        j = int(np.flatnonzero(missing.any(0))[0])
-        raise ValueError(f"--data {path!r}: {int(missing.sum())} missing or infinite value(s) "
-                         f"in {int(missing.any(0).sum())} column(s), the first in column "
-                         f"{name(feats.columns[j])} on line "
-                         f"{first_line + int(np.flatnonzero(missing[:, j])[0])}; fill or drop "
-                         "them first.")
+        i, j = np.argwhere(missing)[0]
+        raise ValueError(f"--data {path!r}: {int(missing.sum())} missing or infinite value(s), "
+                         f"the first on line {first_line + i} (column {name(feats.columns[j])})"
+                         "; fill or drop them first.")
     info = {"format": _suffix(path, compressed=True)[1:], "header": has_header}
     return X, labels, {**info, "row_names": True} if row_names else info
 
@@ -266,8 +251,7 @@ def _read_h5ad(path: str, use_rep: str | None, spec: str | None, minus_one: bool
     X = X.tocsr() if sp.issparse(X) else np.asarray(X)  # a sparse X is passed on as it is
     labels = None
     if spec is not None and spec in adata.obs.columns:
-        labels = Labels.from_raw(np.asarray(adata.obs[spec].astype(object)), f"obs[{spec!r}]",
-                                 minus_one)
+        labels = Labels.from_raw(adata.obs[spec].to_numpy(object), f"obs[{spec!r}]", minus_one)
     elif spec is not None and not os.path.exists(spec):
         cols = ", ".join(map(repr, adata.obs.columns[:20])) or "none"
         raise ValueError(f"--labels {spec!r} is neither an obs column of {path!r} (columns: "
@@ -304,8 +288,8 @@ def load_data(args):
             with open(spec, encoding="utf-8") as f:
                 raw = f.read().splitlines()
         labels = Labels.from_raw(raw, f"file {spec!r}", minus_one)
-        if len(labels.values) != X.shape[0]:
-            raise ValueError(f"--labels {spec!r} holds {len(labels.values)} labels for "
+        if len(labels.names) != X.shape[0]:
+            raise ValueError(f"--labels {spec!r} holds {len(labels.names)} labels for "
                              f"{X.shape[0]} rows of data (one label per line, no header).")
     if labels is not None and not labels.known.any():
         raise ValueError(f"no row has a known label ({labels.source}).")
@@ -364,7 +348,7 @@ def write_embedding(path: str, Z: np.ndarray, labels: Labels | None = None) -> N
             return np.save(f, Z)
     table = _pandas().DataFrame(Z, columns=[f"z{j + 1}" for j in range(Z.shape[1])])
     if labels is not None:
-        table["label"] = labels.for_table()
+        table["label"] = labels.names
     # float32 values (the estimators' default dtype) are written with the 9 digits they need
     single = np.array_equal(Z, np.asarray(Z, dtype=np.float32))
     table.to_csv(path, sep="," if suffix == ".csv" else "\t", index=False,
@@ -402,19 +386,18 @@ def _embed(args) -> dict[str, Any]:
     n, p = int(X.shape[0]), info.pop("p")
     note(f"{args.data}: {n} rows x {p} features" + (
         f" (header row: {'yes' if info['header'] else 'no'})" if "header" in info else "") + (
-        f"; labels: {labels.source}, {len(labels.classes)} classes, "
+        f"; labels: {labels.source}, {labels.n_classes} classes, "
         f"{int((~labels.known).sum())} unknown" if labels is not None else ""))
     t0 = time.perf_counter()
-    Z = est.fit_transform(X, labels.codes()) if args.supervised else est.fit_transform(X)
+    Z = est.fit_transform(X, labels.codes) if args.supervised else est.fit_transform(X)
     elapsed, Z = time.perf_counter() - t0, np.asarray(Z)
 
     report = {"method": args.method, "data": args.data, **info, "n": n, "p": p,
               "pca": args.pca, "metric": args.metric or "euclidean",
-              "metric_params": dict(args.metric_param) or None}
-    if labels is not None:
-        report.update(labels=labels.source, n_classes=len(labels.classes))
+              "metric_params": dict(args.metric_param) or None,
+              "labels": labels and labels.source, "n_classes": labels and labels.n_classes,
+              "supervised": args.supervised or None, "seconds": round(elapsed, 2)}
     report = {k: v for k, v in report.items() if v is not None}
-    report.update({"supervised": True} if args.supervised else {}, seconds=round(elapsed, 2))
     # trustworthiness (Euclidean distances in the input) needs k < n / 2: 15, or fewer
     k, sample, Xm, Zm = min(15, (n - 1) // 2), 5000 if n > 5000 else None, X, Z
     if sp.issparse(X):  # dense rows only for the points it is measured on
@@ -423,9 +406,9 @@ def _embed(args) -> dict[str, Any]:
         Xm, Zm, sample = X[idx].toarray(), Z[idx], None
     report[f"trustworthiness@{k}"] = round(metrics.trustworthiness(
         Xm, Zm, k, sample_size=sample), 4) if k >= 1 else None
-    if labels is not None and labels.known.sum() > 5 and len(labels.classes) > 1:
+    if labels is not None and labels.known.sum() > 5 and labels.n_classes > 1:
         m = labels.known
-        report["knn_accuracy@5"] = round(metrics.knn_accuracy(Z[m], labels.codes()[m], 5), 4)
+        report["knn_accuracy@5"] = round(metrics.knn_accuracy(Z[m], labels.codes[m], 5), 4)
     if labels is not None and not labels.known.all():
         report["labelled"] = int(labels.known.sum())
     report["loss"] = round(est.loss(Z), 4) if n <= 20_000 else None

@@ -180,7 +180,7 @@ def test_cli_bad_inputs_fail_before_the_fit(tmp_path, capsys, no_fit, table):
         (["--data", str(odd)], "unknown format '.xlsx'"),
         (["--data", str(good)], "non-numeric column 'species' ('setosa' on line 2)"),
         (["--data", str(ids), "--labels", "species"], "non-numeric column 'sample'"),
-        (["--data", str(holes), "--labels", "species"], "column 'petal width' on line 9"),
+        (["--data", str(holes), "--labels", "species"], "line 9 (column 'petal width')"),
         (["--data", str(good), "--labels", "kind"], "neither a column"),
         (["--data", str(features), "--labels", str(short)], "holds 2 labels for 90 rows"),
         (["--data", "digits", "--labels", str(tmp_path / "nope.txt")], "no such file"),
@@ -248,16 +248,16 @@ def test_cli_posterior_summary_is_part_of_the_report(tmp_path, capsys, table):
 
 
 def test_labels_unknown_and_numeric_text():
-    lab = cli.Labels.from_raw(np.array(["1", " 2", "", "-1", None], dtype=object), "test")
-    assert lab.values.dtype == np.int64 and lab.known.tolist() == [True] * 2 + [False, True,
-                                                                                False]
-    assert lab.codes().tolist() == [1, 2, -1, 0, -1]
-    sup = cli.Labels.from_raw(np.array(["1", " 2", "", "-1", None], dtype=object), "test",
-                              minus_one_unknown=True)
-    assert sup.codes().tolist() == [0, 1, -1, -1, -1]
+    raw = np.array(["1", " 2", "", "-1", None], dtype=object)
+    lab = cli.Labels.from_raw(raw, "test")
+    assert lab.names.tolist() == [1, 2, "", -1, ""] and lab.codes.tolist() == [1, 2, -1, 0, -1]
+    sup = cli.Labels.from_raw(raw, "test", minus_one_unknown=True)
+    assert sup.codes.tolist() == [0, 1, -1, -1, -1] and sup.n_classes == 2
     assert sup.for_plot().tolist() == ["1", "2", cli.UNLABELLED, cli.UNLABELLED, cli.UNLABELLED]
     text = cli.Labels.from_raw(["b", "a", float("nan")], "test")
-    assert text.codes().tolist() == [1, 0, -1] and text.for_table().tolist() == ["b", "a", ""]
+    assert text.codes.tolist() == [1, 0, -1] and text.names.tolist() == ["b", "a", ""]
+    floats = cli.Labels.from_raw(np.array([1.0, np.nan, 2.0], dtype=np.float32), "test")
+    assert floats.names.tolist() == [1, "", 2] and floats.known.tolist() == [True, False, True]
 
 
 def test_metric_param_parsing():
