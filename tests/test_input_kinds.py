@@ -239,3 +239,47 @@ def test_bad_metric_errors(digits_small):
         probdr.UMAP(metric="haversine", **FIT).fit(X)
     with pytest.raises(ValueError, match="not available for sparse"):
         probdr.UMAP(metric="chebyshev", **FIT).fit(sp.csr_matrix(X))
+
+
+@pytest.mark.parametrize("cls,kw", [
+    (probdr.WishartEigenmaps, {"n_neighbors": 10}),
+    (probdr.LaplacianWishart, {"n_neighbors": 10, "n_iter": 5}),
+    (probdr.ProbDR, {"n_neighbors": 10, "n_iter": 5}),
+    (probdr.ccPCA, {"n_samples": 5}),
+])
+def test_metric_reaches_the_knn_families(untied, cls, kw):
+    """The kNN-graph families use the metric's neighbours: cosine neighbours of X equal
+    Euclidean neighbours of its normalised rows, so the two fits are the same."""
+    X = untied
+    U = X / np.linalg.norm(X, axis=1, keepdims=True)
+    a = cls(metric="cosine", random_state=0, **kw).fit(X)
+    b = cls(random_state=0, **kw).fit(U)
+    graph = "laplacian_" if hasattr(a, "laplacian_") and a.laplacian_ is not None else None
+    if graph:
+        assert torch.equal(a.laplacian_.rows, b.laplacian_.rows)
+        assert torch.equal(a.laplacian_.cols, b.laplacian_.cols)
+    else:  # the same edges (the entropic weights differ: cost d_cos^2 against 2 d_cos)
+        assert ((_dense(a.input_graph_.mean) > 0) == (_dense(b.input_graph_.mean) > 0)).all()
+    if hasattr(a, "transform") and cls is not probdr.ccPCA:
+        # cosine neighbours ignore scale (neither batch equals a training point)
+        np.testing.assert_allclose(a.transform(X[:5] * 3.0), a.transform(X[:5] * 2.0), atol=1e-9)
+
+
+def test_gwmds_and_snekhorn_take_metrics_and_distances(untied):
+    X = untied[:120]
+    D = cdist(X, X)
+    a = probdr.GWMDS(n_iter=5, random_state=0).fit(X)
+    b = probdr.GWMDS(n_iter=5, random_state=0, metric="precomputed").fit(D)
+    np.testing.assert_allclose(np.abs(a.embedding_), np.abs(b.embedding_), rtol=1e-5, atol=1e-6)
+    c = probdr.GWMDS(n_iter=5, random_state=0, metric="manhattan").fit(X)
+    assert np.isfinite(c.embedding_).all()
+    with pytest.raises(ValueError, match="symmetric"):
+        probdr.GWMDS(metric="precomputed").fit(D + np.triu(np.ones_like(D), 1))
+    s1 = probdr.SNEkhorn(perplexity=10, n_iter=3, random_state=0).fit(X)
+    s2 = probdr.SNEkhorn(perplexity=10, n_iter=3, random_state=0, metric="precomputed").fit(D)
+    np.testing.assert_allclose(_dense(s1.input_graph_.mean), _dense(s2.input_graph_.mean),
+                               atol=1e-6)
+    s3 = probdr.SNEkhorn(perplexity=10, n_iter=3, random_state=0, metric="cosine").fit(X)
+    assert np.isfinite(s3.embedding_).all()
+    with pytest.raises(TypeError, match="sparse"):
+        probdr.SNEkhorn(perplexity=10, n_iter=3).fit(sp.csr_matrix(X))

@@ -88,6 +88,9 @@ class ccPCA(DREstimator):
         Monte Carlo draws :math:`N`.
     random_state : int or None
 
+    metric, metric_params : str or callable, dict
+        Dissimilarity of the rows for the input graph (:mod:`probdr.input.distances`); the components' means stay in feature space.
+
     Attributes
     ----------
     embedding_ : ndarray (n, q)
@@ -103,10 +106,14 @@ class ccPCA(DREstimator):
     _components_at_most_features = True
 
     def __init__(self, n_components: int = 2, prior_x: str = "D", perplexity: float = 30.0,
-                 n_samples: int = 100, random_state: int | None = None):
+                 n_samples: int = 100, random_state: int | None = None, *,
+                 metric="euclidean", metric_params=None):
         set_init_params(self, locals())
 
     def _check_params(self, n: int, p: int) -> None:
+        from ..input.distances import check_metric
+
+        check_metric(self.metric, self.metric_params, n_features=p)
         if str(self.prior_x).upper() not in ("B", "D", "E"):
             raise ValueError(f"prior_x must be 'B', 'D' or 'E', got {self.prior_x!r}.")
         if not (isinstance(self.perplexity, (int, float, np.integer, np.floating))
@@ -163,7 +170,7 @@ class ccPCA(DREstimator):
 
         self.input_graph_ = build_input_graph(
             X, str(self.prior_x).upper(), "entropic", perplexity=float(self.perplexity),
-            random_state=self.random_state_)
+            random_state=self.random_state_, metric=self.metric, metric_params=self.metric_params)
         gen = torch.Generator().manual_seed(self.random_state_)
         memb = sample_memberships(self.input_graph_, int(self.n_samples), gen)
         self.component_stats_: ComponentStatistics = component_statistics(memb)

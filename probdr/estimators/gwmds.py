@@ -26,7 +26,7 @@ import torch
 
 from ..infer.map import MAPFit, Phase
 from ..init import pad_columns
-from ..input.graph import euclidean_distance_matrix, geodesic_distances
+from ..input.graph import dense_cost, euclidean_distance_matrix, geodesic_distances
 from ..models.ot_gwmds import euclidean_distances, gwmds_model
 from ..ot.costs import pearson_distance_correlation
 from .base import DREstimator, set_init_params
@@ -85,6 +85,9 @@ class GWMDS(DREstimator):
     random_state : int or None
     verbose : bool
 
+    metric, metric_params : str or callable, dict
+        Dissimilarity of the rows (:mod:`probdr.input.distances`), or ``"precomputed"``: X is a dense symmetric distance matrix (``init="pca"`` is then classical MDS).
+
     Attributes
     ----------
     embedding_ : ndarray (n, d)
@@ -135,10 +138,20 @@ class GWMDS(DREstimator):
         verbose: bool = False,
         callbacks=None,
         callbacks_every: int = 50,
+        metric="euclidean",
+        metric_params: dict | None = None,
     ):
         set_init_params(self, locals())
 
     def _check_params(self, n: int, p: int) -> None:
+        from ..input.distances import check_metric
+
+        if self._precomputed():
+            if n != p:
+                raise ValueError("metric='precomputed' needs a square (n, n) distance matrix as "
+                                 f"X, got ({n}, {p}).")
+        else:
+            check_metric(self.metric, self.metric_params, n_features=p)
         if self.n_neighbors is not None:
             if not (isinstance(self.n_neighbors, (int, np.integer)) and 1 <= self.n_neighbors < n):
                 raise ValueError(f"n_neighbors must be an integer in [1, n-1] = [1, {n - 1}], "
@@ -164,19 +177,29 @@ class GWMDS(DREstimator):
             raise ValueError(f"gw_max_iter must be a positive integer, got {self.gw_max_iter!r}.")
 
     # ------------------------------------------------------------------------------------------
+    def _precomputed(self) -> bool:
+        return isinstance(self.metric, str) and self.metric == "precomputed"
+
     def _dissimilarity(self, X: torch.Tensor) -> np.ndarray:
         if self.geodesic:
-            D, k = geodesic_distances(X.numpy(), self.n_neighbors)
+            D, k = geodesic_distances(X, self.n_neighbors, metric=self.metric,
+                                      metric_params=self.metric_params)
             self.n_neighbors_ = k
             return D
         self.n_neighbors_ = None
-        return euclidean_distance_matrix(X.numpy())
+        if isinstance(self.metric, str) and self.metric == "euclidean":
+            return euclidean_distance_matrix(X.numpy())
+        return dense_cost(X, self.metric, self.metric_params).sqrt().numpy()
 
     def _initial(self, X: torch.Tensor, scale: float, gen: torch.Generator):
         n, d = X.shape[0], self.n_components
         if isinstance(self.init, str) and self.init == "random":
             return torch.randn(n, d, dtype=torch.float64, generator=gen), False
-        if isinstance(self.init, str):  # pca
+        if isinstance(self.init, str) and self._precomputed():  # pca of the distances: MDS
+            from ..init import classical_mds
+
+            Y = pad_columns(classical_mds(X, d), d, gen)
+        elif isinstance(self.init, str):  # pca
             Xc = X - X.mean(0, keepdim=True)
             U, S, Vh = torch.linalg.svd(Xc, full_matrices=False)
             Y = pad_columns(U[:, :d] * S[:d], d, gen)

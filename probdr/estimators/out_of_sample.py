@@ -24,7 +24,7 @@ import torch
 
 from .._fft import CauchyField
 from ..infer.map import Phase, run_map
-from ..input.graph import _prior_kind, new_point_rows
+from ..input.graph import _prior_kind, new_point_rows, query_lists
 from ..input.neighbors import knn_query
 from ..models.out_of_sample import new_point_log_likelihood, new_points_model
 
@@ -451,7 +451,8 @@ class GraphRowMixin:
         Xt = self._validate_new(X)
         X_ref = self._training_data()
         k = min(int(self.n_neighbors), X_ref.shape[0])
-        idx, _ = knn_query(X_ref, Xt, k)
+        idx, _ = query_lists(X_ref, Xt, k, metric=getattr(self, "metric", "euclidean"),
+                             metric_params=getattr(self, "metric_params", None))
         Z_ref = torch.from_numpy(self.embedding_)
         lam = torch.as_tensor(self._column_eigenvalues(), dtype=torch.float64)
         Z = Z_ref[idx].sum(1) / (k - lam)
@@ -465,7 +466,9 @@ def entropic_rows_to_training(est, Xt: torch.Tensor) -> torch.Tensor:
     """The new points' entropic (D) input rows against the training points at the estimator's
     perplexity, ``(m, n)`` sparse."""
     return new_point_rows(Xt, est._training_data(), "D", "entropic",
-                          perplexity=float(est.perplexity))
+                          perplexity=float(est.perplexity),
+                          metric=getattr(est, "metric", "euclidean"),
+                          metric_params=getattr(est, "metric_params", None))
 
 
 def transform_only_if(cls, reason) -> None:
@@ -489,7 +492,9 @@ def averaged_rows(est, Xt: torch.Tensor, M: np.ndarray) -> tuple[np.ndarray, tor
     estimator's perplexity and input prior) averages the training rows of ``M``."""
     X_ref = est._training_data()
     P = new_point_rows(Xt, X_ref, str(getattr(est, "prior_x", "D")).upper(), "entropic",
-                       perplexity=float(min(est.perplexity, X_ref.shape[0]))).double()
+                       perplexity=float(min(est.perplexity, X_ref.shape[0])),
+                       metric=getattr(est, "metric", "euclidean"),
+                       metric_params=getattr(est, "metric_params", None)).double()
     num = torch.sparse.mm(P, torch.as_tensor(M, dtype=torch.float64))
     den = torch.sparse.sum(P, 1).to_dense().clamp_min(1e-300)
     return (num / den[:, None]).numpy(), training_matches(Xt, X_ref)

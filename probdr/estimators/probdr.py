@@ -155,6 +155,9 @@ class ProbDR(GraphRowMixin, DREstimator):
     neighbors : {"auto", "exact", "approximate"}
         kNN search.
 
+    metric, metric_params : str or callable, dict
+        Dissimilarity of the rows for the kNN Laplacian (:mod:`probdr.input.distances`).
+
     Attributes
     ----------
     embedding_ : ndarray (n, q)
@@ -183,7 +186,7 @@ class ProbDR(GraphRowMixin, DREstimator):
                  solver: str = "map", optimizer: str = "auto", init="pca",
                  n_iter: int | None = None, learning_rate: float = 1.0, max_n: int = 6000,
                  neighbors: str = "auto", callbacks=None,
-                 callbacks_every: int = 50):
+                 callbacks_every: int = 50, metric="euclidean", metric_params=None):
         set_init_params(self, locals())
 
     # -- parameters ------------------------------------------------------------------------------
@@ -193,6 +196,9 @@ class ProbDR(GraphRowMixin, DREstimator):
         return 0.5 / probdr_epsilon(n, self.n_neg, self.n_neighbors)
 
     def _check_params(self, n: int, p: int) -> None:
+        from ..input.distances import check_metric
+
+        check_metric(self.metric, self.metric_params, n_features=p)
         q = self.n_components
         _check_int("max_n", self.max_n)
         if n > self.max_n:
@@ -286,7 +292,8 @@ class ProbDR(GraphRowMixin, DREstimator):
         self.laplacian_ = None
         if isinstance(cov, str) and cov == "laplacian":
             L = knn_laplacian(X, self.n_neighbors, neighbors=self.neighbors,
-                              random_state=self.random_state_)
+                              random_state=self.random_state_, metric=self.metric,
+                              metric_params=self.metric_params)
             self.laplacian_ = L
             self.n_graph_components_ = L.n_connected_components()
             ridge = self.ridge

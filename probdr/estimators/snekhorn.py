@@ -47,6 +47,9 @@ class SNEkhorn(GraphCoupling):
     early_momentum, optimizer, learning_rate_decay, init, dtype, random_state, verbose :
         As in :class:`probdr.GraphCoupling` (``optimizer`` in {"adam", "gains", "sgd"}).
 
+    metric, metric_params : str or callable, dict
+        Dissimilarity of the rows, the SEA cost being :math:`d^2` (:mod:`probdr.input.distances`), or ``"precomputed"``: X is a dense distance matrix.
+
     Attributes
     ----------
     embedding_ : ndarray (n, q)
@@ -79,9 +82,7 @@ class SNEkhorn(GraphCoupling):
     latent_edge_prior = None
     grad_clip = None
     init_scale = 1e-4
-    # SEA is computed from the dense Euclidean cost of the features: no other input yet
-    metric = "euclidean"
-    metric_params = None
+    # SEA needs every pair's cost: no neighbour lists, no sparse input
     precomputed_knn = None
     target_weight = 0.0
     _accepts_sparse = False
@@ -94,7 +95,7 @@ class SNEkhorn(GraphCoupling):
                  learning_rate=0.5, momentum: float = 0.8, early_momentum: float = 0.5,
                  optimizer: str = "adam", learning_rate_decay: bool = True, init="pca",
                  dtype: str = "float32", random_state: int | None = None, verbose: bool = False, callbacks=None,
-                 callbacks_every: int = 50):
+                 callbacks_every: int = 50, metric="euclidean", metric_params=None):
         set_init_params(self, locals())
 
     # SEA has the entropic affinities' perplexity constraints plus the self-loop exclusion
@@ -126,7 +127,8 @@ class SNEkhorn(GraphCoupling):
         return "entropic"
 
     def _build_input_graph(self, X: torch.Tensor) -> GraphLaw:
-        return sea_input_graph(X, self.perplexity, tol=self.sea_tol)
+        return sea_input_graph(X, self.perplexity, tol=self.sea_tol, metric=self.metric,
+                               metric_params=self.metric_params)
 
     def _fit(self, X: torch.Tensor) -> torch.Tensor:
         self.latent_prior_ = DoublyStochasticPrior(tol=self.sinkhorn_tol,
@@ -154,5 +156,5 @@ class TSNEkhorn(SNEkhorn):
                  optimizer: str = "gains", learning_rate_decay: bool = False, init="pca",
                  dtype: str = "float32", random_state: int | None = None,
                  verbose: bool = False, callbacks=None,
-                 callbacks_every: int = 50):
+                 callbacks_every: int = 50, metric="euclidean", metric_params=None):
         set_init_params(self, locals())

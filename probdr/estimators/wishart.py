@@ -205,16 +205,24 @@ class WishartPCA(LinearMapMixin, PosteriorInference, DREstimator):
 class _LaplacianEstimator(GraphRowMixin, PosteriorInference, DREstimator):
     """Shared pieces: the symmetrised kNN Laplacian and its checks."""
 
-    def _check_neighbors(self, n: int) -> None:
+    def _check_neighbors(self, n: int, p: int | None = None) -> None:
         _check_int("n_neighbors", self.n_neighbors)
+        if p is not None:
+            self._check_metric_param(p)
         if self.n_neighbors > n - 1:
             raise ValueError(
                 f"n_neighbors={self.n_neighbors} is too large for n={n} samples: the kNN graph "
                 f"needs n_neighbors <= n - 1 = {n - 1} (use fewer neighbours or more data).")
 
+    def _check_metric_param(self, p: int) -> None:
+        from ..input.distances import check_metric
+
+        check_metric(self.metric, self.metric_params, n_features=p)
+
     def _laplacian(self, X: torch.Tensor) -> KNNLaplacian:
         L = knn_laplacian(X, self.n_neighbors, neighbors=getattr(self, "neighbors", "auto"),
-                          random_state=self.random_state_)
+                          random_state=self.random_state_, metric=self.metric,
+                          metric_params=self.metric_params)
         self.laplacian_ = L
         self.n_graph_components_ = L.n_connected_components()
         return L
@@ -257,6 +265,9 @@ class WishartEigenmaps(_LaplacianEstimator):
         A posterior over Z instead of the MAP (default ``inference="map"``): see
         :class:`probdr.estimators.inference.PosteriorInference`.
 
+    metric, metric_params : str or callable, dict
+        Dissimilarity of the rows for the kNN graph (:mod:`probdr.input.distances`).
+
     Attributes
     ----------
     embedding_ : ndarray (n, q)
@@ -278,11 +289,11 @@ class WishartEigenmaps(_LaplacianEstimator):
                  neighbors: str = "auto", inference: str = "map",
                  inference_params: dict | None = None, z_prior=None,
                  coupling_weight: float = 1.0, callbacks=None,
-                 callbacks_every: int = 50):
+                 callbacks_every: int = 50, metric="euclidean", metric_params=None):
         set_init_params(self, locals())
 
     def _check_params(self, n: int, p: int) -> None:
-        self._check_neighbors(n)
+        self._check_neighbors(n, p)
         _check_choice("solver", self.solver, ("map", "closed_form"))
         _check_int("n_iter", self.n_iter)
         if not self.beta > 0:
@@ -375,6 +386,9 @@ class LaplacianWishart(_LaplacianEstimator):
         A posterior over Z instead of the MAP (default ``inference="map"``): see
         :class:`probdr.estimators.inference.PosteriorInference`.
 
+    metric, metric_params : str or callable, dict
+        Dissimilarity of the rows for the kNN graph (:mod:`probdr.input.distances`).
+
     Attributes
     ----------
     embedding_ : ndarray (n, q)
@@ -401,7 +415,7 @@ class LaplacianWishart(_LaplacianEstimator):
                  neighbors: str = "auto", inference: str = "map",
                  inference_params: dict | None = None, z_prior=None,
                  coupling_weight: float = 1.0, callbacks=None,
-                 callbacks_every: int = 50):
+                 callbacks_every: int = 50, metric="euclidean", metric_params=None):
         set_init_params(self, locals())
 
     def _eps(self, n: int) -> float:
@@ -409,7 +423,7 @@ class LaplacianWishart(_LaplacianEstimator):
             else float(self.eps_tilde)
 
     def _check_params(self, n: int, p: int) -> None:
-        self._check_neighbors(n)
+        self._check_neighbors(n, p)
         _check_choice("model", self.model, ("wishart", "bernoulli", "cne"))
         _check_int("n_iter", self.n_iter)
         _check_int("n_neg", self.n_neg)

@@ -31,7 +31,7 @@ from .neighbors import knn, knn_query
 
 __all__ = ["AFFINITIES", "knn_edges", "neighbor_lists", "query_lists", "build_input_graph",
            "precomputed_input_graph", "new_point_rows", "sea_input_graph", "sea_affinity",
-           "knn_laplacian", "euclidean_distance_matrix", "geodesic_distances"]
+           "knn_laplacian", "dense_cost", "euclidean_distance_matrix", "geodesic_distances"]
 
 AFFINITIES = ("entropic", "umap", "binary")
 
@@ -227,11 +227,54 @@ def new_point_rows(X_new, X_ref, prior_x: str | GraphPrior = "D",
                                    (m, n), check_invariants=False).coalesce()
 
 
-def sea_input_graph(X: torch.Tensor, perplexity: float, tol: float = 1e-5) -> NEdgeGraph:
+def sea_input_graph(X, perplexity: float, tol: float = 1e-5, *, metric="euclidean",
+                    metric_params=None) -> NEdgeGraph:
     r"""Input graph law of SNEkhorn: the E law with weights :math:`\mathbf P^{se}` (SEA, diagonal
-    excluded), whose mean is :math:`n\mathbf P^{se}/\sum\mathbf P^{se} = \mathbf P^{se}`."""
-    log_P = symmetric_entropic(X, perplexity, exclude_self=True, tol=tol, return_log=True)
+    excluded), whose mean is :math:`n\mathbf P^{se}/\sum\mathbf P^{se} = \mathbf P^{se}`.
+    The cost is the squared Euclidean distance, or :math:`d^2` under ``metric`` (``"precomputed"``:
+    X is the dense distance matrix)."""
+    if isinstance(metric, str) and metric == "euclidean" and not is_sparse(X):
+        log_P = symmetric_entropic(X, perplexity, exclude_self=True, tol=tol, return_log=True)
+    else:
+        C = dense_cost(X, metric, metric_params)
+        log_P = symmetric_entropic(C, perplexity, precomputed=True, exclude_self=True, tol=tol,
+                                   return_log=True)
     return NEdgePrior().posterior(DenseWeights(log_P))
+
+
+def dense_cost(X, metric="euclidean", metric_params=None) -> torch.Tensor:
+    r"""All pairs' costs :math:`C_{ij} = d(x_i, x_j)^2`, dense ``(n, n)`` float64, zero diagonal
+    (``metric="precomputed"``: X is a dense distance matrix, validated)."""
+    from ..config import check_dense
+    from .distances import pairwise_distances
+
+    n = X.shape[0]
+    check_dense(n, "the all-pairs cost matrix", "Use a neighbour-graph method (TSNE, UMAP).")
+    if isinstance(metric, str) and metric == "precomputed":
+        if is_sparse(X):
+            raise ValueError("this method needs all pairwise distances: a sparse precomputed "
+                             "distance matrix holds neighbours only; pass a dense (n, n) matrix.")
+        D = torch.as_tensor(np.asarray(X) if not isinstance(X, torch.Tensor) else X,
+                            dtype=torch.float64)
+        _check_distance_matrix(D)
+    else:
+        D = pairwise_distances(X, X, metric, metric_params)
+    C = D.square()
+    C.fill_diagonal_(0.0)
+    return C
+
+
+def _check_distance_matrix(D: torch.Tensor) -> None:
+    """Square, finite, non-negative, zero diagonal, symmetric (1e-8 relative)."""
+    if D.ndim != 2 or D.shape[0] != D.shape[1]:
+        raise ValueError(f"a precomputed distance matrix must be square, got {tuple(D.shape)}.")
+    if not torch.isfinite(D).all() or (D < 0).any():
+        raise ValueError("the precomputed distances must be finite and non-negative.")
+    scale = float(D.abs().max().clamp_min(1e-300))
+    if float(D.diagonal().abs().max()) > 1e-8 * scale:
+        raise ValueError("a precomputed distance matrix has a zero diagonal (d(x, x) = 0).")
+    if float((D - D.T).abs().max()) > 1e-8 * scale:
+        raise ValueError("this method needs a symmetric precomputed distance matrix.")
 
 
 def sea_affinity(X: torch.Tensor, perplexity: float) -> torch.Tensor:
@@ -240,16 +283,17 @@ def sea_affinity(X: torch.Tensor, perplexity: float) -> torch.Tensor:
     return symmetric_entropic(X, perplexity)
 
 
-def knn_laplacian(X: torch.Tensor, n_neighbors: int = 15, *, neighbors: str = "auto",
-                  random_state: int = 0) -> KNNLaplacian:
+def knn_laplacian(X, n_neighbors: int = 15, *, neighbors: str = "auto",
+                  random_state: int = 0, metric="euclidean", metric_params=None) -> KNNLaplacian:
     r"""Laplacian of the symmetrised binary kNN graph, :math:`A = \mathbb 1[A^{kNN} +
     A^{kNN\top} \ge 1]` (``n_neighbors`` neighbours per point, self excluded), as [004] builds
-    Laplacian eigenmaps' graph."""
+    Laplacian eigenmaps' graph; ``metric`` as in :func:`neighbor_lists`."""
     n = X.shape[0]
     if not 1 <= n_neighbors <= n - 1:
         raise ValueError(f"n_neighbors={n_neighbors} must lie in [1, n - 1] = [1, {n - 1}] "
                          f"for n={n} samples.")
-    r, c, _ = knn_edges(X, n_neighbors, neighbors=neighbors, random_state=random_state)
+    r, c, _ = knn_edges(X, n_neighbors, neighbors=neighbors, random_state=random_state,
+                        metric=metric, metric_params=metric_params)
     keys = torch.cat([r * n + c, c * n + r]).unique()
     return KNNLaplacian(keys // n, keys % n, n)
 
@@ -264,7 +308,8 @@ def euclidean_distance_matrix(X) -> np.ndarray:
     return D
 
 
-def geodesic_distances(X, n_neighbors: int | None = None) -> tuple[np.ndarray, int]:
+def geodesic_distances(X, n_neighbors: int | None = None, *, metric="euclidean",
+                       metric_params=None) -> tuple[np.ndarray, int]:
     r"""Shortest-path (geodesic) distances on the symmetrised kNN graph (Isomap's first two
     steps), edges weighted by Euclidean length.
 
@@ -275,13 +320,18 @@ def geodesic_distances(X, n_neighbors: int | None = None) -> tuple[np.ndarray, i
     from scipy.sparse.csgraph import connected_components, shortest_path
     from sklearn.neighbors import kneighbors_graph
 
-    X = np.asarray(X.detach().cpu() if isinstance(X, torch.Tensor) else X, dtype=np.float64)
+    if not (isinstance(metric, str) and metric == "euclidean"):  # edges weighted by the metric
+        X = dense_cost(X, metric, metric_params).sqrt().numpy()
+        graph_kw = {"metric": "precomputed"}
+    else:
+        X = np.asarray(X.detach().cpu() if isinstance(X, torch.Tensor) else X, dtype=np.float64)
+        graph_kw = {}
     n = X.shape[0]
     auto = n_neighbors is None
     k = 5 if auto else int(n_neighbors)
     k = min(k, n - 1)
     while True:
-        G = kneighbors_graph(X, k, mode="distance", include_self=False)
+        G = kneighbors_graph(X, k, mode="distance", include_self=False, **graph_kw)
         G = G.maximum(G.T)
         n_comp, _ = connected_components(G, directed=False)
         if n_comp == 1:
