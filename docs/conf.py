@@ -169,7 +169,7 @@ def _copy_mathjax(app, exception):
 
 # -- the table of contents ---------------------------------------------------------------------
 #: pages every build has, in this order
-CORE_PAGES = ["quickstart", "concepts", "api"]
+CORE_PAGES = ["quickstart", "cli", "input", "concepts", "api"]
 #: pages written elsewhere in the project, listed in this order when they exist
 OPTIONAL_PAGES = ["ot", "ot-results", "wishart", "ccpca-results", "bayesian", "benchmarks"]
 #: the line of index.md that is replaced by the toctree of the optional and any other pages

@@ -13,61 +13,30 @@ import json
 import os
 import sys
 import time
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from .datasets import NAMES as BUNDLED
+from .cli_files import (  # noqa: F401
+    BUNDLED,
+    DATA_SUFFIXES,
+    OUT_SUFFIXES,
+    TABLES,
+    UNLABELLED,
+    Labels,
+    _check_path,
+    _is_bundled,
+    _is_number,
+    _suffix,
+    load_data,
+    write_embedding,
+)
 from .plotting import plot_uncertainty
 
 METHODS = ("sne", "tsne", "largevis", "umap", "tsnekhorn", "snekhorn")
 #: the distance names of the estimators' ``metric=``
 METRICS = ("euclidean", "sqeuclidean", "cosine", "correlation", "manhattan", "chebyshev",
            "minkowski", "hamming", "jaccard", "haversine")
-#: delimited text formats and their separators (compressed ones, ``.csv.gz`` etc., read too)
-TABLES = {".csv": ",", ".tsv": "\t", ".txt": r"\s+"}
-COMPRESSIONS = (".gz", ".bz2", ".xz", ".zip", ".zst")
-DATA_SUFFIXES = (".npy", *TABLES, ".h5ad")
-OUT_SUFFIXES = (".npy", ".csv", ".tsv")
-UNLABELLED = "(unlabelled)"  # the plot's legend entry for unknown labels
-
-_is_bundled = lambda data: data in BUNDLED and not os.path.exists(data)
-
-
-def _suffix(path: str, compressed: bool = False) -> str:
-    """The lower-cased suffix of ``path`` (``.csv`` for ``x.csv.gz`` when ``compressed``)."""
-    name = os.path.basename(path).lower()
-    if compressed:
-        name = next((name[: -len(c)] for c in COMPRESSIONS if name.endswith(c)), name)
-    return os.path.splitext(name)[1]
-
-
-def _is_number(text: str) -> bool:
-    try:
-        float(text)
-    except ValueError:
-        return False
-    return True
-
-
-def _check_path(path: str | None, option: str, write: bool = True) -> None:
-    """Fail before the fit if an output file cannot be written (or an input file read)."""
-    if not path:
-        return
-    target = os.path.abspath(path)
-    parent = os.path.dirname(target)
-    if os.path.isdir(target):
-        raise ValueError(f"{option} {path!r} is a directory; give a file name.")
-    checks = [(not os.path.exists(target), "no such file"),
-              (not os.access(target, os.R_OK), "the file is not readable")] if not write else [
-        (not os.path.isdir(parent), f"the directory {parent!r} does not exist"),
-        (not os.access(parent, os.W_OK), f"the directory {parent!r} is not writable"),
-        (os.path.exists(target) and not os.access(target, os.W_OK), "the file is not writable")]
-    for bad, problem in checks:
-        if bad:
-            raise ValueError(f"{option} {path!r}: {problem}.")
-
 
 def _check_options(args) -> None:
     """The options and every path the command reads or writes, before anything is loaded."""
@@ -120,192 +89,6 @@ def _check_options(args) -> None:
             raise ValueError(f"{other} and {option} name the same file {path!r}.")
 
 
-@dataclass
-class Labels:
-    """One label per row: ``names`` (numbers or text as read, ``""`` where unknown), ``codes``
-    (0..k-1, -1 where unknown: empty, NaN, or -1 with ``--supervised``) and their source."""
-
-    names: np.ndarray
-    codes: np.ndarray
-    source: str
-
-    @classmethod
-    def from_raw(cls, raw, source: str, minus_one_unknown: bool = False) -> Labels:
-        arr = np.asarray(raw, dtype=object)
-        arr = arr.ravel() if arr.ndim == 2 and 1 in arr.shape else arr
-        if arr.ndim != 1:
-            raise ValueError(f"labels ({source}): one label per row, got shape {arr.shape}.")
-        names = [str(v).strip() for v in arr]
-        names = ["" if v in ("None", "nan", "NaN", "<NA>") else v for v in names]
-        if all(_is_number(v) for v in names if v):  # numbers, integers when they are
-            names = [v and (int(float(v)) if float(v).is_integer() else float(v)) for v in names]
-        names = np.array(names, dtype=object)
-        known = np.array([v != "" and not (minus_one_unknown and v == -1) for v in names], bool)
-        codes = np.full(len(names), -1, dtype=np.int64)
-        codes[known] = np.unique(names[known], return_inverse=True)[1]
-        return cls(names, codes, source)
-
-    known = property(lambda self: self.codes >= 0)
-    n_classes = property(lambda self: int(self.codes.max()) + 1)
-
-    def for_plot(self) -> np.ndarray:
-        return self.names if self.known.all() else np.array(
-            [str(v) if c >= 0 else UNLABELLED for v, c in zip(self.names, self.codes,
-                                                              strict=True)], dtype=object)
-
-
-def _pandas():
-    try:
-        import pandas
-    except ImportError as exc:  # pragma: no cover - pandas comes with arviz
-        raise ImportError("tables (.csv, .tsv, .txt) need pandas: pip install pandas") from exc
-    return pandas
-
-
-def _read_table(path: str, header: str, spec: str | None, minus_one: bool):
-    """A delimited table: numeric feature columns and, optionally, the label column ``spec``."""
-    pd = _pandas()
-    sep = TABLES[_suffix(path, compressed=True)]
-    kw = dict(sep=sep, skipinitialspace=sep != r"\s+")
-    try:
-        first = pd.read_csv(path, header=None, nrows=1, dtype=str, keep_default_na=False, **kw)
-    except pd.errors.EmptyDataError:
-        raise ValueError(f"--data {path!r} is empty.") from None
-    cells = [str(c).strip() for c in first.iloc[0]]
-    # auto: a first row with a cell that is not a number is a header
-    has_header = any(c and not _is_number(c) for c in cells) if header == "auto" else \
-        header == "yes"
-    # an empty first header cell (pandas' to_csv with its index, R's write.csv): row names
-    row_names = has_header and len(cells) > 1 and cells[0] == ""
-    df = pd.read_csv(path, header=0 if has_header else None, index_col=0 if row_names else None,
-                     **kw)
-    if len(df) == 0:
-        raise ValueError(f"--data {path!r} has no data rows.")
-    first_line = 2 if has_header else 1
-    doubt = ""  # a header guessed from text cells over text columns only: say so
-    if header == "auto" and has_header and all(not pd.api.types.is_numeric_dtype(df[c])
-                                               for c in df.columns if not _is_number(str(c))):
-        doubt = " (the first row was read as a header, as it holds text; if it is data, give " \
-                "--header no)"
-    name = (lambda c: repr(c)) if has_header else (lambda c: f"{c} (0-based)")
-    labels = col = None
-    if spec is not None:
-        if spec in df.columns:
-            col = spec
-        elif not has_header and spec.lstrip("-").isdigit() and \
-                -df.shape[1] <= int(spec) < df.shape[1]:
-            col = df.columns[int(spec)]
-        if col is not None:
-            labels = Labels.from_raw(df[col].to_numpy(), f"column {name(col)}", minus_one)
-        elif not os.path.exists(spec):
-            cols = ", ".join(map(repr, df.columns[:20])) + ", ..." * (df.shape[1] > 20)
-            what = f"a column of {path!r} (columns: {cols})" if has_header else \
-                f"a column position of {path!r} (it has no header row; 0..{df.shape[1] - 1})"
-            raise ValueError(f"--labels {spec!r} is neither {what} nor a file{doubt}.")
-    feats = df.drop(columns=[col]) if col is not None else df
-    if feats.shape[1] == 0:
-        raise ValueError(f"--data {path!r} has no feature column besides the labels.")
-    bad = []
-    for c in feats.columns:
-        if not (pd.api.types.is_bool_dtype(feats[c]) or pd.api.types.is_numeric_dtype(feats[c])):
-            text = feats[c].notna() & pd.to_numeric(feats[c], errors="coerce").isna()
-            i = int(np.flatnonzero(text.to_numpy())[0])
-            bad.append(f"{name(c)} ({feats[c].iloc[i]!r} on line {first_line + i})")
-    if bad:
-        hint = "give its position with --labels N (no header row), or remove it" if not \
-            has_header and spec is None else "name the label column with --labels COLUMN " \
-            "and remove other text columns"
-        raise ValueError(f"--data {path!r}: non-numeric column{'s' * (len(bad) > 1)} "
-                         f"{', '.join(bad)}; probdr embeds numeric features only: {hint}"
-                         f"{doubt}.")
-    X = feats.to_numpy(dtype=np.float64)
-    missing = ~np.isfinite(X)
-    if missing.any():
-        i, j = np.argwhere(missing)[0]
-        raise ValueError(f"--data {path!r}: {int(missing.sum())} missing or infinite value(s), "
-                         f"the first on line {first_line + i} (column {name(feats.columns[j])})"
-                         "; fill or drop them first.")
-    info = {"format": _suffix(path, compressed=True)[1:], "header": has_header}
-    return X, labels, {**info, "row_names": True} if row_names else info
-
-
-def _read_h5ad(path: str, use_rep: str | None, spec: str | None, minus_one: bool):
-    try:
-        import anndata
-    except ImportError as exc:
-        raise ImportError("reading .h5ad files needs anndata: pip install anndata") from exc
-    import scipy.sparse as sp
-
-    try:
-        adata = anndata.read_h5ad(path)
-    except (OSError, KeyError, ValueError) as exc:
-        raise ValueError(f"--data {path!r} is not a readable .h5ad file ({exc}).") from exc
-    rep = use_rep or ("X_pca" if "X_pca" in adata.obsm else "X")
-    keys = ", ".join(adata.obsm.keys()) or "(none)"
-    if (rep != "X" and rep not in adata.obsm) or (rep == "X" and adata.X is None):
-        raise ValueError(f"--use-rep {rep!r} is not a key of obsm in {path!r}; keys: {keys}, "
-                         "or X." if rep != "X" else f"--data {path!r} has no X; choose "
-                         f"--use-rep from obsm: {keys}.")
-    X = adata.X if rep == "X" else adata.obsm[rep]
-    X = X.to_numpy() if hasattr(X, "to_numpy") else X
-    X = X.tocsr() if sp.issparse(X) else np.asarray(X)  # a sparse X is passed on as it is
-    labels = None
-    if spec is not None and spec in adata.obs.columns:
-        labels = Labels.from_raw(adata.obs[spec].to_numpy(object), f"obs[{spec!r}]", minus_one)
-    elif spec is not None and not os.path.exists(spec):
-        cols = ", ".join(map(repr, adata.obs.columns[:20])) or "none"
-        raise ValueError(f"--labels {spec!r} is neither an obs column of {path!r} (columns: "
-                         f"{cols}) nor a file.")
-    return X, labels, {"format": "h5ad", "use_rep": rep, "sparse": bool(sp.issparse(X))}
-
-
-def load_data(args):
-    """``--data`` with ``--labels``, ``--use-rep``, ``--pca``: ``(X, labels or None, info)``;
-    ``X`` is an array, or scipy sparse from an ``.h5ad``."""
-    import scipy.sparse as sp
-
-    from . import datasets
-
-    minus_one, spec = bool(args.supervised), args.labels
-    labels, info = None, {}
-    if _is_bundled(args.data):
-        X, y = datasets.load(args.data, random_state=args.random_state or 0)
-        labels = Labels.from_raw(y, "bundled", minus_one)
-    elif _suffix(args.data) == ".npy":
-        X, info = np.load(args.data, allow_pickle=False), {"format": "npy"}
-        if X.ndim != 2:
-            raise ValueError(f"--data {args.data!r} holds an array of shape {X.shape}; probdr "
-                             "needs a 2-D array (rows x features).")
-    elif _suffix(args.data) == ".h5ad":
-        X, labels, info = _read_h5ad(args.data, args.use_rep, spec, minus_one)
-    else:
-        X, labels, info = _read_table(args.data, args.header, spec, minus_one)
-    if spec is not None and (labels is None or labels.source == "bundled"):  # a labels file
-        _check_path(spec, "--labels", write=False)
-        if _suffix(spec) == ".npy":
-            raw = np.load(spec, allow_pickle=False)
-        else:
-            with open(spec, encoding="utf-8") as f:
-                raw = f.read().splitlines()
-        labels = Labels.from_raw(raw, f"file {spec!r}", minus_one)
-        if len(labels.names) != X.shape[0]:
-            raise ValueError(f"--labels {spec!r} holds {len(labels.names)} labels for "
-                             f"{X.shape[0]} rows of data (one label per line, no header).")
-    if labels is not None and not labels.known.any():
-        raise ValueError(f"no row has a known label ({labels.source}).")
-    info["p"] = int(X.shape[1])
-    if args.pca is not None:
-        if not 1 <= args.pca <= min(X.shape):
-            raise ValueError(f"--pca must lie in [1, {min(X.shape)}] for these data.")
-        if sp.issparse(X):  # centred PCA of a sparse matrix, without making it dense
-            from sklearn.decomposition import PCA
-
-            X = PCA(args.pca, svd_solver="arpack", random_state=0).fit_transform(X)
-        else:
-            X = datasets._pca(np.asarray(X, dtype=np.float64), args.pca)
-    return X, labels, info
-
-
 def _make(method: str, args):
     from . import estimators as est
 
@@ -335,24 +118,6 @@ def _make(method: str, args):
         if method in ("sne", "tsne", "tsnekhorn"):
             kw["early_exaggeration_iter"] = min(250, args.n_iter // 3)
     return cls(**kw)
-
-
-def write_embedding(path: str, Z: np.ndarray, labels: Labels | None = None) -> None:
-    """Write ``Z`` to exactly ``path``: ``.npy``, or ``.csv`` / ``.tsv`` with a header ``z1, z2,
-    ...`` and a ``label`` column when labels are given."""
-    suffix = _suffix(path)
-    if suffix not in OUT_SUFFIXES:
-        raise ValueError(f"cannot write the embedding as {suffix!r}; use .npy, .csv or .tsv.")
-    if suffix == ".npy":
-        with open(path, "wb") as f:  # np.save(name) appends .npy to a name without it
-            return np.save(f, Z)
-    table = _pandas().DataFrame(Z, columns=[f"z{j + 1}" for j in range(Z.shape[1])])
-    if labels is not None:
-        table["label"] = labels.names
-    # float32 values (the estimators' default dtype) are written with the 9 digits they need
-    single = np.array_equal(Z, np.asarray(Z, dtype=np.float32))
-    table.to_csv(path, sep="," if suffix == ".csv" else "\t", index=False,
-                 float_format="%.9g" if single else None)
 
 
 def _save_figure(ax, path: str) -> None:

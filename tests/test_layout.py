@@ -22,7 +22,7 @@ LAYERS = [
     ["probdr.estimators"],
     ["probdr.diagnostics", "probdr.metrics"],
     ["probdr.plotting"],
-    ["probdr.cli", "probdr.anndata"],
+    ["probdr.cli", "probdr.cli_files", "probdr.anndata"],
 ]
 
 
