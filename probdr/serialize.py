@@ -41,7 +41,7 @@ DROPPED_MODULES = ("pyro.infer.autoguide",)
 ARRAY_KINDS = set("biufcmMSU")
 MARKERS = ("__float__", "__tuple__", "__dict__", "__set__", "__frozenset__", "__complex__",
            "__ndarray__", "__object_array__", "__npscalar__", "__np_dtype__", "__tensor__",
-           "__sparse_coo__", "__sparse_csr__", "__torch_dtype__", "__torch_size__",
+           "__sparse_coo__", "__sparse_csr__", "__scipy_csr__", "__torch_dtype__", "__torch_size__",
            "__torch_device__", "__random_state__", "__generator__", "__object__", "__dropped__")
 BIT_GENERATORS = ("MT19937", "PCG64", "PCG64DXSM", "Philox", "SFC64")
 
@@ -159,6 +159,14 @@ class _Encoder:
             return {"__ndarray__": self._add(np.asarray(v), path)}
         if isinstance(v, torch.Tensor):
             return self._tensor(v, path)
+        if _is_scipy_sparse(v):  # e.g. sparse training data: stored as CSR arrays
+            import scipy.sparse as sp
+
+            C = sp.csr_matrix(v)
+            return {"__scipy_csr__": list(C.shape),
+                    "data": self._add(np.asarray(C.data), path + ".data"),
+                    "indices": self._add(np.asarray(C.indices), path + ".indices"),
+                    "indptr": self._add(np.asarray(C.indptr), path + ".indptr")}
         if t is np.random.RandomState:
             return {"__random_state__": self.encode(v.get_state(legacy=False), path)}
         if t is np.random.Generator and type(v.bit_generator).__name__ in BIT_GENERATORS:
@@ -276,6 +284,15 @@ class _Decoder:
                                        self._tensor(node["values"]), node["__sparse_csr__"],
                                        check_invariants=True)
 
+    def _scipy_csr(self, node):
+        import scipy.sparse as sp
+
+        shape = tuple(int(x) for x in node["__scipy_csr__"])
+        C = sp.csr_matrix((self._array(node["data"]), self._array(node["indices"]),
+                           self._array(node["indptr"])), shape=shape)
+        C.check_format(full_check=True)  # a hand-made file cannot index out of bounds
+        return C
+
     def _random(self, node):
         if "__random_state__" in node:
             rs = np.random.RandomState()
@@ -319,7 +336,7 @@ class _Decoder:
             return simple[marker](val)
         return {"__object_array__": self._object_array, "__tensor__": self._tensor,
                 "__sparse_coo__": self._sparse, "__sparse_csr__": self._sparse,
-                "__random_state__": self._random, "__generator__": self._random,
+                "__scipy_csr__": self._scipy_csr, "__random_state__": self._random, "__generator__": self._random,
                 "__object__": self._object}[marker](node)
 
 
@@ -469,3 +486,12 @@ def load(path):
     for k, v in state.items():
         setattr(est, k, v)
     return est
+
+
+def _is_scipy_sparse(v) -> bool:
+    mod = type(v).__module__
+    if not mod.startswith("scipy.sparse"):
+        return False
+    import scipy.sparse as sp
+
+    return sp.issparse(v)

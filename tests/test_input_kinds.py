@@ -283,3 +283,22 @@ def test_gwmds_and_snekhorn_take_metrics_and_distances(untied):
     assert np.isfinite(s3.embedding_).all()
     with pytest.raises(TypeError, match="sparse"):
         probdr.SNEkhorn(perplexity=10, n_iter=3).fit(sp.csr_matrix(X))
+
+
+def test_sparse_and_precomputed_fits_save_and_load(tmp_path, untied):
+    X = untied[:200]
+    S = sp.csr_matrix(np.where(X > 8, X, 0.0))
+    est = probdr.UMAP(n_epochs=20, random_state=0, metric="cosine").fit(S)
+    est.save(tmp_path / "s.probdr")
+    again = probdr.load(tmp_path / "s.probdr")
+    new = sp.csr_matrix(S[:5] * 2.0)
+    np.testing.assert_array_equal(again.transform(new), est.transform(new))
+    D = cdist(X, X)
+    est = probdr.TSNE(metric="precomputed", **TFIT).fit(D)
+    assert getattr(est, "_X_fit", None) is None  # the distance matrix is not kept
+    est.save(tmp_path / "d.probdr")
+    Dn = cdist(X[:4] + 0.5, X)
+    np.testing.assert_array_equal(probdr.load(tmp_path / "d.probdr").transform(Dn),
+                                  est.transform(Dn))
+    # a training point's own distances place it at its fitted position
+    np.testing.assert_array_equal(est.transform(D[:3]), est.embedding_[:3])
