@@ -1,6 +1,6 @@
 """A sparse matrix fitted without forming its dense form: probdr's UMAP and TSNE on a random
-CSR matrix (default 20,000 x 10,000, density 1 %: 16 GB... no, 1.6 GB dense in float64), with
-the process's peak resident memory reported beside the dense size.
+CSR matrix (default 20,000 x 10,000 at density 1 %, 1.5 GiB dense in float64), with the
+process's peak resident memory reported beside the dense size.
 
 The rows are tf-idf-like: 20 topics, each row draws its non-zero columns mostly from its
 topic's vocabulary, so that neighbours carry structure; the 5-NN accuracy of the topic labels

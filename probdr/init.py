@@ -27,15 +27,7 @@ def pca(X, n_components: int) -> torch.Tensor:
     import scipy.sparse as sp
 
     if sp.issparse(X):
-        C = sp.coo_matrix(X, dtype=np.float64)
-        A = torch.sparse_coo_tensor(torch.from_numpy(np.vstack([C.row, C.col]).astype(np.int64)),
-                                    torch.from_numpy(C.data), C.shape,
-                                    check_invariants=False).coalesce()
-        q = min(n_components + 10, min(C.shape))
-        with warnings.catch_warnings():  # torch's own sparse intermediate warns
-            warnings.filterwarnings("ignore", message="Sparse invariant checks")
-            U, S, V = torch.pca_lowrank(A, q=q, center=True, niter=6)
-        return _sign_fix(U[:, :n_components] * S[:n_components])
+        return _sign_fix(_sparse_pca_scores(sp.csr_matrix(X, dtype=np.float64), n_components))
     Xc = X.to(torch.float64) - X.to(torch.float64).mean(0, keepdim=True)
     if min(Xc.shape) > 500:
         U, S, V = torch.pca_lowrank(Xc, q=n_components + 10, center=False, niter=6)
@@ -43,6 +35,36 @@ def pca(X, n_components: int) -> torch.Tensor:
         U, S, Vh = torch.linalg.svd(Xc, full_matrices=False)
     Z = U[:, :n_components] * S[:n_components]
     return _sign_fix(Z)
+
+
+def _sparse_pca_scores(A, n_components: int, oversample: int = 10, n_iter: int = 6,
+                       seed: int = 0) -> torch.Tensor:
+    r"""PCA scores of the column-centred sparse matrix :math:`A - \mathbb 1\mu^\top` by the
+    randomised range finder with power iterations (Halko et al. 2011), never forming the centred
+    (dense) matrix: every product is :math:`A v - \mathbb 1 (\mu^\top v)` or
+    :math:`A^\top u - \mu (\mathbb 1^\top u)`."""
+    n, p = A.shape
+    rng = np.random.default_rng(seed)
+    mu = np.asarray(A.mean(0)).ravel()
+    AT = A.T.tocsr()
+    ell = min(n_components + oversample, n, p)
+
+    def right(V):  # (A - 1 mu^T) V
+        return A @ V - np.outer(np.ones(n), mu @ V)
+
+    def left(U):  # (A - 1 mu^T)^T U
+        return AT @ U - np.outer(mu, U.sum(0))
+
+    Y = right(rng.standard_normal((p, ell)))
+    for _ in range(n_iter):
+        Q, _ = np.linalg.qr(Y)
+        Q2, _ = np.linalg.qr(left(Q))
+        Y = right(Q2)
+    Q, _ = np.linalg.qr(Y)
+    B = left(Q).T  # Q^T (A - 1 mu^T), ell x p
+    Ub, S, _ = np.linalg.svd(B, full_matrices=False)
+    U = Q @ Ub[:, :n_components]
+    return torch.from_numpy(np.ascontiguousarray(U * S[:n_components]))
 
 
 def _sign_fix(Z: torch.Tensor) -> torch.Tensor:
