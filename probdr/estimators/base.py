@@ -23,7 +23,8 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 from .._utils import as_output, resolve_dtype
 from ..infer.map import fit_callbacks
 
-__all__ = ["DREstimator", "resolve_seed", "isolated_random_state", "set_init_params"]
+__all__ = ["DREstimator", "resolve_seed", "resolve_n_jobs", "thread_limit",
+           "isolated_random_state", "set_init_params"]
 
 #: random_state integers accepted (numpy's legacy seeding takes 32-bit seeds)
 MAX_SEED = 2**32 - 1
@@ -55,6 +56,50 @@ def set_init_params(est, params: dict) -> None:
     for k, v in params.items():
         if k not in ("self", "__class__"):
             setattr(est, k, v)
+
+
+def resolve_n_jobs(n_jobs) -> int | None:
+    """Threads for ``n_jobs``: ``None`` keeps the process's setting (torch's default is every
+    core); a positive int is that many; ``-1`` every core this process may use, ``-2`` all but
+    one, ... (scikit-learn's convention). Raises ``ValueError`` on 0 or a non-integer."""
+    if n_jobs is None:
+        return None
+    if isinstance(n_jobs, (bool, np.bool_)) or not isinstance(n_jobs, (int, np.integer)) \
+            or n_jobs == 0:
+        raise ValueError(f"n_jobs must be None, a positive integer or a negative one (-1: all "
+                         f"cores), got {n_jobs!r}.")
+    import os
+
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    cores = max(1, int(cores or 1))
+    return int(n_jobs) if n_jobs > 0 else max(1, cores + 1 + int(n_jobs))
+
+
+@contextlib.contextmanager
+def thread_limit(n_jobs):
+    """Run a block with torch's intra-op thread count set from ``n_jobs``
+    (:func:`resolve_n_jobs`), restored afterwards, also on error."""
+    threads = resolve_n_jobs(n_jobs)
+    before = torch.get_num_threads()
+    if threads is None or threads == before:
+        yield
+        return
+    torch.set_num_threads(threads)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+def with_threads(method):
+    """Decorate an estimator method to run under :func:`thread_limit` of its ``n_jobs``."""
+    import functools
+
+    @functools.wraps(method)
+    def wrapper(self, *args, **kwargs):
+        with thread_limit(getattr(self, "n_jobs", None)):
+            return method(self, *args, **kwargs)
+    return wrapper
 
 
 @contextlib.contextmanager
@@ -166,6 +211,7 @@ class DREstimator(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimat
         """Fit the model to ``X`` of shape ``(n_samples, n_features)``. ``y``: labels, used by
         the estimators that support supervision (the graph-coupling family, ``target_weight``);
         ignored by the others."""
+        resolve_n_jobs(getattr(self, "n_jobs", None))  # a bad value fails before any work
         Xt = self._validate_X(X)
         from ..laws.graph import GraphLaw
 
@@ -176,8 +222,9 @@ class DREstimator(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimat
         labels = self._check_labels(y, n) if (self._uses_labels and y is not None) else None
         callback = self._callback()
         self.random_state_ = resolve_seed(self.random_state)
-        with isolated_random_state(self.random_state_), fit_callbacks(
-                callback, getattr(self, "callbacks_every", 50)):
+        with thread_limit(getattr(self, "n_jobs", None)), \
+                isolated_random_state(self.random_state_), \
+                fit_callbacks(callback, getattr(self, "callbacks_every", 50)):
             Z = self._fit(Xt, labels) if self._uses_labels else self._fit(Xt)
         if not torch.isfinite(Z).all():
             raise FloatingPointError(

@@ -107,7 +107,7 @@ class ccPCA(DREstimator):
 
     def __init__(self, n_components: int = 2, prior_x: str = "D", perplexity: float = 30.0,
                  n_samples: int = 100, random_state: int | None = None, *,
-                 metric="euclidean", metric_params=None):
+                 metric="euclidean", metric_params=None, n_jobs=None):
         set_init_params(self, locals())
 
     def _check_params(self, n: int, p: int) -> None:

@@ -130,6 +130,10 @@ class GraphCoupling(InputKindsMixin, ContinueMixin, NewPointsMixin, DREstimator)
     dtype : {"float32", "float64"}
     random_state : int or None
     verbose : bool
+    n_jobs : int or None
+        Threads (torch's intra-op pool) for ``fit``, ``transform``, ``sample_transform`` and
+        ``optimize``, restored afterwards: ``None`` keeps the process's setting (torch's default
+        is every core), ``-1`` every core, ``-2`` all but one.
     metric : str or callable
         Dissimilarity of the rows of X (:mod:`probdr.input.distances`): ``"euclidean"``
         (default), ``"sqeuclidean"``, ``"cosine"``, ``"correlation"``, ``"manhattan"``,
@@ -213,6 +217,7 @@ class GraphCoupling(InputKindsMixin, ContinueMixin, NewPointsMixin, DREstimator)
         verbose: bool = False,
         callbacks=None,
         callbacks_every: int = 50,
+        n_jobs: int | None = None,
         metric="euclidean",
         metric_params: dict | None = None,
         precomputed_knn=None,

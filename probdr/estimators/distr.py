@@ -148,6 +148,7 @@ class DistR(DREstimator):
         verbose: bool = False,
         callbacks=None,
         callbacks_every: int = 50,
+        n_jobs: int | None = None,
     ):
         set_init_params(self, locals())
 

@@ -138,6 +138,7 @@ class GWMDS(DREstimator):
         verbose: bool = False,
         callbacks=None,
         callbacks_every: int = 50,
+        n_jobs: int | None = None,
         metric="euclidean",
         metric_params: dict | None = None,
     ):

@@ -14,6 +14,7 @@ from ..infer import Phase, run_map
 from ..init import initialize
 from ..laws.graph import GraphLaw
 from ..models.coupling import graph_coupling_model
+from .base import with_threads
 
 __all__ = ["InputKindsMixin", "ContinueMixin"]
 
@@ -112,6 +113,7 @@ class InputKindsMixin:
 class ContinueMixin:
     """``optimize``: more MAP steps from the fitted state."""
 
+    @with_threads
     def optimize(self, n_iter: int, *, learning_rate: float | None = None,
                  momentum: float | None = None, exaggeration: float = 1.0):
         """Continue optimising the fitted embedding for ``n_iter`` more steps (openTSNE's

@@ -27,6 +27,7 @@ from ..infer.map import Phase, run_map
 from ..input.graph import _prior_kind, new_point_rows, query_lists
 from ..input.neighbors import knn_query
 from ..models.out_of_sample import new_point_log_likelihood, new_points_model
+from .base import with_threads
 
 __all__ = ["auto_coupling_weight", "attraction_mass", "NewPointsMixin", "LinearMapMixin", "GraphRowMixin", "training_matches",
            "transform_only_if"]
@@ -218,6 +219,7 @@ class NewPointsMixin:
         return auto_coupling_weight(self.kernel_, self.n_components, mass)
 
     # -- transform ----------------------------------------------------------------------------
+    @with_threads
     def transform(self, X, *, n_iter: int = 100):
         r"""Place new points into the fitted embedding (MAP of each new point's position given
         the fitted embedding, which is not changed).
@@ -297,6 +299,7 @@ class NewPointsMixin:
         return dist.Normal(loc, torch.tensor(scale, dtype=dtype)).to_event(2)
 
     # -- sample_transform ---------------------------------------------------------------------
+    @with_threads
     def sample_transform(self, X, num_samples: int = 200, random_state=None, *,
                          num_warmup: int = 300, thin: int = 4, n_iter: int = 100):
         r"""Draws from each new point's conditional posterior given the fitted embedding,

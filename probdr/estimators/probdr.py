@@ -186,7 +186,7 @@ class ProbDR(GraphRowMixin, DREstimator):
                  solver: str = "map", optimizer: str = "auto", init="pca",
                  n_iter: int | None = None, learning_rate: float = 1.0, max_n: int = 6000,
                  neighbors: str = "auto", callbacks=None,
-                 callbacks_every: int = 50, metric="euclidean", metric_params=None):
+                 callbacks_every: int = 50, n_jobs=None, metric="euclidean", metric_params=None):
         set_init_params(self, locals())
 
     # -- parameters ------------------------------------------------------------------------------

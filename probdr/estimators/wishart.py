@@ -155,7 +155,7 @@ class WishartPCA(LinearMapMixin, PosteriorInference, DREstimator):
                  learning_rate: float = 1.0, center: bool = True, inference: str = "map",
                  inference_params: dict | None = None, z_prior=None,
                  coupling_weight: float = 1.0, callbacks=None,
-                 callbacks_every: int = 50):
+                 callbacks_every: int = 50, n_jobs=None):
         set_init_params(self, locals())
 
     def _check_params(self, n: int, p: int) -> None:
@@ -289,7 +289,7 @@ class WishartEigenmaps(_LaplacianEstimator):
                  neighbors: str = "auto", inference: str = "map",
                  inference_params: dict | None = None, z_prior=None,
                  coupling_weight: float = 1.0, callbacks=None,
-                 callbacks_every: int = 50, metric="euclidean", metric_params=None):
+                 callbacks_every: int = 50, n_jobs=None, metric="euclidean", metric_params=None):
         set_init_params(self, locals())
 
     def _check_params(self, n: int, p: int) -> None:
@@ -415,7 +415,7 @@ class LaplacianWishart(_LaplacianEstimator):
                  neighbors: str = "auto", inference: str = "map",
                  inference_params: dict | None = None, z_prior=None,
                  coupling_weight: float = 1.0, callbacks=None,
-                 callbacks_every: int = 50, metric="euclidean", metric_params=None):
+                 callbacks_every: int = 50, n_jobs=None, metric="euclidean", metric_params=None):
         set_init_params(self, locals())
 
     def _eps(self, n: int) -> float:
