@@ -23,14 +23,6 @@ def _dense(W):
 
 
 @pytest.fixture(scope="module")
-def digits_all():
-    from sklearn.datasets import load_digits
-
-    X, y = load_digits(return_X_y=True)
-    return X.astype(np.float64), y
-
-
-@pytest.fixture(scope="module")
 def untied(digits_small):
     """Digits with a little noise: integer pixels tie distances, and tied neighbours at the
     k-th place may be broken either way by two correct searches."""
@@ -39,7 +31,7 @@ def untied(digits_small):
 
 
 @pytest.mark.parametrize("metric", ["cosine", "correlation", "manhattan"])
-def test_umap_graph_matches_umap_learn_under_metric(digits_all, metric):
+def test_umap_graph_matches_umap_learn_under_metric(digits, metric):
     """Our neighbours are scikit-learn's exact ones under the metric, and on them our graph is
     umap-learn's ``fuzzy_simplicial_set`` to 1e-4 on every edge. (Given no neighbours,
     umap-learn searches them by NN-descent, approximate even on 1,797 points: under cosine 11
@@ -47,7 +39,7 @@ def test_umap_graph_matches_umap_learn_under_metric(digits_all, metric):
     umap_ = pytest.importorskip("umap.umap_")
     from sklearn.metrics import pairwise_distances as sk_pd
 
-    X, _ = digits_all
+    X, _ = digits
     n = len(X)
     est = probdr.UMAP(metric=metric, **FIT).fit(X)
     ours = _dense(est.input_graph_.mean)

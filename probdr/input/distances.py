@@ -43,7 +43,8 @@ import scipy.sparse as sp
 import torch
 
 __all__ = ["METRICS", "SPARSE_METRICS", "check_metric", "pairwise_distances", "knn_metric",
-           "knn_query_metric", "precomputed_neighbors", "check_knn", "is_sparse"]
+           "knn_query_metric", "precomputed_neighbors", "sparse_rows_topk", "check_knn",
+           "is_sparse"]
 
 METRICS = ("euclidean", "sqeuclidean", "cosine", "correlation", "manhattan", "chebyshev",
            "minkowski", "hamming", "jaccard", "haversine")
@@ -353,16 +354,7 @@ def precomputed_neighbors(D, k: int) -> tuple[torch.Tensor, torch.Tensor]:
                 f"the sparse precomputed distance matrix stores {int(counts.min())} neighbours "
                 f"in row {bad}, fewer than the {k} this fit needs; compute more neighbours "
                 "(e.g. scanpy's n_neighbors) or lower n_neighbors / perplexity.")
-        width = int(counts.max())
-        start = np.concatenate([[0], np.cumsum(counts)[:-1]])
-        slot = np.arange(r.size) - start[r]
-        vals = np.full((n, width), np.inf)
-        ind = np.zeros((n, width), dtype=np.int64)
-        vals[r, slot] = data
-        ind[r, slot] = cols
-        order = np.argsort(vals, axis=1, kind="stable")[:, :k]
-        return (torch.from_numpy(np.take_along_axis(ind, order, 1)),
-                torch.from_numpy(np.take_along_axis(vals, order, 1)))
+        return sparse_rows_topk(r, cols, data, n, k)
     Dt = torch.as_tensor(np.asarray(D) if not isinstance(D, torch.Tensor) else D,
                          dtype=torch.float64)
     if not torch.isfinite(Dt).all() or (Dt < 0).any():
@@ -375,6 +367,23 @@ def precomputed_neighbors(D, k: int) -> tuple[torch.Tensor, torch.Tensor]:
     Dt.fill_diagonal_(float("inf"))
     vals, ind = torch.topk(Dt, k, dim=1, largest=False, sorted=True)
     return ind, vals
+
+
+def sparse_rows_topk(r: np.ndarray, cols: np.ndarray, vals: np.ndarray, n_rows: int, k: int
+                     ) -> tuple[torch.Tensor, torch.Tensor]:
+    """The ``k`` smallest stored values of each row of a sparse matrix given as row-sorted
+    ``(rows, cols, values)`` (every row holding at least ``k``): ``(cols, values)``, each
+    ``(n_rows, k)``, smallest first."""
+    counts = np.bincount(r, minlength=n_rows)
+    start = np.concatenate([[0], np.cumsum(counts)[:-1]])
+    slot = np.arange(r.size) - start[r]
+    table = np.full((n_rows, int(counts.max())), np.inf)
+    ind = np.zeros(table.shape, dtype=np.int64)
+    table[r, slot] = vals
+    ind[r, slot] = cols
+    order = np.argsort(table, axis=1, kind="stable")[:, :k]
+    return (torch.from_numpy(np.take_along_axis(ind, order, 1)),
+            torch.from_numpy(np.take_along_axis(table, order, 1)))
 
 
 def check_knn(knn, n: int | None, k: int) -> tuple[torch.Tensor, torch.Tensor]:

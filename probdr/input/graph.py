@@ -26,7 +26,14 @@ from ..laws.weights import MAX_LOGIT, DenseWeights, SparseWeights
 from ..laws.wishart import KNNLaplacian
 from ..ot.sea import symmetric_entropic
 from . import affinities
-from .distances import check_knn, is_sparse, knn_metric, knn_query_metric, precomputed_neighbors
+from .distances import (
+    check_knn,
+    is_sparse,
+    knn_metric,
+    knn_query_metric,
+    precomputed_neighbors,
+    sparse_rows_topk,
+)
 from .neighbors import knn, knn_query
 
 __all__ = ["AFFINITIES", "knn_edges", "neighbor_lists", "query_lists", "build_input_graph",
@@ -89,15 +96,8 @@ def _rows_neighbors(D, k: int) -> tuple[torch.Tensor, torch.Tensor]:
         if counts.min() < k:
             raise ValueError(f"a row of the precomputed distances stores {int(counts.min())} "
                              f"neighbours, fewer than the {k} needed.")
-        width = int(counts.max())
         r = np.repeat(np.arange(C.shape[0]), counts)
-        slot = np.arange(r.size) - np.repeat(C.indptr[:-1], counts)
-        vals = np.full((C.shape[0], width), np.inf)
-        ind = np.zeros((C.shape[0], width), dtype=np.int64)
-        vals[r, slot], ind[r, slot] = C.data, C.indices
-        order = np.argsort(vals, axis=1, kind="stable")[:, :k]
-        d = torch.from_numpy(np.take_along_axis(vals, order, 1))
-        idx = torch.from_numpy(np.take_along_axis(ind, order, 1))
+        idx, d = sparse_rows_topk(r, C.indices, C.data, C.shape[0], k)
     else:
         Dt = torch.as_tensor(np.asarray(D) if not isinstance(D, torch.Tensor) else D,
                              dtype=torch.float64)
