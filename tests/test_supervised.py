@@ -83,6 +83,11 @@ def test_labels_separate_the_classes(digits_small):
     assert silhouette_score(sup.embedding_, y) > silhouette_score(plain.embedding_, y) + 0.1
     assert sup.label_graph_.shape == (len(y), len(y))
     assert sup.loss(sup.embedding_) != pytest.approx(plain.loss(sup.embedding_))
+    # a refit without labels forgets them
+    sup.fit(X)
+    assert sup.label_graph_ is None
+    assert sup.loss(sup.embedding_) == pytest.approx(
+        probdr.UMAP(n_epochs=100, random_state=0).fit(X).loss(sup.embedding_))
 
 
 def test_unsupervised_estimators_ignore_y(digits_small):

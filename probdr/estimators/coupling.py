@@ -415,6 +415,7 @@ class GraphCoupling(InputKindsMixin, ContinueMixin, NewPointsMixin, DREstimator)
         self.kernel_ = self._make_kernel()
         dtype = self._fit_dtype
         mean = self.input_graph_.mean
+        self.label_graph_ = self._y_fit = None  # a refit without labels forgets earlier ones
         if y is not None and float(self.target_weight) > 0:
             from ..input.labels import label_graph
 
