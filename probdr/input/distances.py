@@ -42,6 +42,8 @@ import numpy as np
 import scipy.sparse as sp
 import torch
 
+from .neighbors import knn, knn_query, pynndescent_search
+
 __all__ = ["METRICS", "SPARSE_METRICS", "check_metric", "pairwise_distances", "knn_metric",
            "knn_query_metric", "precomputed_neighbors", "sparse_rows_topk", "check_knn",
            "is_sparse"]
@@ -251,8 +253,6 @@ def knn_metric(X, k: int, metric="euclidean", metric_params=None, *, method: str
                random_state: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
     """k nearest neighbours under ``metric`` (self excluded): ``(indices, distances)``, each
     ``(n, k)``, nearest first. ``X``: a dense float64 tensor or a scipy sparse matrix."""
-    from .neighbors import knn
-
     name, params = check_metric(metric, metric_params, sparse=is_sparse(X),
                                 n_features=X.shape[1])
     n = X.shape[0]
@@ -262,7 +262,7 @@ def knn_metric(X, k: int, metric="euclidean", metric_params=None, *, method: str
         raise ValueError(f"method must be 'auto', 'exact' or 'approximate', got {method!r}.")
     if is_sparse(X):
         if method == "approximate" or (method == "auto" and n > EXACT_METRIC_MAX_N * 5):
-            return _pynndescent(X, k, name, params, random_state)
+            return pynndescent_search(X, k, name, params, random_state)
         return _brute(sp.csr_matrix(X, dtype=np.float64), sp.csr_matrix(X, dtype=np.float64),
                       k, name, params, True)
     if name in ("euclidean", "sqeuclidean"):
@@ -276,7 +276,7 @@ def knn_metric(X, k: int, metric="euclidean", metric_params=None, *, method: str
             return idx, (0.5 * d2).clamp(0.0, 2.0)
     if method == "approximate" or (method == "auto" and n > EXACT_METRIC_MAX_N):
         try:
-            return _pynndescent(X, k, name, params, random_state)
+            return pynndescent_search(X, k, name, params, random_state)
         except ImportError:
             if method == "approximate":
                 raise
@@ -291,8 +291,6 @@ def knn_query_metric(X_ref, X_new, k: int, metric="euclidean", metric_params=Non
     """Exact ``k`` nearest rows of ``X_ref`` for every row of ``X_new`` under ``metric``:
     ``(indices, distances)``, nearest first (a new row equal to a reference row has it as a
     neighbour at distance 0)."""
-    from .neighbors import knn_query
-
     name, params = check_metric(metric, metric_params, sparse=is_sparse(X_ref))
     n = X_ref.shape[0]
     if not 1 <= k <= n:
@@ -305,26 +303,6 @@ def knn_query_metric(X_ref, X_new, k: int, metric="euclidean", metric_params=Non
         X_ref = sp.csr_matrix(X_ref, dtype=np.float64)
         X_new = sp.csr_matrix(X_new, dtype=np.float64)
     return _brute(X_ref, X_new, k, name, params, False)
-
-
-def _pynndescent(X, k: int, name, params, random_state: int):
-    """Approximate neighbours by NN-descent under the metric (self excluded)."""
-    try:
-        from pynndescent import NNDescent
-    except ImportError as exc:  # pragma: no cover - optional dependency
-        raise ImportError("approximate neighbours need pynndescent: pip install pynndescent "
-                          "(or pass neighbors='exact').") from exc
-    data = X.astype(np.float32) if is_sparse(X) else X.detach().cpu().numpy().astype(np.float32)
-    n = data.shape[0]
-    index = NNDescent(data, metric=name, metric_kwds=params or None,
-                      n_neighbors=min(n, max(k + 1, 48)), random_state=random_state,
-                      low_memory=True)
-    ind, d = (np.asarray(a) for a in index.neighbor_graph)
-    is_self = ind == np.arange(n)[:, None]
-    order = np.argsort(is_self, axis=1, kind="stable")[:, :k]
-    out_i = np.take_along_axis(ind, order, axis=1).astype(np.int64)
-    out_d = np.take_along_axis(d, order, axis=1).astype(np.float64)
-    return torch.from_numpy(out_i), torch.from_numpy(out_d)
 
 
 def precomputed_neighbors(D, k: int) -> tuple[torch.Tensor, torch.Tensor]:
