@@ -45,7 +45,8 @@ import torch
 from .neighbors import knn, knn_query, pynndescent_search
 
 __all__ = ["METRICS", "SPARSE_METRICS", "check_metric", "pairwise_distances", "knn_metric",
-           "knn_query_metric", "precomputed_neighbors", "sparse_rows_topk", "check_knn",
+           "knn_query_metric", "precomputed_neighbors", "check_distance_matrix",
+           "sparse_rows_topk", "check_knn",
            "is_sparse"]
 
 METRICS = ("euclidean", "sqeuclidean", "cosine", "correlation", "manhattan", "chebyshev",
@@ -333,18 +334,29 @@ def precomputed_neighbors(D, k: int) -> tuple[torch.Tensor, torch.Tensor]:
                 f"in row {bad}, fewer than the {k} this fit needs; compute more neighbours "
                 "(e.g. scanpy's n_neighbors) or lower n_neighbors / perplexity.")
         return sparse_rows_topk(r, cols, data, n, k)
-    Dt = torch.as_tensor(np.asarray(D) if not isinstance(D, torch.Tensor) else D,
-                         dtype=torch.float64)
-    if not torch.isfinite(Dt).all() or (Dt < 0).any():
-        raise ValueError("the precomputed distances must be finite and non-negative.")
-    diag = Dt.diagonal()
-    if (diag.abs() > 1e-8 * float(Dt.max().clamp_min(1.0))).any():
-        raise ValueError("a precomputed distance matrix has a zero diagonal (d(x, x) = 0); "
-                         f"the largest diagonal entry is {float(diag.abs().max()):.3g}.")
-    Dt = Dt.clone()
+    Dt = check_distance_matrix(D).clone()
     Dt.fill_diagonal_(float("inf"))
     vals, ind = torch.topk(Dt, k, dim=1, largest=False, sorted=True)
     return ind, vals
+
+
+def check_distance_matrix(D, *, symmetric: bool = False) -> torch.Tensor:
+    """A dense precomputed distance matrix as float64, validated: square, finite,
+    non-negative, zero diagonal and (``symmetric``) symmetric, to 1e-8 of its scale."""
+    Dt = torch.as_tensor(np.asarray(D) if not isinstance(D, torch.Tensor) else D,
+                         dtype=torch.float64)
+    if Dt.ndim != 2 or Dt.shape[0] != Dt.shape[1]:
+        raise ValueError(f"a precomputed distance matrix must be square, got {tuple(Dt.shape)}.")
+    if not torch.isfinite(Dt).all() or (Dt < 0).any():
+        raise ValueError("the precomputed distances must be finite and non-negative.")
+    tol = 1e-8 * float(Dt.max().clamp_min(1.0))
+    diag = Dt.diagonal()
+    if (diag.abs() > tol).any():
+        raise ValueError("a precomputed distance matrix has a zero diagonal (d(x, x) = 0); "
+                         f"the largest diagonal entry is {float(diag.abs().max()):.3g}.")
+    if symmetric and float((Dt - Dt.T).abs().max()) > tol:
+        raise ValueError("this method needs a symmetric precomputed distance matrix.")
+    return Dt
 
 
 def sparse_rows_topk(r: np.ndarray, cols: np.ndarray, vals: np.ndarray, n_rows: int, k: int

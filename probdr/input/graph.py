@@ -254,27 +254,12 @@ def dense_cost(X, metric="euclidean", metric_params=None) -> torch.Tensor:
         if is_sparse(X):
             raise ValueError("this method needs all pairwise distances: a sparse precomputed "
                              "distance matrix holds neighbours only; pass a dense (n, n) matrix.")
-        D = torch.as_tensor(np.asarray(X) if not isinstance(X, torch.Tensor) else X,
-                            dtype=torch.float64)
-        _check_distance_matrix(D)
+        D = check_distance_matrix(X, symmetric=True)
     else:
         D = pairwise_distances(X, X, metric, metric_params)
     C = D.square()
     C.fill_diagonal_(0.0)
     return C
-
-
-def _check_distance_matrix(D: torch.Tensor) -> None:
-    """Square, finite, non-negative, zero diagonal, symmetric (1e-8 relative)."""
-    if D.ndim != 2 or D.shape[0] != D.shape[1]:
-        raise ValueError(f"a precomputed distance matrix must be square, got {tuple(D.shape)}.")
-    if not torch.isfinite(D).all() or (D < 0).any():
-        raise ValueError("the precomputed distances must be finite and non-negative.")
-    scale = float(D.abs().max().clamp_min(1e-300))
-    if float(D.diagonal().abs().max()) > 1e-8 * scale:
-        raise ValueError("a precomputed distance matrix has a zero diagonal (d(x, x) = 0).")
-    if float((D - D.T).abs().max()) > 1e-8 * scale:
-        raise ValueError("this method needs a symmetric precomputed distance matrix.")
 
 
 def sea_affinity(X: torch.Tensor, perplexity: float) -> torch.Tensor:
@@ -348,36 +333,37 @@ def geodesic_distances(X, n_neighbors: int | None = None, *, metric="euclidean",
     return D, k
 
 
-def _affinity_entries(A) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, int]:
-    """``(rows, cols, values, n)`` of a square, finite, non-negative affinity matrix (dense or
-    scipy/torch sparse), diagonal and zero entries dropped."""
+def _entries(A) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, tuple[int, ...]]:
+    """``(rows, cols, values, shape)`` of the positive entries of a matrix (dense, scipy sparse
+    or torch sparse), validated finite and non-negative."""
     import scipy.sparse as sp
 
     if isinstance(A, torch.Tensor) and A.is_sparse:
         A = A.coalesce()
         (r, c), v = A.indices(), A.values().to(torch.float64)
         shape = tuple(A.shape)
-    elif is_sparse(A):
-        C = sp.coo_matrix(A)
+    else:
+        C = sp.coo_matrix(A if is_sparse(A) else np.asarray(
+            A.detach().cpu() if isinstance(A, torch.Tensor) else A, dtype=np.float64))
         r, c = torch.from_numpy(C.row.astype(np.int64)), torch.from_numpy(C.col.astype(np.int64))
         v = torch.from_numpy(C.data.astype(np.float64))
-        shape = C.shape
-    else:
-        D = torch.as_tensor(np.asarray(A) if not isinstance(A, torch.Tensor) else A,
-                            dtype=torch.float64)
-        shape = tuple(D.shape)
-        if D.ndim == 2 and shape[0] == shape[1]:
-            r, c = torch.nonzero(D, as_tuple=True)
-            v = D[r, c]
-        else:
-            r = c = v = torch.zeros(0)
+        shape = tuple(C.shape)
+    if not torch.isfinite(v).all() or (v < 0).any():
+        raise ValueError("a precomputed affinity must be finite and non-negative.")
+    keep = v > 0
+    return r[keep], c[keep], v[keep], shape
+
+
+def _affinity_entries(A) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, int]:
+    """``(rows, cols, values, n)`` of a square affinity matrix, diagonal dropped."""
+    shape = tuple(np.shape(A)) if not (isinstance(A, torch.Tensor) and A.is_sparse) \
+        else tuple(A.shape)
     if len(shape) != 2 or shape[0] != shape[1]:
         raise ValueError("affinity='precomputed' needs a square (n, n) affinity matrix, got "
                          f"shape {shape}.")
-    if not torch.isfinite(v).all() or (v < 0).any():
-        raise ValueError("a precomputed affinity must be finite and non-negative.")
-    keep = (r != c) & (v > 0)
-    return r[keep], c[keep], v[keep], int(shape[0])
+    r, c, v, _ = _entries(A)
+    off = r != c
+    return r[off], c[off], v[off], int(shape[0])
 
 
 def precomputed_input_graph(A, prior_x: str | GraphPrior = "D", *, edge_prior=None) -> GraphLaw:
@@ -434,25 +420,11 @@ def precomputed_input_graph(A, prior_x: str | GraphPrior = "D", *, edge_prior=No
 def _precomputed_rows(A_new, kind: str, n: int | None) -> torch.Tensor:
     """New points' rows from their precomputed affinities to the reference points, ``(m, n)``,
     normalised as the input prior's mean."""
-    import scipy.sparse as sp
-
-    if isinstance(A_new, torch.Tensor) and A_new.is_sparse:
-        C = A_new.coalesce()
-        (r, c), v = C.indices(), C.values().to(torch.float64)
-        m = C.shape[0]
-    else:
-        C = sp.coo_matrix(A_new if is_sparse(A_new) else np.asarray(A_new, dtype=np.float64))
-        r, c = torch.from_numpy(C.row.astype(np.int64)), torch.from_numpy(C.col.astype(np.int64))
-        v = torch.from_numpy(C.data.astype(np.float64))
-        m = C.shape[0]
     if n is not None and A_new.shape[1] != n:
         raise ValueError(f"with affinity='precomputed', transform takes the (m, {n}) affinities "
                          f"of the new points to the training points; got {A_new.shape[1]} "
                          "columns.")
-    if not torch.isfinite(v).all() or (v < 0).any():
-        raise ValueError("a precomputed affinity must be finite and non-negative.")
-    keep = v > 0
-    r, c, v = r[keep], c[keep], v[keep]
+    r, c, v, (m, n_cols) = _entries(A_new)
     if kind in ("B", "B~"):
         if (v > 1 + 1e-12).any():
             raise ValueError("under the B prior precomputed affinities are memberships in [0, 1].")
@@ -461,5 +433,5 @@ def _precomputed_rows(A_new, kind: str, n: int | None) -> torch.Tensor:
         if (tot == 0).any():
             raise ValueError("every new point needs a positive affinity to a training point.")
         v = v / tot[r]
-    return torch.sparse_coo_tensor(torch.stack([r, c]), v, (m, int(A_new.shape[1])),
+    return torch.sparse_coo_tensor(torch.stack([r, c]), v, (m, n_cols),
                                    check_invariants=False).coalesce()
