@@ -27,6 +27,7 @@ from ..laws.wishart import KNNLaplacian
 from ..ot.sea import symmetric_entropic
 from . import affinities
 from .distances import (
+    check_distance_matrix,
     check_knn,
     is_sparse,
     knn_metric,
