@@ -102,3 +102,57 @@ def tensor_cache(value: torch.Tensor, name: str, compute):
     except (AttributeError, RuntimeError):  # pragma: no cover - tensors accept attributes
         pass
     return out
+
+
+#: the values ``device=`` accepts besides a ``torch.device`` or a device string
+DEVICE_HELP = ('"auto" (CUDA if available, else CPU), "cpu", "cuda", "cuda:N", "mps" or a '
+               "torch.device")
+
+
+def resolve_device(device) -> torch.device:
+    """The ``torch.device`` of ``device=``: ``"auto"`` (or ``None``) is the first CUDA device if
+    one is available, else the CPU; ``"cpu"``, ``"cuda"``, ``"cuda:1"``, ``"mps"`` or a
+    ``torch.device`` are taken as they are, after checking that this process can use them.
+    Raises ``ValueError`` for an unknown name and ``RuntimeError`` for a device that is absent,
+    before any work."""
+    if device is None or (isinstance(device, str) and device == "auto"):
+        return torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")
+    if not isinstance(device, (str, torch.device)):
+        raise ValueError(f"device must be {DEVICE_HELP}; got {device!r}.")
+    try:
+        dev = torch.device(device)
+    except RuntimeError as exc:
+        raise ValueError(f"device must be {DEVICE_HELP}; got {device!r}.") from exc
+    if dev.type == "cuda":
+        if not torch.cuda.is_available():
+            raise RuntimeError(f"device={device!r}: this torch build sees no CUDA device "
+                               f"(torch {torch.__version__}); use device='cpu' or 'auto'.")
+        count = torch.cuda.device_count()
+        if dev.index is not None and dev.index >= count:
+            raise RuntimeError(f"device={device!r}: only {count} CUDA device(s) are visible.")
+    elif dev.type == "mps":
+        if not (hasattr(torch.backends, "mps") and torch.backends.mps.is_available()):
+            raise RuntimeError(f"device={device!r}: MPS is not available on this machine; use "
+                               "device='cpu' or 'auto'.")
+    elif dev.type != "cpu":
+        raise ValueError(f"device must be {DEVICE_HELP}; got {device!r}.")
+    return dev
+
+
+def device_context(device: torch.device):
+    """A context in which torch's factory functions (``zeros``, ``arange``, ``rand``,
+    ``as_tensor``, ...) create tensors on ``device`` (``torch.device`` as a context manager), so
+    that every tensor of a fit lives there without a device argument at each call. On the CPU it
+    is a no-op (no per-operation dispatch cost)."""
+    import contextlib
+
+    if device.type == "cpu":
+        return contextlib.nullcontext()
+    return torch.device(device)
+
+
+def generator(seed: int) -> torch.Generator:
+    """A ``torch.Generator`` seeded with ``seed`` on the current default device (the fit's device
+    inside :func:`device_context`): random draws of a fit are made where its tensors live. The
+    CPU stream is the one of ``torch.Generator().manual_seed(seed)``."""
+    return torch.Generator(device=torch.get_default_device()).manual_seed(int(seed))

@@ -164,8 +164,8 @@ def knn_reference_graph(est=None, k: int = 15, X=None) -> torch.Tensor:
         _check_fitted(est)
         P = est.input_graph_.mean
         P = P.coalesce() if P.is_sparse else P.to_sparse().coalesce()
-        r, c = P.indices().numpy()
-        v = P.values().double().numpy()
+        r, c = P.indices().cpu().numpy()
+        v = P.values().double().cpu().numpy()
         keep = r != c
         r, c, v = r[keep], c[keep], v[keep]
         order = np.lexsort((-v, r))

@@ -64,7 +64,7 @@ def _sparse_pca_scores(A, n_components: int, oversample: int = 10, n_iter: int =
     B = left(Q).T  # Q^T (A - 1 mu^T), ell x p
     Ub, S, _ = np.linalg.svd(B, full_matrices=False)
     U = Q @ Ub[:, :n_components]
-    return torch.from_numpy(np.ascontiguousarray(U * S[:n_components]))
+    return torch.as_tensor(np.ascontiguousarray(U * S[:n_components]))
 
 
 def _sign_fix(Z: torch.Tensor) -> torch.Tensor:
@@ -108,8 +108,8 @@ def spectral(graph: torch.Tensor, n_components: int, random_state: int = 0) -> t
     from scipy.sparse.linalg import eigsh
 
     G = graph.coalesce() if graph.is_sparse else graph.to_sparse().coalesce()
-    r, c = G.indices().numpy()
-    A = sp.coo_matrix((G.values().double().numpy(), (r, c)), shape=G.shape).tocsr()
+    r, c = G.indices().cpu().numpy()
+    A = sp.coo_matrix((G.values().double().cpu().numpy(), (r, c)), shape=G.shape).tocsr()
     A = 0.5 * (A + A.T)
     n = A.shape[0]
     deg = np.asarray(A.sum(1)).ravel()
@@ -132,7 +132,7 @@ def spectral(graph: torch.Tensor, n_components: int, random_state: int = 0) -> t
         vals, vecs = np.linalg.eigh(N.toarray())
     order = np.argsort(-vals, kind="stable")
     vecs = vecs[:, order[1:k]] * dinv[:, None]
-    return torch.from_numpy(np.ascontiguousarray(vecs))
+    return torch.as_tensor(np.ascontiguousarray(vecs))
 
 
 INITS = ("random", "pca", "spectral", "ccpca")

@@ -43,7 +43,7 @@ def trustworthiness(X, Z, k: int = 15, sample_size: int | None = None,
     if sample_size is not None and sample_size < n:
         idx = np.random.default_rng(random_state).choice(n, sample_size, replace=False)
         Xt, Zt = Xt[idx], Zt[idx]
-    return float(_tw(Xt.numpy(), Zt.numpy(), n_neighbors=k))
+    return float(_tw(Xt.cpu().numpy(), Zt.cpu().numpy(), n_neighbors=k))
 
 
 def knn_accuracy(Z, y, k: int = 5) -> float:
@@ -58,7 +58,7 @@ def knn_accuracy(Z, y, k: int = 5) -> float:
     classes, yi = np.unique(y, return_inverse=True)
     idx, _ = knn(Zt, k, method="exact" if Zt.shape[0] <= 50_000 else "auto")
     votes = np.zeros((Zt.shape[0], len(classes)), dtype=np.int64)
-    np.add.at(votes, (np.repeat(np.arange(Zt.shape[0]), k), yi[idx.numpy().ravel()]), 1)
+    np.add.at(votes, (np.repeat(np.arange(Zt.shape[0]), k), yi[idx.cpu().numpy().ravel()]), 1)
     return float((votes.argmax(1) == yi).mean())
 
 

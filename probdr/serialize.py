@@ -100,10 +100,10 @@ class _Encoder:
         t = t.resolve_conj().resolve_neg().contiguous()
         name = str(t.dtype).removeprefix("torch.")
         try:
-            arr = t.numpy()
+            arr = t.detach().cpu().numpy()
         except TypeError:  # bfloat16, float8: stored as raw integers of the same width
             arr = t.view({1: torch.uint8, 2: torch.int16, 4: torch.int32,
-                          8: torch.int64}[t.element_size()]).numpy()
+                          8: torch.int64}[t.element_size()]).cpu().numpy()
         return {"__tensor__": self._add(arr, path), "dtype": name}
 
     def encode(self, v, path: str):
@@ -485,6 +485,8 @@ def load(path):
                              f"this probdr ({e}).") from None
     for k, v in state.items():
         setattr(est, k, v)
+    if "device_" in state:  # tensors are read onto the host: a loaded model computes there
+        est.device_ = torch.device("cpu")
     return est
 
 

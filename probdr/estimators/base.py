@@ -20,10 +20,10 @@ import torch
 from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, TransformerMixin
 from sklearn.utils.validation import check_is_fitted, validate_data
 
-from .._utils import as_output, resolve_dtype
+from .._utils import as_output, device_context, resolve_device, resolve_dtype
 from ..infer.map import fit_callbacks
 
-__all__ = ["DREstimator", "resolve_seed", "resolve_n_jobs", "thread_limit",
+__all__ = ["DREstimator", "resolve_seed", "resolve_n_jobs", "thread_limit", "fit_environment",
            "isolated_random_state", "set_init_params"]
 
 #: random_state integers accepted (numpy's legacy seeding takes 32-bit seeds)
@@ -91,13 +91,27 @@ def thread_limit(n_jobs):
         torch.set_num_threads(before)
 
 
-def with_threads(method):
-    """Decorate an estimator method to run under :func:`thread_limit` of its ``n_jobs``."""
+@contextlib.contextmanager
+def fit_environment(est):
+    """Where an estimator computes: torch's thread count from its ``n_jobs``
+    (:func:`thread_limit`) and its device (``device_`` once fitted, else ``device``) as the
+    default device of torch's factory functions (:func:`probdr._utils.device_context`); both
+    restored afterwards."""
+    dev = getattr(est, "device_", None)
+    if dev is None:
+        dev = resolve_device(getattr(est, "device", "cpu"))
+    with thread_limit(getattr(est, "n_jobs", None)), device_context(dev):
+        yield dev
+
+
+def in_fit_environment(method):
+    """Decorate an estimator method (``transform``, ...) to run in its
+    :func:`fit_environment`: the fit's threads and device."""
     import functools
 
     @functools.wraps(method)
     def wrapper(self, *args, **kwargs):
-        with thread_limit(getattr(self, "n_jobs", None)):
+        with fit_environment(self):
             return method(self, *args, **kwargs)
     return wrapper
 
@@ -212,6 +226,7 @@ class DREstimator(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimat
         the estimators that support supervision (the graph-coupling family, ``target_weight``);
         ignored by the others."""
         resolve_n_jobs(getattr(self, "n_jobs", None))  # a bad value fails before any work
+        self.device_ = resolve_device(getattr(self, "device", "cpu"))  # so does a bad device
         Xt = self._validate_X(X)
         from ..laws.graph import GraphLaw
 
@@ -222,9 +237,11 @@ class DREstimator(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimat
         labels = self._check_labels(y, n) if (self._uses_labels and y is not None) else None
         callback = self._callback()
         self.random_state_ = resolve_seed(self.random_state)
-        with thread_limit(getattr(self, "n_jobs", None)), \
+        with fit_environment(self) as device, \
                 isolated_random_state(self.random_state_), \
                 fit_callbacks(callback, getattr(self, "callbacks_every", 50)):
+            if isinstance(Xt, torch.Tensor):
+                Xt = Xt.to(device)
             Z = self._fit(Xt, labels) if self._uses_labels else self._fit(Xt)
         if not torch.isfinite(Z).all():
             raise FloatingPointError(
@@ -233,7 +250,7 @@ class DREstimator(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimat
         self.embedding_ = Z.detach().to(torch.float64).cpu().numpy()
         self.n_samples_ = n
         if self._keeps_training_data and self._keeps_data_now():
-            self._X_fit = Xt if sp.issparse(Xt) else Xt.numpy()
+            self._X_fit = Xt if sp.issparse(Xt) else Xt.cpu().numpy()
         self._after_fit()
         return self
 
@@ -292,7 +309,8 @@ class DREstimator(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimat
         data = X.detach().cpu().numpy() if isinstance(X, torch.Tensor) else X
         A = validate_data(self, data, accept_sparse=False, dtype=np.float64, reset=False,
                           ensure_min_samples=1)
-        return torch.from_numpy(np.array(A, dtype=np.float64, order="C", copy=True))
+        # as_tensor: on the default device (the fit's, inside ``fit_environment``)
+        return torch.as_tensor(np.array(A, dtype=np.float64, order="C", copy=True))
 
     def _training_data(self):
         """The training data kept by ``fit`` (for ``transform``): a float64 tensor, or a CSR
@@ -305,7 +323,7 @@ class DREstimator(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimat
                 "include_data=True (the default) to use transform.")
         if sp.issparse(X):
             return X
-        return torch.from_numpy(np.asarray(X, dtype=np.float64))
+        return torch.as_tensor(np.asarray(X, dtype=np.float64))
 
     @staticmethod
     def _output(Z: torch.Tensor, X):
@@ -313,7 +331,7 @@ class DREstimator(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimat
         Z = Z.detach().to(torch.float64).cpu()
         if isinstance(X, torch.Tensor):
             return as_output(Z, X).to(X.device)
-        return Z.numpy()
+        return Z.cpu().numpy()
 
     # -- persistence -----------------------------------------------------------------------------
     #: fitted attributes that hold training data (what ``transform`` needs); ``save(...,
@@ -333,5 +351,5 @@ class DREstimator(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimat
 def _torch_sparse_to_scipy(X: torch.Tensor):
     """A torch sparse tensor (COO or CSR) as a scipy CSR matrix (float64, on the host)."""
     C = X.detach().cpu().to_sparse_coo().coalesce()
-    (r, c), v = C.indices().numpy(), C.values().double().numpy()
+    (r, c), v = C.indices().cpu().numpy(), C.values().double().cpu().numpy()
     return sp.csr_matrix((v, (r, c)), shape=tuple(C.shape))

@@ -42,6 +42,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from .._utils import generator
 from ..init import cc_mean_average, cc_means, pca_scores
 from ..input.graph import build_input_graph
 from ..laws.components import (
@@ -107,7 +108,7 @@ class ccPCA(DREstimator):
 
     def __init__(self, n_components: int = 2, prior_x: str = "D", perplexity: float = 30.0,
                  n_samples: int = 100, random_state: int | None = None, *,
-                 metric="euclidean", metric_params=None, n_jobs=None):
+                 metric="euclidean", metric_params=None, n_jobs=None, device="auto"):
         set_init_params(self, locals())
 
     def _check_params(self, n: int, p: int) -> None:
@@ -130,7 +131,7 @@ class ccPCA(DREstimator):
         # a new node joining training node j's component C in draw l has the CC mean
         # (|C| m_l(j) + x_new) / (|C| + 1): keep, per j, the draws' averages of
         # |C| m_l(j) / (|C| + 1) and of 1 / (|C| + 1)
-        X = torch.from_numpy(self._X_fit)
+        X = torch.as_tensor(self._X_fit)
         A = torch.zeros_like(X)
         B = torch.zeros(X.shape[0], dtype=X.dtype)
         memberships = self.component_stats_.memberships
@@ -138,8 +139,8 @@ class ccPCA(DREstimator):
             size = torch.bincount(memb).to(X.dtype)[memb]
             A += cc_means(X, memb) * (size / (size + 1))[:, None]
             B += 1.0 / (size + 1)
-        self.join_means_ = (A / memberships.shape[0]).numpy()
-        self.join_weights_ = (B / memberships.shape[0]).numpy()
+        self.join_means_ = (A / memberships.shape[0]).cpu().numpy()
+        self.join_weights_ = (B / memberships.shape[0]).cpu().numpy()
         # the PCA map of the averaged data: scores = (M - mean) @ projection_
         M = self.averaged_data_
         self.mean_ = M.mean(0)
@@ -160,10 +161,10 @@ class ccPCA(DREstimator):
         Xt = self._validate_new(X)
         JA, match = averaged_rows(self, Xt, self.join_means_)
         JB, _ = averaged_rows(self, Xt, self.join_weights_[:, None])
-        Mbar = JA + JB * Xt.numpy()
-        Z = torch.from_numpy((Mbar - self.mean_) @ self.projection_)
+        Mbar = JA + JB * Xt.cpu().numpy()
+        Z = torch.as_tensor((Mbar - self.mean_) @ self.projection_)
         seen = match >= 0
-        Z[seen] = torch.from_numpy(self.embedding_)[match[seen]]
+        Z[seen] = torch.as_tensor(self.embedding_)[match[seen]]
         return self._output(Z, X)
 
     def _fit(self, X: torch.Tensor) -> torch.Tensor:
@@ -171,9 +172,9 @@ class ccPCA(DREstimator):
         self.input_graph_ = build_input_graph(
             X, str(self.prior_x).upper(), "entropic", perplexity=float(self.perplexity),
             random_state=self.random_state_, metric=self.metric, metric_params=self.metric_params)
-        gen = torch.Generator().manual_seed(self.random_state_)
+        gen = generator(self.random_state_)
         memb = sample_memberships(self.input_graph_, int(self.n_samples), gen)
         self.component_stats_: ComponentStatistics = component_statistics(memb)
         M = cc_mean_average(X, memb)
-        self.averaged_data_ = M.numpy()
+        self.averaged_data_ = M.cpu().numpy()
         return pca_scores(M, self.n_components)

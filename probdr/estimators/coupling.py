@@ -20,6 +20,7 @@ import numpy as np
 import torch
 from sklearn.utils import check_scalar
 
+from .._utils import generator
 from ..infer import Phase, run_map
 from ..init import INITS
 from ..input.graph import AFFINITIES, _prior_kind, build_input_graph
@@ -134,6 +135,12 @@ class GraphCoupling(InputKindsMixin, ContinueMixin, NewPointsMixin, DREstimator)
         Threads (torch's intra-op pool) for ``fit``, ``transform``, ``sample_transform`` and
         ``optimize``, restored afterwards: ``None`` keeps the process's setting (torch's default
         is every core), ``-1`` every core, ``-2`` all but one.
+    device : str or torch.device
+        Where the fit computes (the input side, the laws, the model, the repulsion and the
+        optimiser): ``"auto"`` (the default: CUDA if available, else the CPU), ``"cpu"``,
+        ``"cuda"``, ``"cuda:1"``, ``"mps"``. Checked before any work; ``transform`` runs on the
+        same device. numpy in, numpy out; a tensor in, a tensor out on the input's device.
+        ``device_`` holds the resolved device.
     metric : str or callable
         Dissimilarity of the rows of X (:mod:`probdr.input.distances`): ``"euclidean"``
         (default), ``"sqeuclidean"``, ``"cosine"``, ``"correlation"``, ``"manhattan"``,
@@ -218,6 +225,7 @@ class GraphCoupling(InputKindsMixin, ContinueMixin, NewPointsMixin, DREstimator)
         callbacks=None,
         callbacks_every: int = 50,
         n_jobs: int | None = None,
+        device="auto",
         metric="euclidean",
         metric_params: dict | None = None,
         precomputed_knn=None,
@@ -407,7 +415,7 @@ class GraphCoupling(InputKindsMixin, ContinueMixin, NewPointsMixin, DREstimator)
 
     def _fit(self, X, y=None) -> torch.Tensor:
         n = X.n if isinstance(X, GraphLaw) else X.shape[0]
-        gen = torch.Generator().manual_seed(self.random_state_)
+        gen = generator(self.random_state_)
         self.input_graph_ = self._build_input_graph(X)
         if self.input_graph_.n != n:
             raise ValueError(f"the input graph has {self.input_graph_.n} nodes for {n} samples.")

@@ -30,6 +30,7 @@ import warnings
 import numpy as np
 import torch
 
+from .._utils import generator
 from ..infer.map import MAPFit, Phase
 from ..init import pad_columns
 from ..input.graph import sea_affinity
@@ -149,6 +150,7 @@ class DistR(DREstimator):
         callbacks=None,
         callbacks_every: int = 50,
         n_jobs: int | None = None,
+        device="auto",
     ):
         set_init_params(self, locals())
 
@@ -209,17 +211,17 @@ class DistR(DREstimator):
         training samples, at the fit's perplexity); a training sample keeps its ``labels_``."""
         A, match, _ = self._new_assignment(X)
         labels = A.argmax(1)
-        seen = (match >= 0).numpy()
-        labels[seen] = self.labels_[match.numpy()[seen]]
+        seen = (match >= 0).cpu().numpy()
+        labels[seen] = self.labels_[match.cpu().numpy()[seen]]
         return labels
 
     def transform(self, X):
         """The positions of the new points' prototypes (:meth:`predict`), ``prototypes_[
         predict(X)]``; a training sample keeps its fitted position."""
         A, match, Xt = self._new_assignment(X)
-        Z = torch.from_numpy(self.prototypes_[A.argmax(1)].copy())
+        Z = torch.as_tensor(self.prototypes_[A.argmax(1)].copy())
         seen = match >= 0
-        Z[seen] = torch.from_numpy(self.embedding_)[match[seen]]
+        Z[seen] = torch.as_tensor(self.embedding_)[match[seen]]
         return self._output(Z, X)
 
     def _input_affinity(self, X: torch.Tensor) -> torch.Tensor:
@@ -236,7 +238,7 @@ class DistR(DREstimator):
         if self.init_T == "kmeans":
             from sklearn.cluster import KMeans
 
-            lab = KMeans(k, n_init=1, random_state=self.random_state_).fit_predict(X.numpy())
+            lab = KMeans(k, n_init=1, random_state=self.random_state_).fit_predict(X.cpu().numpy())
             T = torch.zeros(N, k, dtype=torch.float64)
             T[torch.arange(N), torch.as_tensor(lab)] = 1.0
         else:
@@ -281,15 +283,15 @@ class DistR(DREstimator):
 
     def _fit(self, X: torch.Tensor) -> torch.Tensor:
         N, d = X.shape[0], self.n_components
-        gen = torch.Generator().manual_seed(self.random_state_)
+        gen = generator(self.random_state_)
         C_X = self._input_affinity(X)
-        self.input_affinity_ = C_X.numpy()
+        self.input_affinity_ = C_X.cpu().numpy()
         h = torch.full((N,), 1.0 / N, dtype=torch.float64)
         const = float((_f1(C_X, self.loss) * h[:, None] * h[None, :]).sum())
         T = self._init_T(X, h, gen)
         Z0 = self._init_Z(X, T, gen)
         kind, loss = self.affinity_out, self.loss
-        C_np, h_np = C_X.numpy(), h.numpy()
+        C_np, h_np = C_X.cpu().numpy(), h.cpu().numpy()
 
         # the Z-steps are MAP steps of the Pyro model (one Adam optimiser over all rounds)
         z_phase = Phase(int(self.z_steps), float(self.learning_rate), name="Z-step")
@@ -307,8 +309,8 @@ class DistR(DREstimator):
                 fit.run(z_phase, kw)
                 Z = fit.values(kw)["Z"]
                 # T-step (Z fixed)
-                Cbar = prototype_affinity(Z, kind).numpy()
-                T = torch.from_numpy(self._t_step(C_np, Cbar, h_np, T.numpy()))
+                Cbar = prototype_affinity(Z, kind).cpu().numpy()
+                T = torch.as_tensor(self._t_step(C_np, Cbar, h_np, T.cpu().numpy()))
                 with torch.no_grad():
                     E = float(srgw_energy(Z, T.T @ C_X @ T, T.sum(0), kind, loss, const))
                 if not np.isfinite(E):
@@ -319,7 +321,7 @@ class DistR(DREstimator):
                     print(f"DistR round {it}: E = {E:.6g}, effective prototypes "
                           f"{int((T.sum(0) > 1e-10 / N).sum())}")
                 if callback is not None and it % self.callbacks_every == 0 and callback(
-                        it, ((T @ Z) / T.sum(1, keepdim=True)).numpy(), E):
+                        it, ((T @ Z) / T.sum(1, keepdim=True)).cpu().numpy(), E):
                     self.stopped_by_callback_ = True
                     break
                 if len(history) >= 2 and abs(history[-2] - E) <= self.tol * max(
@@ -327,14 +329,14 @@ class DistR(DREstimator):
                     break
         self.loss_history_ = np.asarray(history)
         self.n_iter_ = it
-        Tn = T.numpy()
+        Tn = T.cpu().numpy()
         self.assignment_ = Tn
         self.weights_ = Tn.sum(0)
         self.labels_ = Tn.argmax(1)
         alive = self.weights_ > 1e-10 / N
         self.n_effective_ = int(alive.sum())
-        self.prototypes_ = Z.numpy().copy()
+        self.prototypes_ = Z.cpu().numpy().copy()
         samples = (Tn @ self.prototypes_) / Tn.sum(1, keepdims=True)
         med = (C_np @ Tn).argmax(0)
         self.medoids_ = np.where(alive, med, -1)
-        return torch.from_numpy(samples)
+        return torch.as_tensor(samples)

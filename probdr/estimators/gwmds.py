@@ -24,6 +24,7 @@ import warnings
 import numpy as np
 import torch
 
+from .._utils import generator
 from ..infer.map import MAPFit, Phase
 from ..init import pad_columns
 from ..input.graph import dense_cost, euclidean_distance_matrix, geodesic_distances
@@ -139,6 +140,7 @@ class GWMDS(DREstimator):
         callbacks=None,
         callbacks_every: int = 50,
         n_jobs: int | None = None,
+        device="auto",
         metric="euclidean",
         metric_params: dict | None = None,
     ):
@@ -189,8 +191,8 @@ class GWMDS(DREstimator):
             return D
         self.n_neighbors_ = None
         if isinstance(self.metric, str) and self.metric == "euclidean":
-            return euclidean_distance_matrix(X.numpy())
-        return dense_cost(X, self.metric, self.metric_params).sqrt().numpy()
+            return euclidean_distance_matrix(X.cpu().numpy())
+        return dense_cost(X, self.metric, self.metric_params).sqrt().cpu().numpy()
 
     def _initial(self, X: torch.Tensor, scale: float, gen: torch.Generator):
         n, d = X.shape[0], self.n_components
@@ -213,7 +215,7 @@ class GWMDS(DREstimator):
 
         n = C_X.shape[0]
         w = np.full(n, 1.0 / n)
-        C_Y = euclidean_distances(Y.detach()).numpy()
+        C_Y = euclidean_distances(Y.detach()).cpu().numpy()
         plan, log = ot.gromov.gromov_wasserstein(
             C_X, C_Y, w, w, loss_fun="square_loss", symmetric=True, log=True, G0=G0,
             max_iter=int(self.gw_max_iter))
@@ -221,7 +223,7 @@ class GWMDS(DREstimator):
 
     def _fit(self, X: torch.Tensor) -> torch.Tensor:
         n, d = X.shape[0], self.n_components
-        gen = torch.Generator().manual_seed(self.random_state_)
+        gen = generator(self.random_state_)
         D = self._dissimilarity(X)
         self.dissimilarity_ = D
         off = ~np.eye(n, dtype=bool)
@@ -238,7 +240,7 @@ class GWMDS(DREstimator):
             return torch.zeros(n, d, dtype=torch.float64)
         self.scale_ = scale
         C_X = D / scale
-        C_Xt = torch.from_numpy(C_X)
+        C_Xt = torch.as_tensor(C_X)
         Y0, in_correspondence = self._initial(X, scale, gen)
         G = np.eye(n) / n if in_correspondence else None
 
@@ -261,14 +263,14 @@ class GWMDS(DREstimator):
                 if not np.isfinite(gw):
                     raise FloatingPointError("GW-MDS: the GW value became non-finite; lower the "
                                              "learning rate.")
-                kw = dict(C_X=C_Xt, plan=torch.from_numpy(G), n_components=d,
-                          A=torch.from_numpy(_sandwich(G, C_X)))
+                kw = dict(C_X=C_Xt, plan=torch.as_tensor(G), n_components=d,
+                          A=torch.as_tensor(_sandwich(G, C_X)))
                 fit.run(step, kw)
                 Y = fit.values(kw)["Y"]
                 if self.verbose and (it % 20 == 0 or it == 1):
                     print(f"GW-MDS iteration {it}: GW = {gw:.6g}")
                 if callback is not None and it % self.callbacks_every == 0 and callback(
-                        it, Y.detach().numpy(), gw):
+                        it, Y.detach().cpu().numpy(), gw):
                     self.stopped_by_callback_ = True
                     break
                 if len(history) >= 2:
@@ -283,14 +285,14 @@ class GWMDS(DREstimator):
         self.loss_history_ = np.asarray(history + [gw])
         self.n_iter_ = it
         Y_raw = Y * scale
-        self.embedding_raw_ = Y_raw.numpy()
+        self.embedding_raw_ = Y_raw.cpu().numpy()
         if self.align:
-            Pn = torch.from_numpy(G / G.sum(1, keepdims=True))
+            Pn = torch.as_tensor(G / G.sum(1, keepdims=True))
             Y_out = Pn @ Y_raw
         else:
             Y_out = Y_raw
         self.distance_correlation_ = pearson_distance_correlation(
-            D, euclidean_distance_matrix(Y_out.numpy()))
+            D, euclidean_distance_matrix(Y_out.cpu().numpy()))
         return Y_out
 
 

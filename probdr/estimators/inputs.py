@@ -14,7 +14,7 @@ from ..infer import Phase, run_map
 from ..init import initialize
 from ..laws.graph import GraphLaw
 from ..models.coupling import graph_coupling_model
-from .base import with_threads
+from .base import in_fit_environment
 
 __all__ = ["InputKindsMixin", "ContinueMixin"]
 
@@ -113,7 +113,7 @@ class InputKindsMixin:
 class ContinueMixin:
     """``optimize``: more MAP steps from the fitted state."""
 
-    @with_threads
+    @in_fit_environment
     def optimize(self, n_iter: int, *, learning_rate: float | None = None,
                  momentum: float | None = None, exaggeration: float = 1.0):
         """Continue optimising the fitted embedding for ``n_iter`` more steps (openTSNE's
@@ -141,7 +141,7 @@ class ContinueMixin:
         _, scale, clip = self._phases(n)
         phase = Phase(int(n_iter), float(lr), float(mom), name="optimize",
                       model_kwargs={} if exaggeration == 1.0 else {"exaggeration": exaggeration})
-        Z0 = torch.from_numpy(self.embedding_).to(self._fit_dtype)
+        Z0 = torch.as_tensor(self.embedding_).to(self._fit_dtype)
         seed = (self.random_state_ + int(self.n_iter_)) % (2**32)
         with isolated_random_state(seed), fit_callbacks(self._callback(), self.callbacks_every):
             res = run_map(graph_coupling_model, self.model_kwargs_, Z0, [phase],
@@ -152,7 +152,7 @@ class ContinueMixin:
         if not torch.isfinite(res.Z).all():
             raise FloatingPointError(f"{type(self).__name__}.optimize produced a non-finite "
                                      "embedding; lower the learning rate.")
-        self.embedding_ = res.Z.detach().to(torch.float64).numpy()
+        self.embedding_ = res.Z.detach().to(torch.float64).cpu().numpy()
         self.loss_history_ = np.concatenate([self.loss_history_, res.loss_history])
         self.n_iter_ = int(self.n_iter_) + res.n_iter
         self.stopped_by_callback_ = res.stopped

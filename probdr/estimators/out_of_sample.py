@@ -23,11 +23,12 @@ import numpy as np
 import torch
 
 from .._fft import CauchyField
+from .._utils import generator
 from ..infer.map import Phase, run_map
 from ..input.graph import _prior_kind, new_point_rows, query_lists
 from ..input.neighbors import knn_query
 from ..models.out_of_sample import new_point_log_likelihood, new_points_model
-from .base import with_threads
+from .base import in_fit_environment
 
 __all__ = ["auto_coupling_weight", "attraction_mass", "NewPointsMixin", "LinearMapMixin", "GraphRowMixin", "training_matches",
            "transform_only_if"]
@@ -87,9 +88,9 @@ def training_matches(X_new, X_ref) -> torch.Tensor:
 
         idx, d = knn_query_metric(X_ref, X_new, 1, "sqeuclidean")
         j = idx[:, 0]
-        diff = (sp.csr_matrix(X_new) - X_ref[j.numpy()]).tocsr()
+        diff = (sp.csr_matrix(X_new) - X_ref[j.cpu().numpy()]).tocsr()
         diff.eliminate_zeros()
-        same = torch.from_numpy(np.diff(diff.indptr) == 0)
+        same = torch.as_tensor(np.diff(diff.indptr) == 0)
         return torch.where(same, j, torch.full_like(j, -1))
     idx, d2 = knn_query(X_ref, X_new, 1)
     j = idx[:, 0]
@@ -111,7 +112,7 @@ def _zero_distance_matches(D) -> torch.Tensor:
         first = np.full(m, -1)
         for i, j in zip(r[::-1], c[::-1], strict=True):  # the first stored zero of each row
             first[i] = j
-        return torch.from_numpy(first.astype(np.int64))
+        return torch.as_tensor(first.astype(np.int64))
     Dt = torch.as_tensor(np.asarray(D) if not isinstance(D, torch.Tensor) else D)
     z = Dt == 0
     has = z.any(1)
@@ -219,7 +220,7 @@ class NewPointsMixin:
         return auto_coupling_weight(self.kernel_, self.n_components, mass)
 
     # -- transform ----------------------------------------------------------------------------
-    @with_threads
+    @in_fit_environment
     def transform(self, X, *, n_iter: int = 100):
         r"""Place new points into the fitted embedding (MAP of each new point's position given
         the fitted embedding, which is not changed).
@@ -246,13 +247,13 @@ class NewPointsMixin:
         positions), ``(m, q)`` in the fit's dtype. ``field``: the training points' field if
         the caller has built it (``False``: build it here when it applies)."""
         dtype = self._fit_dtype
-        Z_ref = torch.from_numpy(self.embedding_).to(dtype)
+        Z_ref = torch.as_tensor(self.embedding_).to(dtype)
         out = self._weighted_start(P, Z_ref)
         new = (match < 0).nonzero().flatten()
         if n_iter > 0 and new.numel():
             P = P.index_select(0, new).coalesce()
             Z0 = out[new]
-            lr = TRANSFORM_LR * _nn_scale(Z_ref, torch.Generator().manual_seed(0))
+            lr = TRANSFORM_LR * _nn_scale(Z_ref, generator(0))
             if field is False:
                 field = self._field(Z_ref)
             n_pairs = 1 if field is not None else Z_ref.shape[0]  # per new point and step
@@ -299,7 +300,7 @@ class NewPointsMixin:
         return dist.Normal(loc, torch.tensor(scale, dtype=dtype)).to_event(2)
 
     # -- sample_transform ---------------------------------------------------------------------
-    @with_threads
+    @in_fit_environment
     def sample_transform(self, X, num_samples: int = 200, random_state=None, *,
                          num_warmup: int = 300, thin: int = 4, n_iter: int = 100):
         r"""Draws from each new point's conditional posterior given the fitted embedding,
@@ -330,10 +331,10 @@ class NewPointsMixin:
         seed = resolve_seed(random_state)
         dtype = self._fit_dtype
         P, match = self._new_rows(Xt)
-        field = self._field(torch.from_numpy(self.embedding_))  # built once, for both steps
+        field = self._field(torch.as_tensor(self.embedding_))  # built once, for both steps
         Z_map = self._place(P, match, int(n_iter), field)
-        Z_ref = torch.from_numpy(self.embedding_).to(dtype)
-        gen = torch.Generator().manual_seed(seed)
+        Z_ref = torch.as_tensor(self.embedding_).to(dtype)
+        gen = generator(seed)
         m, q = Z_map.shape
         draws = torch.empty(num_samples, m, q, dtype=dtype)
         low_accept = 0
@@ -354,7 +355,7 @@ class NewPointsMixin:
         if low_accept:
             warnings.warn(f"{low_accept} new point(s) had an acceptance rate below 5% in "
                           "sample_transform: raise num_warmup.", RuntimeWarning, stacklevel=2)
-        out = draws.to(torch.float64).numpy()
+        out = draws.to(torch.float64).cpu().numpy()
         if isinstance(X, torch.Tensor):
             return torch.from_numpy(out).to(X.device)
         return out
@@ -431,7 +432,7 @@ class LinearMapMixin:
         """Project new points with the fitted linear map: ``(X - mean_) @ W``."""
         Xt = self._validate_new(X)
         W, mean = self._linear_map()
-        return self._output(torch.from_numpy((Xt.numpy() - mean) @ W), X)
+        return self._output(torch.as_tensor((Xt.cpu().numpy() - mean) @ W), X)
 
 
 class GraphRowMixin:
@@ -456,7 +457,7 @@ class GraphRowMixin:
         k = min(int(self.n_neighbors), X_ref.shape[0])
         idx, _ = query_lists(X_ref, Xt, k, metric=getattr(self, "metric", "euclidean"),
                              metric_params=getattr(self, "metric_params", None))
-        Z_ref = torch.from_numpy(self.embedding_)
+        Z_ref = torch.as_tensor(self.embedding_)
         lam = torch.as_tensor(self._column_eigenvalues(), dtype=torch.float64)
         Z = Z_ref[idx].sum(1) / (k - lam)
         match = training_matches(Xt, X_ref)
@@ -500,4 +501,4 @@ def averaged_rows(est, Xt: torch.Tensor, M: np.ndarray) -> tuple[np.ndarray, tor
                        metric_params=getattr(est, "metric_params", None)).double()
     num = torch.sparse.mm(P, torch.as_tensor(M, dtype=torch.float64))
     den = torch.sparse.sum(P, 1).to_dense().clamp_min(1e-300)
-    return (num / den[:, None]).numpy(), training_matches(Xt, X_ref)
+    return (num / den[:, None]).cpu().numpy(), training_matches(Xt, X_ref)

@@ -72,7 +72,7 @@ class SNE(_GainsPreset):
                  negative_samples=10, observe="mean", edge_prior=None, neighbors="auto",
                  inference="map", inference_params=None, z_prior=None, coupling_weight="auto",
                  latent_edge_prior=None, dtype="float32", random_state=None, verbose=False, callbacks=None,
-                 callbacks_every: int = 50, n_jobs=None, metric="euclidean", metric_params=None,
+                 callbacks_every: int = 50, n_jobs=None, device="auto", metric="euclidean", metric_params=None,
                  precomputed_knn=None, target_weight=0.5, affinity="entropic"):
         set_init_params(self, locals())
 
@@ -92,7 +92,7 @@ class TSNE(_GainsPreset):
                  negative_samples=10, observe="mean", edge_prior=None, neighbors="auto",
                  inference="map", inference_params=None, z_prior=None, coupling_weight="auto",
                  latent_edge_prior=None, dtype="float32", random_state=None, verbose=False, callbacks=None,
-                 callbacks_every: int = 50, n_jobs=None, metric="euclidean", metric_params=None,
+                 callbacks_every: int = 50, n_jobs=None, device="auto", metric="euclidean", metric_params=None,
                  precomputed_knn=None, target_weight=0.5, affinity="entropic"):
         set_init_params(self, locals())
 
@@ -116,7 +116,7 @@ class LargeVis(_SGDPreset):
                  neighbors="auto", inference="map", inference_params=None, z_prior=None,
                  coupling_weight="auto", latent_edge_prior=None, dtype="float32",
                  random_state=None, verbose=False, callbacks=None,
-                 callbacks_every: int = 50, n_jobs=None, metric="euclidean", metric_params=None,
+                 callbacks_every: int = 50, n_jobs=None, device="auto", metric="euclidean", metric_params=None,
                  precomputed_knn=None, target_weight=0.5, affinity="entropic"):
         set_init_params(self, locals())
 
@@ -144,7 +144,7 @@ class UMAP(_SGDPreset):
                  neighbors="auto", inference="map", inference_params=None, z_prior=None,
                  coupling_weight="auto", latent_edge_prior=None, dtype="float32",
                  random_state=None, verbose=False, callbacks=None,
-                 callbacks_every: int = 50, n_jobs=None, metric="euclidean", metric_params=None,
+                 callbacks_every: int = 50, n_jobs=None, device="auto", metric="euclidean", metric_params=None,
                  precomputed_knn=None, target_weight=0.5, affinity="umap"):
         set_init_params(self, locals())
 

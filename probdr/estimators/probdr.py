@@ -22,6 +22,7 @@ import numbers
 import numpy as np
 import torch
 
+from .._utils import generator
 from ..infer.map import map_estimate
 from ..input.graph import knn_laplacian
 from ..laws.wishart import probdr_epsilon, theorem2_solution
@@ -186,7 +187,7 @@ class ProbDR(GraphRowMixin, DREstimator):
                  solver: str = "map", optimizer: str = "auto", init="pca",
                  n_iter: int | None = None, learning_rate: float = 1.0, max_n: int = 6000,
                  neighbors: str = "auto", callbacks=None,
-                 callbacks_every: int = 50, n_jobs=None, metric="euclidean", metric_params=None):
+                 callbacks_every: int = 50, n_jobs=None, device="auto", metric="euclidean", metric_params=None):
         set_init_params(self, locals())
 
     # -- parameters ------------------------------------------------------------------------------
@@ -348,13 +349,13 @@ class ProbDR(GraphRowMixin, DREstimator):
         self.gamma_ = self._gamma(n)
         self.nu_ = float(n) if self.nu is None else float(self.nu)
         Lam, W = self._precision(X)
-        self.precision_ = Lam.numpy()
+        self.precision_ = Lam.cpu().numpy()
         self.closed_form_eigenvalues_ = None
         self.loss_history_ = np.empty(0)
         if alpha == 0.0:
             Zcf, lam, _ = closed_form(Lam, q, self.nu_, self.gamma_)
-            self.closed_form_eigenvalues_ = lam.numpy()
-        gen = torch.Generator().manual_seed(self.random_state_)
+            self.closed_form_eigenvalues_ = lam.cpu().numpy()
+        gen = generator(self.random_state_)
         if self.solver == "closed_form":
             Z = Zcf
         else:
@@ -373,7 +374,7 @@ class ProbDR(GraphRowMixin, DREstimator):
                 reparam=reparam)
             Z = vals["Z"]
         Z = _principal_axes(Z.detach())
-        self.gram_eigenvalues_ = torch.linalg.eigvalsh(Z.T @ Z).flip(0).numpy()
+        self.gram_eigenvalues_ = torch.linalg.eigvalsh(Z.T @ Z).flip(0).cpu().numpy()
         return Z
 
 

@@ -95,7 +95,7 @@ class SNEkhorn(GraphCoupling):
                  learning_rate=0.5, momentum: float = 0.8, early_momentum: float = 0.5,
                  optimizer: str = "adam", learning_rate_decay: bool = True, init="pca",
                  dtype: str = "float32", random_state: int | None = None, verbose: bool = False, callbacks=None,
-                 callbacks_every: int = 50, n_jobs=None, metric="euclidean", metric_params=None):
+                 callbacks_every: int = 50, n_jobs=None, device="auto", metric="euclidean", metric_params=None):
         set_init_params(self, locals())
 
     # SEA has the entropic affinities' perplexity constraints plus the self-loop exclusion
@@ -156,5 +156,5 @@ class TSNEkhorn(SNEkhorn):
                  optimizer: str = "gains", learning_rate_decay: bool = False, init="pca",
                  dtype: str = "float32", random_state: int | None = None,
                  verbose: bool = False, callbacks=None,
-                 callbacks_every: int = 50, n_jobs=None, metric="euclidean", metric_params=None):
+                 callbacks_every: int = 50, n_jobs=None, device="auto", metric="euclidean", metric_params=None):
         set_init_params(self, locals())

@@ -31,6 +31,7 @@ import math
 import numpy as np
 import torch
 
+from .._utils import generator
 from ..infer.map import map_estimate
 from ..input.graph import knn_laplacian
 from ..laws.wishart import (
@@ -155,7 +156,7 @@ class WishartPCA(LinearMapMixin, PosteriorInference, DREstimator):
                  learning_rate: float = 1.0, center: bool = True, inference: str = "map",
                  inference_params: dict | None = None, z_prior=None,
                  coupling_weight: float = 1.0, callbacks=None,
-                 callbacks_every: int = 50, n_jobs=None):
+                 callbacks_every: int = 50, n_jobs=None, device="auto"):
         set_init_params(self, locals())
 
     def _check_params(self, n: int, p: int) -> None:
@@ -177,10 +178,10 @@ class WishartPCA(LinearMapMixin, PosteriorInference, DREstimator):
         self.gamma_ = coupling_gamma(self.nu_x_, self.nu_z_, p, q)
         self.precision_posterior_ = post = ConjugateWishartPosterior(Xc, self.nu_x_)
         self.eigenvalues_ = theorem2_eigenvalues(
-            post._scale_inv.eigenvalues_xxt, q, self.gamma_).numpy()
+            post._scale_inv.eigenvalues_xxt, q, self.gamma_).cpu().numpy()
         self.loss_history_ = np.empty(0)
         kwargs = dict(X=Xc, n_components=q, nu_x=self.nu_x_, nu_z=self.nu_z_, posterior=post)
-        gen = torch.Generator().manual_seed(self.random_state_)
+        gen = generator(self.random_state_)
         if self.solver == "closed_form":
             Z = theorem2_solution(Xc, q, self.gamma_)
         else:
@@ -289,7 +290,7 @@ class WishartEigenmaps(_LaplacianEstimator):
                  neighbors: str = "auto", inference: str = "map",
                  inference_params: dict | None = None, z_prior=None,
                  coupling_weight: float = 1.0, callbacks=None,
-                 callbacks_every: int = 50, n_jobs=None, metric="euclidean", metric_params=None):
+                 callbacks_every: int = 50, n_jobs=None, device="auto", metric="euclidean", metric_params=None):
         set_init_params(self, locals())
 
     def _check_params(self, n: int, p: int) -> None:
@@ -321,12 +322,12 @@ class WishartEigenmaps(_LaplacianEstimator):
                                     stacklevel=3)
         self.ridge_ = ridge
         Zcf, w = eigenmaps_solution(L, q, self.beta, ridge)
-        self.eigenvalues_ = w.numpy()
+        self.eigenvalues_ = w.cpu().numpy()
         if (1.0 / (w[1:] + ridge) <= self.beta).any():
             raise ValueError(f"beta={self.beta} is too large: the MAP collapses on axes with "
                              f"1/(l_i + ridge) <= beta (eigenvalues {w[1:].tolist()}).")
         kwargs = dict(L=L, n_components=q, beta=self.beta, ridge=ridge)
-        gen = torch.Generator().manual_seed(self.random_state_)
+        gen = generator(self.random_state_)
         if self.solver == "closed_form":
             Z = _principal_axes(Zcf)
         else:
@@ -415,7 +416,7 @@ class LaplacianWishart(_LaplacianEstimator):
                  neighbors: str = "auto", inference: str = "map",
                  inference_params: dict | None = None, z_prior=None,
                  coupling_weight: float = 1.0, callbacks=None,
-                 callbacks_every: int = 50, n_jobs=None, metric="euclidean", metric_params=None):
+                 callbacks_every: int = 50, n_jobs=None, device="auto", metric="euclidean", metric_params=None):
         set_init_params(self, locals())
 
     def _eps(self, n: int) -> float:
@@ -470,7 +471,7 @@ class LaplacianWishart(_LaplacianEstimator):
         q = self.n_components
         L = self._laplacian(X)
         self.eps_tilde_ = self._eps(n)
-        gen = torch.Generator().manual_seed(self.random_state_)
+        gen = generator(self.random_state_)
         Z0 = self._init(X, L, gen)
         if self.model == "wishart":
             model, kw = laplacian_wishart_model, dict(L=L, n_components=q,

@@ -81,6 +81,7 @@ from pyro.infer.autoguide.initialization import init_to_value
 from torch.distributions import constraints
 from tqdm.auto import tqdm
 
+from .._utils import generator
 from .draws import Posterior, procrustes_align
 
 __all__ = ["Posterior", "fit_posterior", "check_inference", "procrustes_align", "MCMC_MAX_PARAMS",
@@ -389,7 +390,7 @@ def _fit_mcmc(model, kwargs, Z_init, opts, seed, verbose, site=("Z", None, None)
     with torch.no_grad():
         Z0 = Z_init.detach() if from_site is None else from_site(Z_init.detach())
     sd = float(Z0.std()) if Z0.numel() > 1 else 1.0
-    g = torch.Generator().manual_seed(seed)
+    g = generator(seed)
     chains, divs, div_idx, acc, steps = [], [], [], [], []
     t0 = time.perf_counter()
     def potential_model():  # no arguments: MCMC.run's own keywords (e.g. "kernel") cannot clash

@@ -307,7 +307,7 @@ def geodesic_distances(X, n_neighbors: int | None = None, *, metric="euclidean",
     from sklearn.neighbors import kneighbors_graph
 
     if not (isinstance(metric, str) and metric == "euclidean"):  # edges weighted by the metric
-        X = dense_cost(X, metric, metric_params).sqrt().numpy()
+        X = dense_cost(X, metric, metric_params).sqrt().cpu().numpy()
         graph_kw = {"metric": "precomputed"}
     else:
         X = np.asarray(X.detach().cpu() if isinstance(X, torch.Tensor) else X, dtype=np.float64)
@@ -346,8 +346,8 @@ def _entries(A) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, tuple[int, ..
     else:
         C = sp.coo_matrix(A if is_sparse(A) else np.asarray(
             A.detach().cpu() if isinstance(A, torch.Tensor) else A, dtype=np.float64))
-        r, c = torch.from_numpy(C.row.astype(np.int64)), torch.from_numpy(C.col.astype(np.int64))
-        v = torch.from_numpy(C.data.astype(np.float64))
+        r, c = torch.as_tensor(C.row.astype(np.int64)), torch.as_tensor(C.col.astype(np.int64))
+        v = torch.as_tensor(C.data.astype(np.float64))
         shape = tuple(C.shape)
     if not torch.isfinite(v).all() or (v < 0).any():
         raise ValueError("a precomputed affinity must be finite and non-negative.")

@@ -106,7 +106,7 @@ def batch_memberships(W: torch.Tensor) -> torch.Tensor:
     if W.ndim == 2:
         W = W.unsqueeze(0) if not W.is_sparse else torch.stack([W])
     nb, n = W.shape[0], W.shape[-1]
-    b, r, c = (t.numpy() for t in _edges_of_batch(W))
+    b, r, c = (t.cpu().numpy() for t in _edges_of_batch(W))
     N = nb * n
     A = sp.coo_matrix((np.ones(b.size, dtype=np.int8), (b * n + r, b * n + c)), shape=(N, N))
     _, lab = connected_components(A.tocsr(), directed=True, connection="weak")
@@ -118,7 +118,7 @@ def batch_memberships(W: torch.Tensor) -> torch.Tensor:
         rank = np.empty_like(first)
         rank[np.argsort(first)] = np.arange(first.size)
         out[i] = rank[inv]
-    return torch.from_numpy(out.astype(np.int64))
+    return torch.as_tensor(out.astype(np.int64))
 
 
 def sample_memberships(law: GraphLaw, n_samples: int, generator: torch.Generator | None = None,

@@ -303,7 +303,7 @@ def _graph_edges(g) -> tuple[np.ndarray, np.ndarray, int, bool]:
     if isinstance(g, torch.Tensor):
         if g.is_sparse:
             g = g.coalesce()
-            idx, v = g.indices().numpy(), g.values().numpy()
+            idx, v = g.indices().cpu().numpy(), g.values().cpu().numpy()
             if g.ndim != 2 or g.shape[0] != g.shape[1]:
                 raise ValueError(f"the graph must be a square (n, n) matrix, got {tuple(g.shape)}.")
             if not np.all(np.isfinite(v)):

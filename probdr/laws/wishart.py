@@ -380,9 +380,9 @@ class KNNLaplacian:
     def scipy(self):
         import scipy.sparse as sp
 
-        r, c = self.rows.numpy(), self.cols.numpy()
+        r, c = self.rows.cpu().numpy(), self.cols.cpu().numpy()
         A = sp.coo_matrix((np.ones(r.size), (r, c)), shape=(self.n, self.n)).tocsr()
-        return sp.diags(self.degree.numpy()) - A
+        return sp.diags(self.degree.cpu().numpy()) - A
 
     def dense(self) -> torch.Tensor:
         L = torch.diag(self.degree.clone())
@@ -448,7 +448,7 @@ def laplacian_eigenmaps(L: KNNLaplacian, q: int, *, dense_max_n: int = 4000) -> 
     w, V = eigsh(Ls, k=q + 1, sigma=-1e-3, which="LM", v0=rng.standard_normal(n))
     order = np.argsort(w)
     w, V = w[order], V[:, order]
-    return torch.from_numpy(w), torch.from_numpy(np.ascontiguousarray(V[:, 1: q + 1]))
+    return torch.as_tensor(w), torch.as_tensor(np.ascontiguousarray(V[:, 1: q + 1]))
 
 
 def probdr_epsilon(n: int, n_neg: int = 5, n_neigh: int = 15) -> float:

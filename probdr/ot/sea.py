@@ -353,8 +353,8 @@ def symmetric_entropic(
         from scipy.optimize import minimize
 
         def fun(x):
-            gamma = torch.from_numpy(x[:n])
-            lam = torch.from_numpy(x[n:])
+            gamma = torch.as_tensor(x[:n])
+            lam = torch.as_tensor(x[n:])
             q, gg, gl, _ = _sea_eval(gamma, lam, Cs2, target, exclude_self, need_lp=False)
             state["n_eval"] += 1
             if not torch.isfinite(q):
@@ -364,10 +364,10 @@ def symmetric_entropic(
             if ev < tol and mv < tol:
                 state["best"] = x.copy()
                 raise _Converged
-            grad = -torch.cat([gg, gl]).numpy()
+            grad = -torch.cat([gg, gl]).cpu().numpy()
             return -float(q), grad
 
-        x0 = torch.cat([gamma0, lam0]).numpy()
+        x0 = torch.cat([gamma0, lam0]).cpu().numpy()
         bounds = [(_GAMMA_MIN, None)] * n + [(None, None)] * n
         try:
             res = minimize(fun, x0, jac=True, method="L-BFGS-B", bounds=bounds,
@@ -381,8 +381,8 @@ def symmetric_entropic(
             x = state["best"]
             converged = True
             n_iter = state["n_eval"]
-        gamma = torch.from_numpy(x[:n]).clone()
-        lam = torch.from_numpy(x[n:]).clone()
+        gamma = torch.as_tensor(x[:n]).clone()
+        lam = torch.as_tensor(x[n:]).clone()
         if not converged and n <= newton_max_n:
             # L-BFGS stalls when the dual changes below float64 resolution: polish by Newton
             budget = max(min(50, int(max_iter)), int(max_iter) - n_iter)
