@@ -31,12 +31,15 @@ which in expectation is a B law whose non-edges are down-weighted by
 
 from __future__ import annotations
 
+import contextlib
+
 import pyro
 import pyro.distributions as dist
 import torch
 from pyro import poutine
 from torch.distributions import constraints
 
+from probdr._distributed import current_shard
 from probdr._utils import tensor_cache as _cached
 from probdr.laws.graph import GraphPrior, _edge_terms
 from probdr.laws.weights import KernelWeights
@@ -89,17 +92,28 @@ def graph_coupling_model(
     pair_grad_clip : float, optional
         Optimisation heuristic of umap-learn: clamp every pair's gradient contribution (not the
         objective) to ``[-c, c]`` per coordinate.
+
+    Data-parallel (the model declares ``data_parallel = True``; see :mod:`probdr._distributed`):
+    inside a fit sharded over the ranks of a process group, each rank evaluates its share of the
+    log joint -- its chunk of the edges and negative samples, its rows of the normalisers -- and
+    carries ``1 / world_size`` of the replicated terms (the Z prior, the E law's combinatorial
+    constant), so that the ranks' shares sum to the log joint.
     """
     n = W_X.shape[0]
+    shard = current_shard()
     prior = flat_prior(n, n_components) if z_prior is None else z_prior
-    Z = pyro.sample("Z", prior)
+    with (poutine.scale(scale=shard.share) if shard is not None and z_prior is not None
+          else contextlib.nullcontext()):
+        Z = pyro.sample("Z", prior)
     normaliser = repulsion if repulsion in ("exact", "fft", "sampled") else "exact"
     K_Z = KernelWeights(Z, kernel, normaliser=normaliser, n_samples=negative_samples,
-                        pair_grad_clip=pair_grad_clip)
+                        pair_grad_clip=pair_grad_clip, shard=shard)
     law = prior_z.posterior(K_Z)
     with poutine.scale(scale=coupling_weight):
         if repulsion in ("exact", "fft", "sampled"):
             pyro.sample("W_Z", law, obs=W_X)
+            if shard is not None and prior_z.kind == "E":  # a constant every rank holds
+                pyro.factor("W_Z_replicated", (shard.share - 1.0) * law.log_combinatorial(W_X))
         elif repulsion == "negative_sampling":
             if prior_z.kind != "B":
                 raise ValueError("negative sampling is defined here for the B latent prior only.")
@@ -112,6 +126,10 @@ def graph_coupling_model(
     return Z
 
 
+#: the model evaluates its share of the log joint in a data-parallel fit (probdr._distributed)
+graph_coupling_model.data_parallel = True
+
+
 def _negative_sampling_likelihood(law, W_X, m, gamma, n):
     """umap-learn's scheme: each step, edge e is used with probability v_e / max(v) (then with
     weight max(v)), and every used edge draws m uniform negatives. In expectation over the draws
@@ -119,21 +137,27 @@ def _negative_sampling_likelihood(law, W_X, m, gamma, n):
     weights = law.weights
     rows, cols, v, vmax = _cached(W_X, "_probdr_ns_edges",
                                   lambda: _ns_edges(W_X, weights.Z.dtype))
+    shard, gen = weights.shard, None
+    if shard is not None:  # this rank's chunk of the edges, and its own random stream
+        rows, cols, v = shard.chunk(rows, cols, v)
+        gen = shard.generator
     # the draw of used edges: index_select on the nonzero positions (boolean masking is several
     # times slower on millions of edges)
-    used = (torch.rand(v.shape, dtype=v.dtype).mul_(vmax) < v).nonzero().squeeze(1)
+    used = (torch.rand(v.shape, dtype=v.dtype, device=v.device, generator=gen).mul_(vmax)
+            < v).nonzero().squeeze(1)
     rows, cols = rows.index_select(0, used), cols.index_select(0, used)
     with pyro.plate("edges", rows.numel()), poutine.scale(scale=vmax):
         pyro.sample("W_Z_edges", dist.Bernoulli(logits=weights.log_at(rows, cols),
                                                 validate_args=False),
-                    obs=torch.ones(rows.numel(), dtype=v.dtype))
+                    obs=torch.ones(rows.numel(), dtype=v.dtype, device=v.device))
     neg_rows = rows.repeat_interleave(m)  # sorted like rows: a segment sum in the backward
     # uniform over the other n - 1 nodes: never the node itself
-    neg_cols = (neg_rows + torch.randint(1, n, (neg_rows.numel(),))) % n
+    neg_cols = (neg_rows + torch.randint(1, n, (neg_rows.numel(),), device=rows.device,
+                                         generator=gen)) % n
     with pyro.plate("negatives", neg_rows.numel()), poutine.scale(scale=gamma * vmax):
         pyro.sample("W_Z_negatives", dist.Bernoulli(logits=weights.log_at(neg_rows, neg_cols),
                                                     validate_args=False),
-                    obs=torch.zeros(neg_rows.numel(), dtype=v.dtype))
+                    obs=torch.zeros(neg_rows.numel(), dtype=v.dtype, device=v.device))
 
 
 def _ns_edges(W_X, dtype):

@@ -67,9 +67,13 @@ _CACHE_ENTRIES = 6
 class Grid2D:
     """Interpolation of n points in 2-D onto a regular grid (built once per step)."""
 
-    def __init__(self, Z: torch.Tensor, spacing: float = GRID_SPACING):
-        lo = Z.min(0).values
-        span = float((Z.max(0).values - lo).max())
+    def __init__(self, Z: torch.Tensor, spacing: float = GRID_SPACING,
+                 box: tuple[torch.Tensor, float] | None = None):
+        # box = (lower corner, span): the grid of a larger set whose rows Z are (a rank's block)
+        lo, span = box if box is not None else (None, None)
+        if box is None:
+            lo = Z.min(0).values
+            span = float((Z.max(0).values - lo).max())
         h = max(spacing, span / (MAX_GRID - 4))
         G = _ladder_size(int(math.ceil(span / h)) + 4)
         self.h, self.G = h, G
@@ -79,7 +83,7 @@ class Grid2D:
         base = base.long() - 1  # node indices of offset -1
         wx = _lagrange_weights(t[:, 0])  # (n, 4)
         wy = _lagrange_weights(t[:, 1])
-        offs = torch.arange(4)
+        offs = torch.arange(4, device=Z.device)
         ix = (base[:, 0:1] + offs).clamp(0, G - 1)  # (n, 4)
         iy = (base[:, 1:2] + offs).clamp(0, G - 1)
         self.index = (ix[:, :, None] * G + iy[:, None, :]).reshape(-1, 16)  # (n, 16)
@@ -90,7 +94,7 @@ class Grid2D:
         """charges (C, n) -> grids (C, G, G)."""
         C = charges.shape[0]
         vals = (charges[:, :, None] * self.weight[None]).reshape(C, -1)
-        grid = torch.zeros(C, self.G * self.G, dtype=charges.dtype)
+        grid = torch.zeros(C, self.G * self.G, dtype=charges.dtype, device=charges.device)
         grid.index_add_(1, self.flat_index, vals)
         return grid.view(C, self.G, self.G)
 
@@ -126,14 +130,18 @@ class Grid2D:
         return out[..., :G, :G]
 
 
-def _cauchy_grids(grid: Grid2D, Z: torch.Tensor, c: torch.Tensor) -> torch.Tensor:
+def _cauchy_grids(grid: Grid2D, Z: torch.Tensor, c: torch.Tensor, reduce=None) -> torch.Tensor:
     r"""The four Cauchy potential grids of charges at ``Z`` (n, 2) spread on ``grid``:
     :math:`\sum_j w_j` and :math:`\sum_j w_j^2 (1, z_j^x - c^x, z_j^y - c^y)`, ``(4, G, G)``.
     Centring the charges on ``c`` keeps float32 accurate (potentials are translation-covariant).
-    One forward transform of the three charge grids, one batched inverse of the four products."""
+    One forward transform of the three charge grids, one batched inverse of the four products.
+    ``reduce`` (in place) combines the charge grids of several processes (an all-reduce)."""
     n = Z.shape[0]
-    charges = torch.stack([torch.ones(n, dtype=Z.dtype), Z[:, 0] - c[0], Z[:, 1] - c[1]])
+    charges = torch.stack([torch.ones(n, dtype=Z.dtype, device=Z.device), Z[:, 0] - c[0],
+                           Z[:, 1] - c[1]])
     g = grid.spread(charges)
+    if reduce is not None:
+        reduce(g)
     kw = grid.kernel_fft(lambda d2: -torch.log1p(d2), Z.dtype, key="cauchy")
     kw2 = grid.kernel_fft(lambda d2: -2.0 * torch.log1p(d2), Z.dtype, key="cauchy2")
     G = grid.G
@@ -144,30 +152,49 @@ def _cauchy_grids(grid: Grid2D, Z: torch.Tensor, c: torch.Tensor) -> torch.Tenso
 
 class _CauchyLogTotalFFT(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, Z, spacing):
+    def forward(ctx, Z, spacing, rows, reduce):
         Zd = Z.detach()
-        grid = Grid2D(Zd, spacing)
+        if rows is None:
+            grid, Zb = Grid2D(Zd, spacing), Zd
+        else:  # a rank's block of points on the grid of all points
+            lo = Zd.min(0).values
+            grid = Grid2D(Zd[rows[0]:rows[1]], spacing,
+                          box=(lo, float((Zd.max(0).values - lo).max())))
+            Zb = Zd[rows[0]:rows[1]]
         c = Zd.mean(0)
-        pots = grid.gather(_cauchy_grids(grid, Zd, c))  # (4, n)
+        pots = grid.gather(_cauchy_grids(grid, Zb, c, reduce))  # (4, n) or (4, block)
         S = (pots[0] - 1.0).sum(dtype=torch.float64).clamp_min(1e-300)  # self terms w_ii = 1
         # sum_j w_ij^2 (z_i - z_j) = A_i (z_i - c) - B_i; the self terms cancel
         A, B = pots[1], pots[2:].T
-        ctx.save_for_backward(Zd - c, A, B, S)
-        ctx.dtype = Z.dtype
+        ctx.save_for_backward(Zb - c, A, B, S)
+        ctx.dtype, ctx.rows, ctx.n = Z.dtype, rows, Z.shape[0]
         return torch.log(S).to(Z.dtype)
 
     @staticmethod
     def backward(ctx, g):
         Zd, A, B, S = ctx.saved_tensors
         grad = (A[:, None] * Zd - B).mul_(-4.0 * g / S.to(Zd.dtype))
-        return grad.to(ctx.dtype), None
+        if ctx.rows is not None:  # the block's rows of the full sum's gradient (see below)
+            full = grad.new_zeros(ctx.n, 2)
+            full[ctx.rows[0]:ctx.rows[1]] = grad
+            grad = full
+        return grad.to(ctx.dtype), None, None, None
 
 
-def cauchy_log_total(Z: torch.Tensor, spacing: float | None = None) -> torch.Tensor:
-    r"""FFT-interpolated :math:`\log \sum_{i \ne j} 1/(1 + \|z_i - z_j\|^2)` for 2-D ``Z``."""
+def cauchy_log_total(Z: torch.Tensor, spacing: float | None = None, *,
+                     rows: tuple[int, int] | None = None, reduce=None) -> torch.Tensor:
+    r"""FFT-interpolated :math:`\log \sum_{i \ne j} 1/(1 + \|z_i - z_j\|^2)` for 2-D ``Z``.
+
+    Data-parallel (``rows``, a rank's block of points, and ``reduce``, an in-place all-reduce):
+    each rank spreads its block's charges, the grids are summed over ranks by ``reduce``, and
+    the result is the log of the block's partial sum :math:`S_r = \sum_{i \in r} \sum_{j \ne i}
+    w_{ij}`; its backward gives the block's rows of the gradient of the full sum, scaled by
+    :math:`g / S_r` -- the full gradient once the partial sums are combined by an all-reduce
+    (:meth:`probdr._distributed.Shard.logsumexp`) and the ranks' gradients summed."""
     if Z.ndim != 2 or Z.shape[1] != 2:
         raise ValueError("the FFT normaliser is implemented for 2-D embeddings only.")
-    return _CauchyLogTotalFFT.apply(Z, GRID_SPACING if spacing is None else spacing)
+    return _CauchyLogTotalFFT.apply(Z, GRID_SPACING if spacing is None else spacing, rows,
+                                    reduce)
 
 
 class CauchyField:

@@ -47,9 +47,12 @@ def pairwise_sq_distances(A: torch.Tensor, B: torch.Tensor | None = None) -> tor
 
 
 
-def _blocks(n: int, itemsize: int):
+def _blocks(n: int, itemsize: int, rows: tuple[int, int] | None = None):
+    """Row blocks ``(s, e)`` of an n x n pass, over all rows or over ``rows = (start, stop)``
+    (a rank's block in a data-parallel fit)."""
+    start, stop = (0, n) if rows is None else rows
     bs = max(1, min(n, BLOCK_BYTES // (itemsize * n)))
-    return [(s, min(n, s + bs)) for s in range(0, n, bs)]
+    return [(s, min(stop, s + bs)) for s in range(start, stop, bs)]
 
 
 def _block(Z, s, e, kernel, log_pi, direct):
@@ -71,9 +74,10 @@ def _block(Z, s, e, kernel, log_pi, direct):
 
 class _PairReduce(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, Z, mode, kernel, log_pi):
+    def forward(ctx, Z, mode, kernel, log_pi, rows):
         n = Z.shape[0]
-        blocks = _blocks(n, Z.element_size())
+        blocks = _blocks(n, Z.element_size(), rows)
+        s0 = blocks[0][0] if blocks else 0
         cache = n * n * Z.element_size() * 2 <= CACHE_BYTES
         direct = log_pi is None and kernel.heavy_tailed
         saved, parts = [], []
@@ -96,7 +100,7 @@ class _PairReduce(torch.autograd.Function):
             else:
                 out = r if mode == "row" else torch.logsumexp(r, 0)
         ctx.mode, ctx.kernel, ctx.blocks, ctx.cache, ctx.direct = mode, kernel, blocks, cache, direct
-        ctx.saved = saved
+        ctx.saved, ctx.s0 = saved, s0
         ctx.save_for_backward(Z, out, log_pi if log_pi is not None else Z.new_empty(0))
         return out
 
@@ -112,15 +116,16 @@ class _PairReduce(torch.autograd.Function):
                 w = a / (1.0 + a) if ctx.direct else torch.sigmoid(a)
                 M = w.mul_(dk).mul_(g)
             elif ctx.mode == "row":
-                w = a / torch.exp(out[s:e, None]) if ctx.direct else torch.exp(a - out[s:e, None])
-                M = w.mul_(dk).mul_(g[s:e, None])
+                i, j = s - ctx.s0, e - ctx.s0  # positions in the output (a block of rows)
+                w = a / torch.exp(out[i:j, None]) if ctx.direct else torch.exp(a - out[i:j, None])
+                M = w.mul_(dk).mul_(g[i:j, None])
             else:
                 w = a * torch.exp(-out) if ctx.direct else torch.exp(a - out)
                 M = w.mul_(dk).mul_(g)
             grad[s:e] += 2.0 * (M.sum(1, keepdim=True) * Z[s:e] - M @ Z)
             grad += 2.0 * (M.sum(0)[:, None] * Z - M.T @ Z[s:e])
         ctx.saved = None
-        return grad, None, None, None
+        return grad, None, None, None, None
 
 
 class _CauchyTotal(torch.autograd.Function):
@@ -129,12 +134,18 @@ class _CauchyTotal(torch.autograd.Function):
     With :math:`w = 1/(1+d^2)`, :math:`\partial \log w / \partial d^2 = -w` and the matrix of
     coefficients :math:`M = -g\,w^2/S` is symmetric, so
     :math:`\nabla_{z_i} = 4 (M_{i+} z_i - (MZ)_i)`: one matmul, no log/exp.
+
+    Over a block of rows (``rows``, a rank's block) it returns the log of the block's partial
+    sum :math:`S_r` and, in the backward, the block's rows of the gradient of the *full* sum,
+    scaled by :math:`g / S_r`: summed over ranks whose partial sums are combined by an all-reduce
+    (whose backward gives every rank the same :math:`\partial L / \partial S`,
+    :meth:`probdr._distributed.Shard.logsumexp`), this is the full gradient.
     """
 
     @staticmethod
-    def forward(ctx, Z):
+    def forward(ctx, Z, rows):
         n = Z.shape[0]
-        blocks = _blocks(n, Z.element_size())
+        blocks = _blocks(n, Z.element_size(), rows)
         cache = n * n * Z.element_size() <= CACHE_BYTES
         total = Z.new_zeros((), dtype=torch.float64)
         saved = []
@@ -153,7 +164,8 @@ class _CauchyTotal(torch.autograd.Function):
     @staticmethod
     def backward(ctx, g):
         Z, S = ctx.saved_tensors
-        grad = torch.empty_like(Z)
+        grad = torch.empty_like(Z) if ctx.blocks[-1][1] - ctx.blocks[0][0] == Z.shape[0] \
+            else torch.zeros_like(Z)
         for b, (s, e) in enumerate(ctx.blocks):
             if ctx.cache:
                 w = ctx.saved[b]
@@ -164,17 +176,23 @@ class _CauchyTotal(torch.autograd.Function):
             M = w.mul_(w)  # in place: the cache is not needed again
             grad[s:e] = (M.sum(1, keepdim=True) * Z[s:e] - M @ Z).mul_(-4.0 * g / S)
         ctx.saved = None
-        return grad
+        return grad, None
 
 
-def pair_reduce(Z: torch.Tensor, mode: str, kernel, log_pi: torch.Tensor | None = None):
-    """Exact all-pairs reduction (see module docstring) with a custom backward."""
+def pair_reduce(Z: torch.Tensor, mode: str, kernel, log_pi: torch.Tensor | None = None,
+                rows: tuple[int, int] | None = None):
+    """Exact all-pairs reduction (see module docstring) with a custom backward.
+
+    ``rows = (start, stop)`` restricts the sum to the pairs (i, j) with i in that block (a rank's
+    share in a data-parallel fit): ``"row"`` then returns the block's ``stop - start`` values,
+    ``"softplus"`` and ``"total"`` the block's partial sum (``"total"``: its log; with the Cauchy
+    kernel its gradient is meant for an all-reduce, see :class:`_CauchyTotal`)."""
     if mode not in ("row", "total", "softplus"):
         raise ValueError(f"mode must be 'row', 'total' or 'softplus', got {mode!r}.")
     if (mode == "total" and log_pi is None and getattr(kernel, "name", "") == "student"
             and getattr(kernel, "dof", None) == 1.0):
-        return _CauchyTotal.apply(Z)
-    return _PairReduce.apply(Z, mode, kernel, log_pi)
+        return _CauchyTotal.apply(Z, rows)
+    return _PairReduce.apply(Z, mode, kernel, log_pi, rows)
 
 
 # --------------------------------------------------------------------------------------------

@@ -32,6 +32,7 @@ from pyro.infer.autoguide.initialization import init_to_value
 from tqdm.auto import tqdm
 
 from .._alloc import heap_reuse
+from .._distributed import process_group_shard, use_shard
 from .schedule import (
     _CALLBACK,
     COLLAPSE_FLOOR,
@@ -108,11 +109,20 @@ class MAPFit:
         (gains, velocity, moments), loaded into the first optimiser: the fit continues as if it
         had not stopped.
 
+    Data-parallel fits: when the model declares ``data_parallel = True`` and a process group
+    of more than one process is initialised (:mod:`probdr._distributed`), the fit is sharded:
+    the initial values are broadcast from rank 0, the model runs with this rank's
+    :class:`~probdr._distributed.Shard` current (it evaluates its share of the loss), and every
+    step sums the gradients and the loss over ranks (one all-reduce) before clipping and the
+    optimiser step -- so every rank takes the same steps and records the same history. Other
+    models run whole on every rank.
+
     Attributes
     ----------
     history : ndarray
         The loss before every step run so far (L-BFGS: at the start of each call); ``n_steps``
-        its length, ``n_rescued`` the number of collapsed columns rescued, ``guide`` the guide.
+        its length, ``n_rescued`` the number of collapsed columns rescued, ``guide`` the guide,
+        ``shard`` this rank's shard of a data-parallel fit (``None`` otherwise).
     """
 
     def __init__(self, model: Callable, init_values, *, optimizer: str = "gains",
@@ -158,6 +168,7 @@ class MAPFit:
         self.callback_every = int(callback_every if callback_every is not None else default_every)
         self._initial_state = optimizer_state
         self.stopped = False
+        self.shard = None
 
     # -- context --------------------------------------------------------------------------
     def __enter__(self) -> MAPFit:
@@ -166,6 +177,13 @@ class MAPFit:
         self._bar = stack.enter_context(tqdm(total=self.total_steps, desc=self.desc,
                                              disable=not self.verbose, leave=False))
         self._stack = stack
+        if getattr(self.model, "data_parallel", False):
+            first = next(iter(self.init_values.values()))
+            self.shard = process_group_shard(first.device)
+        if self.shard is not None:  # every rank starts from rank 0's point
+            self.init_values = {k: self.shard.broadcast_(v.detach().clone())
+                                for k, v in self.init_values.items()}
+            stack.enter_context(use_shard(self.shard))
         if self.reparam:
             self.guide = _reparam_guide(self.init_values, self.reparam)
         else:
@@ -236,6 +254,8 @@ class MAPFit:
         opt.zero_grad(set_to_none=True)
         loss = self._loss(kwargs)
         (loss * self.loss_scale).backward()
+        if self.shard is not None:  # the ranks' shares: one all-reduce of gradients and loss
+            loss = self.shard.sum_gradients(self.params, loss)
         if self.grad_clip is not None:
             for p in self.params:
                 p.grad.clamp_(-self.grad_clip, self.grad_clip)
@@ -252,6 +272,9 @@ class MAPFit:
             loss = self._loss(kwargs)
             scaled = loss * self.loss_scale
             scaled.backward()
+            if self.shard is not None:
+                loss = self.shard.sum_gradients(self.params, loss)
+                scaled = loss * self.loss_scale
             losses.append(loss.detach())
             return scaled
 

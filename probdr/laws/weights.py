@@ -155,13 +155,21 @@ class KernelWeights(Weights):
     * ``"sampled"`` -- Monte Carlo: ``n_samples`` uniform partners per node,
       :math:`\hat S_i = \frac{n-1}{m}\sum_{k} w_{ik}` (a consistent, slightly biased estimate of
       the log-normaliser; unbiased for the B law's sum).
+
+    With a ``shard`` (a rank of a data-parallel fit, :mod:`probdr._distributed`) the edge sums
+    and the normalisers return this rank's *share*, the shares of all ranks summing to the
+    value: :meth:`weighted_sum_at` sums the rank's chunk of the edges; :meth:`row_logsumexp`
+    gives the rank's block of rows (0 elsewhere); :meth:`sum_softplus` sums the pairs of the
+    rank's rows; :meth:`total_logsumexp` combines the ranks' partial sums by an all-reduce and
+    returns ``1 / world_size`` of the log-total. The Monte Carlo normalisers are not split: each
+    rank computes them whole and carries ``1 / world_size`` of them.
     """
 
     NORMALISERS = ("exact", "fft", "sampled")
 
     def __init__(self, Z: torch.Tensor, kernel, log_pi: torch.Tensor | None = None,
                  normaliser: str = "exact", n_samples: int = 10,
-                 pair_grad_clip: float | None = None):
+                 pair_grad_clip: float | None = None, shard=None):
         if normaliser not in self.NORMALISERS:
             raise ValueError(f"normaliser must be one of {self.NORMALISERS}, got {normaliser!r}.")
         self.Z, self.kernel, self.n = Z, kernel, Z.shape[0]
@@ -169,8 +177,12 @@ class KernelWeights(Weights):
         self.normaliser, self.n_samples = normaliser, int(n_samples)
         #: clamp each pair's gradient (w.r.t. z_i - z_j) to [-c, c], as umap-learn does
         self.pair_grad_clip = pair_grad_clip
+        #: this rank's shard in a data-parallel fit (None: the whole sums)
+        self.shard = shard
 
     def weighted_sum_at(self, rows, cols, v):
+        if self.shard is not None:
+            rows, cols, v = self.shard.chunk(rows, cols, v)
         # fused gather / kernel / scatter with a hand-written gradient (about 2x autograd's speed
         # on kNN graphs); the edge prior, constant in Z, is added by autograd
         out = edge_log_kernel_sum(self.Z, rows, cols, v, self.kernel, self.pair_grad_clip)
@@ -219,36 +231,43 @@ class KernelWeights(Weights):
         r, c = self.near[0], self.near[1]
         return r, c, self.log_at(r, c)
 
+    def _rows(self):
+        return None if self.shard is None else self.shard.block(self.n)
+
+    def _replicated(self, value):
+        return value if self.shard is None else value * self.shard.share
+
     def row_logsumexp(self):
         if self.normaliser == "sampled":
-            n, m = self.n, self.n_samples
-            rows, cols, far, n_far = self._far_samples()
-            lw = self.log_at(rows, cols).masked_fill(~far, NEG_INF).view(n, m)
-            hits = far.view(n, m).sum(1).clamp_min(1).to(lw.dtype)
-            parts = [torch.logsumexp(lw, 1) + torch.log(n_far.clamp_min(1e-12) / hits)]
-            r, _, lwn = self._near_log_w()
-            if r is not None:
-                mx = torch.full((n,), NEG_INF, dtype=lwn.dtype).scatter_reduce(
-                    0, r, lwn.detach(), "amax")
-                mx = torch.where(torch.isfinite(mx), mx, torch.zeros_like(mx))
-                s = torch.zeros(n, dtype=lwn.dtype).index_add(0, r, torch.exp(lwn - mx[r]))
-                parts.append(torch.log(s) + mx)
-            return torch.logsumexp(torch.stack(parts), 0)
+            return self._replicated(self._sampled_row_logsumexp())
         if self.normaliser == "fft":
             raise ValueError("the FFT normaliser covers the E law (t-SNE) only; use "
                              "repulsion='sampled' or 'exact' for the D law.")
-        return pair_reduce(self.Z, "row", self.kernel, self.log_pi)
+        rows = self._rows()
+        out = pair_reduce(self.Z, "row", self.kernel, self.log_pi, rows)
+        if rows is not None:  # the rank's block of rows; 0 elsewhere
+            out = torch.nn.functional.pad(out, (rows[0], self.n - rows[1]))
+        return out
+
+    def _sampled_row_logsumexp(self):
+        n, m = self.n, self.n_samples
+        rows, cols, far, n_far = self._far_samples()
+        lw = self.log_at(rows, cols).masked_fill(~far, NEG_INF).view(n, m)
+        hits = far.view(n, m).sum(1).clamp_min(1).to(lw.dtype)
+        parts = [torch.logsumexp(lw, 1) + torch.log(n_far.clamp_min(1e-12) / hits)]
+        r, _, lwn = self._near_log_w()
+        if r is not None:
+            mx = torch.full((n,), NEG_INF, dtype=lwn.dtype).scatter_reduce(
+                0, r, lwn.detach(), "amax")
+            mx = torch.where(torch.isfinite(mx), mx, torch.zeros_like(mx))
+            s = torch.zeros(n, dtype=lwn.dtype).index_add(0, r, torch.exp(lwn - mx[r]))
+            parts.append(torch.log(s) + mx)
+        return torch.logsumexp(torch.stack(parts), 0)
 
     def total_logsumexp(self):
         if self.normaliser == "sampled":
-            rows, cols, far, n_far = self._far_samples()
-            lw = self.log_at(rows, cols)[far]
-            N_far = n_far.sum()
-            parts = [torch.logsumexp(lw, 0) + torch.log(N_far / max(lw.numel(), 1))]
-            r, _, lwn = self._near_log_w()
-            if r is not None:
-                parts.append(torch.logsumexp(lwn, 0))
-            return torch.logsumexp(torch.stack(parts), 0)
+            return self._replicated(self._sampled_total_logsumexp())
+        rows = self._rows()
         if self.normaliser == "fft":
             from .._fft import cauchy_log_total
 
@@ -257,28 +276,47 @@ class KernelWeights(Weights):
                     and self.log_pi is None and self.Z.shape[1] == 2):
                 raise ValueError("repulsion='fft' needs the Cauchy kernel (student, dof=1), a "
                                  "2-D embedding and no latent edge prior; use 'sampled'.")
-            return cauchy_log_total(self.Z)
-        return pair_reduce(self.Z, "total", self.kernel, self.log_pi)
+            if rows is None:
+                return cauchy_log_total(self.Z)
+            partial = cauchy_log_total(self.Z, rows=rows, reduce=self.shard.all_reduce_)
+        elif rows is None:
+            return pair_reduce(self.Z, "total", self.kernel, self.log_pi)
+        else:
+            partial = pair_reduce(self.Z, "total", self.kernel, self.log_pi, rows)
+        return self.shard.logsumexp(partial) * self.shard.share
+
+    def _sampled_total_logsumexp(self):
+        rows, cols, far, n_far = self._far_samples()
+        lw = self.log_at(rows, cols)[far]
+        N_far = n_far.sum()
+        parts = [torch.logsumexp(lw, 0) + torch.log(N_far / max(lw.numel(), 1))]
+        r, _, lwn = self._near_log_w()
+        if r is not None:
+            parts.append(torch.logsumexp(lwn, 0))
+        return torch.logsumexp(torch.stack(parts), 0)
 
     def sum_softplus(self):
         if self.normaliser == "sampled":
-            rows, cols, far, n_far = self._far_samples()
-            sp = torch.nn.functional.softplus(self.log_at(rows, cols)[far])
-            out = sp.mean() * n_far.sum() if sp.numel() else self.Z.new_zeros(())
-            r, _, lwn = self._near_log_w()
-            if r is not None:
-                out = out + torch.nn.functional.softplus(lwn).sum()
-            return out
+            return self._replicated(self._sampled_sum_softplus())
         if self.normaliser == "fft":
             raise ValueError("the FFT normaliser covers the E law only; use 'sampled'.")
-        return pair_reduce(self.Z, "softplus", self.kernel, self.log_pi)
+        return pair_reduce(self.Z, "softplus", self.kernel, self.log_pi, self._rows())
+
+    def _sampled_sum_softplus(self):
+        rows, cols, far, n_far = self._far_samples()
+        sp = torch.nn.functional.softplus(self.log_at(rows, cols)[far])
+        out = sp.mean() * n_far.sum() if sp.numel() else self.Z.new_zeros(())
+        r, _, lwn = self._near_log_w()
+        if r is not None:
+            out = out + torch.nn.functional.softplus(lwn).sum()
+        return out
 
     def with_log_prior(self, log_pi):
         if log_pi is None:
             return self
         lp = _as_dense_log_pi(log_pi, self.n, self.Z)
         return KernelWeights(self.Z, self.kernel, lp if self.log_pi is None else self.log_pi + lp,
-                             self.normaliser, self.n_samples)
+                             self.normaliser, self.n_samples, shard=self.shard)
 
 
 def _as_dense_log_pi(log_pi, n, like):
