@@ -34,6 +34,8 @@ from .cli_files import (  # noqa: F401
 from .plotting import plot_uncertainty
 
 METHODS = ("sne", "tsne", "largevis", "umap", "tsnekhorn", "snekhorn")
+#: the methods fitted data-parallel over the processes of ``--nproc`` (the graph couplings)
+PARALLEL_METHODS = ("sne", "tsne", "largevis", "umap")
 #: the distance names of the estimators' ``metric=``
 METRICS = ("euclidean", "sqeuclidean", "cosine", "correlation", "manhattan", "chebyshev",
            "minkowski", "hamming", "jaccard", "haversine")
@@ -41,6 +43,11 @@ METRICS = ("euclidean", "sqeuclidean", "cosine", "correlation", "manhattan", "ch
 def _check_options(args) -> None:
     """The options and every path the command reads or writes, before anything is loaded."""
     for bad, message in (
+            (args.nproc < 1, "--nproc must be at least 1"),
+            (args.nproc > 1 and args.method not in PARALLEL_METHODS,
+             f"--nproc runs {', '.join(PARALLEL_METHODS)} data-parallel; {args.method} runs "
+             "in one process"),
+            (args.nproc > 1 and args.inference != "map", "--nproc applies to MAP fits"),
             (args.metric_param and args.metric is None, "--metric-param needs --metric"),
             (args.target_weight is not None and not args.supervised,
              "--target-weight needs --supervised"),
@@ -95,7 +102,8 @@ def _make(method: str, args):
     cls = {"sne": est.SNE, "tsne": est.TSNE, "largevis": est.LargeVis, "umap": est.UMAP,
            "tsnekhorn": est.TSNEkhorn, "snekhorn": est.SNEkhorn}[method]
     common = dict(n_components=args.n_components, random_state=args.random_state,
-                  verbose=not getattr(args, "quiet", False), **bayes_estimator_kwargs(args))
+                  verbose=not getattr(args, "quiet", False) and _rank() == 0,
+                  **bayes_estimator_kwargs(args))
     # metric and supervision only when asked for: the default works with any estimator
     for option, param in (("metric", "metric"), ("supervised", "target_weight")):
         if getattr(args, option, None) and param not in cls._get_param_names():
@@ -134,17 +142,25 @@ def embed(args) -> int:
     stdout = sys.stdout
     with contextlib.redirect_stdout(sys.stderr):  # anything a library prints: stderr
         report = _embed(args)
-    stdout.write(json.dumps(report, indent=2) + "\n")
-    stdout.flush()
+    if report is not None:  # rank 0 of a data-parallel run reports
+        stdout.write(json.dumps(report, indent=2) + "\n")
+        stdout.flush()
     return 0
 
 
-def _embed(args) -> dict[str, Any]:
+def _rank() -> int:
+    import torch.distributed as dist
+
+    return dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
+
+
+def _embed(args) -> dict[str, Any] | None:
     import scipy.sparse as sp
 
     from . import metrics, plotting
 
-    note = (lambda m: None) if args.quiet else (lambda m: print(f"probdr: {m}", file=sys.stderr))
+    quiet = args.quiet or _rank() != 0
+    note = (lambda m: None) if quiet else (lambda m: print(f"probdr: {m}", file=sys.stderr))
     _check_options(args)
     X, labels, info = load_data(args)
     est = _make(args.method, args)
@@ -156,8 +172,11 @@ def _embed(args) -> dict[str, Any]:
     t0 = time.perf_counter()
     Z = est.fit_transform(X, labels.codes) if args.supervised else est.fit_transform(X)
     elapsed, Z = time.perf_counter() - t0, np.asarray(Z)
-
+    if _rank() != 0:  # every rank holds the same embedding; rank 0 measures and writes it
+        return None
+    world = _world_size()
     report = {"method": args.method, "data": args.data, **info, "n": n, "p": p,
+              "nproc": world if world > 1 else None,
               "pca": args.pca, "metric": args.metric or "euclidean",
               "metric_params": dict(args.metric_param) or None,
               "labels": labels and labels.source, "n_classes": labels and labels.n_classes,
@@ -228,6 +247,9 @@ def build_parser() -> argparse.ArgumentParser:
                                                 ".tsv (columns z1, z2, ..., and label)")
     io.add_argument("--plot", default=None, help="where to write a scatter plot (.png, .pdf, "
                                                  ".svg, ...)")
+    io.add_argument("--nproc", type=int, default=1, metavar="N",
+                    help="fit data-parallel in N local processes (gloo; torch's launcher): "
+                         f"{', '.join(PARALLEL_METHODS)}; rank 0 writes and reports")
     m = e.add_argument_group("model")
     m.add_argument("--method", choices=METHODS, default="tsne")
     m.add_argument("--n-components", type=int, default=2)
@@ -254,10 +276,65 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        return embed(args)
+        if args.nproc > 1 and "TORCHELASTIC_RUN_ID" not in os.environ:
+            _check_options(args)  # bad input fails here, before any process starts
+            return _launch(args.nproc, sys.argv[1:] if argv is None else list(argv))
+        with _process_group():
+            return embed(args)
     except (ValueError, ImportError, OSError, MemoryError) as exc:
         print(f"probdr: error: {exc}", file=sys.stderr)
         return 2
+
+
+# data-parallel runs (--nproc, torchrun) -------------------------------------------------------
+def _world_size() -> int:
+    import torch.distributed as dist
+
+    return dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
+
+
+@contextlib.contextmanager
+def _process_group():
+    """Join the process group of a launcher (``--nproc``, ``torchrun``: ``WORLD_SIZE`` > 1 in
+    the environment) for the duration of the command: NCCL with one GPU per rank where CUDA
+    is available (the estimators' ``device="auto"``), else gloo."""
+    if int(os.environ.get("WORLD_SIZE", "1")) <= 1:
+        yield
+        return
+    import torch
+    import torch.distributed as dist
+
+    backend = "gloo"
+    if torch.cuda.is_available() and dist.is_nccl_available():
+        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")) % torch.cuda.device_count())
+        backend = "nccl"
+    dist.init_process_group(backend)
+    try:
+        yield
+    finally:
+        dist.destroy_process_group()
+
+
+def _launch(nproc: int, argv: list[str]) -> int:
+    """Run this command in ``nproc`` local processes through torch's elastic launcher (what
+    ``torchrun --standalone --nproc-per-node N`` does): each joins a gloo group, the fit is
+    data-parallel, rank 0 writes the outputs and prints the report. Returns the exit code."""
+    import uuid
+
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+    from torch.distributed.launcher.api import LaunchConfig, elastic_launch
+
+    config = LaunchConfig(min_nodes=1, max_nodes=1, nproc_per_node=nproc,
+                          run_id=f"probdr-{uuid.uuid4().hex[:8]}", rdzv_backend="c10d",
+                          rdzv_endpoint="localhost:0", max_restarts=0, monitor_interval=0.1)
+    threads = max(1, (os.cpu_count() or 1) // nproc)
+    os.environ.setdefault("OMP_NUM_THREADS", str(threads))  # the cores shared by the ranks
+    try:
+        elastic_launch(config, sys.executable)("-m", "probdr.cli", *argv)
+    except ChildFailedError as exc:
+        codes = [f.exitcode for f in exc.failures.values()]
+        return max(codes) if codes else 1
+    return 0
 
 
 # posterior inference options (--inference) ---------------------------------------------------
