@@ -131,16 +131,10 @@ class GraphCoupling(InputKindsMixin, ContinueMixin, NewPointsMixin, DREstimator)
     dtype : {"float32", "float64"}
     random_state : int or None
     verbose : bool
-    n_jobs : int or None
-        Threads (torch's intra-op pool) for ``fit``, ``transform``, ``sample_transform`` and
-        ``optimize``, restored afterwards: ``None`` keeps the process's setting (torch's default
-        is every core), ``-1`` every core, ``-2`` all but one.
-    device : str or torch.device
-        Where the fit computes (the input side, the laws, the model, the repulsion and the
-        optimiser): ``"auto"`` (the default: CUDA if available, else the CPU), ``"cpu"``,
-        ``"cuda"``, ``"cuda:1"``, ``"mps"``. Checked before any work; ``transform`` runs on the
-        same device. numpy in, numpy out; a tensor in, a tensor out on the input's device.
-        ``device_`` holds the resolved device.
+    n_jobs, device : int or None, str or torch.device
+        Threads for ``fit`` and ``transform`` (``None``: the process's setting; ``-1`` every
+        core), and where they compute (``"auto"``: CUDA if available, else the CPU; ``"cpu"``,
+        ``"cuda:1"``, ``"mps"``), both checked before any work (docs: Devices and threads).
     metric : str or callable
         Dissimilarity of the rows of X (:mod:`probdr.input.distances`): ``"euclidean"``
         (default), ``"sqeuclidean"``, ``"cosine"``, ``"correlation"``, ``"manhattan"``,

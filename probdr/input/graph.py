@@ -20,6 +20,7 @@ import math
 import numpy as np
 import torch
 
+from .._distributed import all_gather_rows, broadcast_, process_group_rows
 from ..kernels import GaussianKernel
 from ..laws.graph import GraphLaw, GraphPrior, NEdgeGraph, NEdgePrior, get_prior
 from ..laws.weights import MAX_LOGIT, DenseWeights, SparseWeights
@@ -160,14 +161,43 @@ def build_input_graph(
     kind = _prior_kind(prior_x)
     symmetrize = kind in ("B~",)
     k = _input_k(n, affinity, perplexity, n_neighbors)
-    rows, cols, d2 = knn_edges(X, k, neighbors=neighbors, random_state=random_state,
-                               metric=metric, metric_params=metric_params,
-                               precomputed_knn=precomputed_knn)
-    logk = _row_log_weights(d2, affinity, perplexity, k)
+    block = process_group_rows(n)  # data-parallel: this rank's rows (None without a group)
+    if block is not None and precomputed_knn is None and metric != "precomputed" \
+            and neighbors != "approximate" and n <= SHARDED_SEARCH_MAX_N:
+        # each rank searches and calibrates its rows; all ranks gather the same graph
+        idx, d2 = _block_neighbors(X, block, k, metric, metric_params)
+        idx, logk = all_gather_rows(idx, _row_log_weights(d2, affinity, perplexity, k), n=n)
+        rows, cols = torch.arange(n).repeat_interleave(k), idx.flatten()
+    else:
+        rows, cols, d2 = knn_edges(X, k, neighbors=neighbors, random_state=random_state,
+                                   metric=metric, metric_params=metric_params,
+                                   precomputed_knn=precomputed_knn)
+        if block is not None:  # a search run whole on every rank: rank 0's lists for all
+            cols, d2 = broadcast_(cols.contiguous()), broadcast_(d2.contiguous())
+        logk = _row_log_weights(d2, affinity, perplexity, k)
     weights = SparseWeights(rows, cols, logk.flatten().to(torch.float64), n)
     prior = get_prior(prior_x.replace("~", "") if isinstance(prior_x, str) else prior_x, edge_prior)
     law = prior.posterior(weights)
     return law.symmetrized() if symmetrize else law
+
+
+#: in a data-parallel fit, the neighbour search is split by query rows (blocked brute force,
+#: exact) up to this many points; above, every rank runs the 1-process search
+SHARDED_SEARCH_MAX_N = 20_000
+
+
+def _block_neighbors(X, block: tuple[int, int], k: int, metric, metric_params):
+    """The ``k`` nearest neighbours (self excluded) and costs :math:`d^2` of the rows
+    ``block = (start, stop)`` of X among all rows: exact blocked queries."""
+    s, e = block
+    if isinstance(metric, str) and metric == "euclidean" and not is_sparse(X):
+        idx, d2 = knn_query(X, X[s:e], k + 1)
+    else:
+        idx, d = knn_query_metric(X, X[s:e], k + 1, metric, metric_params)
+        d2 = d.square()
+    own = idx == torch.arange(s, e)[:, None]
+    own[:, -1] |= ~own.any(1)  # the row hidden by k + 1 duplicates: drop the farthest
+    return idx[~own].view(e - s, k), d2[~own].view(e - s, k)
 
 
 def _input_k(n: int, affinity: str, perplexity: float, n_neighbors: int | None) -> int:
