@@ -110,13 +110,18 @@ DEVICE_HELP = ('"auto" (CUDA if available, else CPU), "cpu", "cuda", "cuda:N", "
 
 
 def resolve_device(device) -> torch.device:
-    """The ``torch.device`` of ``device=``: ``"auto"`` (or ``None``) is the first CUDA device if
-    one is available, else the CPU; ``"cpu"``, ``"cuda"``, ``"cuda:1"``, ``"mps"`` or a
+    """The ``torch.device`` of ``device=``: ``"auto"`` (or ``None``) is a CUDA device if one is
+    available (the local rank's under torch's launcher, else the first), else the CPU; ``"cpu"``, ``"cuda"``, ``"cuda:1"``, ``"mps"`` or a
     ``torch.device`` are taken as they are, after checking that this process can use them.
     Raises ``ValueError`` for an unknown name and ``RuntimeError`` for a device that is absent,
     before any work."""
     if device is None or (isinstance(device, str) and device == "auto"):
-        return torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")
+        if not torch.cuda.is_available():
+            return torch.device("cpu")
+        import os  # one GPU per local rank under torch's launcher (LOCAL_RANK), else the first
+
+        return torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0))
+                            % torch.cuda.device_count())
     if not isinstance(device, (str, torch.device)):
         raise ValueError(f"device must be {DEVICE_HELP}; got {device!r}.")
     try:

@@ -102,7 +102,7 @@ def _make(method: str, args):
     cls = {"sne": est.SNE, "tsne": est.TSNE, "largevis": est.LargeVis, "umap": est.UMAP,
            "tsnekhorn": est.TSNEkhorn, "snekhorn": est.SNEkhorn}[method]
     common = dict(n_components=args.n_components, random_state=args.random_state,
-                  verbose=not getattr(args, "quiet", False) and _rank() == 0,
+                  device=getattr(args, "device", "auto"), verbose=not getattr(args, "quiet", False) and _rank() == 0,
                   **bayes_estimator_kwargs(args))
     # metric and supervision only when asked for: the default works with any estimator
     for option, param in (("metric", "metric"), ("supervised", "target_weight")):
@@ -250,6 +250,9 @@ def build_parser() -> argparse.ArgumentParser:
     io.add_argument("--nproc", type=int, default=1, metavar="N",
                     help="fit data-parallel in N local processes (gloo; torch's launcher): "
                          f"{', '.join(PARALLEL_METHODS)}; rank 0 writes and reports")
+    io.add_argument("--device", default="auto", metavar="DEVICE",
+                    help="where to compute: auto (CUDA if available, else CPU; with --nproc "
+                         "each rank its own GPU), cpu, cuda, cuda:1, mps")
     m = e.add_argument_group("model")
     m.add_argument("--method", choices=METHODS, default="tsne")
     m.add_argument("--n-components", type=int, default=2)
