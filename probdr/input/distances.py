@@ -27,10 +27,14 @@ Every function returns the metric's distances :math:`d` themselves; the input si
 existing Euclidean pipeline.
 
 Neighbours (:func:`knn_metric`): Euclidean ones come from :func:`probdr.input.neighbors.knn`
-(exact up to 100,000 points); cosine and correlation are Euclidean distances of normalised rows
-(:math:`\|u - v\|^2 = 2 d_{\cos}`) and use the same exact search; the other metrics are searched
-exactly by blocked brute force in torch up to ``EXACT_METRIC_MAX_N`` points, and above that by
-pynndescent when it is installed.
+(exact up to 100,000 points, then the approximate inverted-file search in torch); cosine and
+correlation are Euclidean distances of normalised rows (:math:`\|u - v\|^2 = 2 d_{\cos}`) and
+use the same searches. The other metrics are searched exactly by blocked brute force in torch up
+to ``EXACT_METRIC_MAX_N`` points; above that (``method="auto"``) by pynndescent when it is
+installed (the optional ``probdr[ann]``), and otherwise still by the exact brute force, which
+costs :math:`O(n^2 p)` and says so in a ``RuntimeWarning``. ``method="approximate"`` is the torch
+search for the Euclidean-type metrics and pynndescent (required) for the others;
+``method="pynndescent"`` is pynndescent for every metric.
 """
 
 from __future__ import annotations
@@ -56,7 +60,7 @@ SPARSE_METRICS = ("euclidean", "sqeuclidean", "cosine", "correlation", "manhatta
 ALIASES = {"l2": "euclidean", "l1": "manhattan", "cityblock": "manhattan", "taxicab": "manhattan",
            "linf": "chebyshev", "infinity": "chebyshev", "p": "minkowski"}
 #: above this many points, metrics other than (sq)euclidean / cosine / correlation use
-#: pynndescent when ``method="auto"`` (brute force costs O(n^2 p))
+#: pynndescent when ``method="auto"`` and it is installed (brute force costs O(n^2 p))
 EXACT_METRIC_MAX_N = 20_000
 
 
@@ -253,17 +257,25 @@ def _normalised_for_euclidean(X, name):
 def knn_metric(X, k: int, metric="euclidean", metric_params=None, *, method: str = "auto",
                random_state: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
     """k nearest neighbours under ``metric`` (self excluded): ``(indices, distances)``, each
-    ``(n, k)``, nearest first. ``X``: a dense float64 tensor or a scipy sparse matrix."""
+    ``(n, k)``, nearest first. ``X``: a dense float64 tensor or a scipy sparse matrix.
+
+    ``method``: ``"auto"``, ``"exact"``, ``"approximate"`` or ``"pynndescent"``, as in the module
+    docstring (sparse X: exact brute force up to ``5 * EXACT_METRIC_MAX_N`` rows, pynndescent
+    above or when asked)."""
     name, params = check_metric(metric, metric_params, sparse=is_sparse(X),
                                 n_features=X.shape[1])
     n = X.shape[0]
     if not 1 <= k <= n - 1:
         raise ValueError(f"k must lie in [1, n-1] = [1, {n - 1}], got {k}.")
-    if method not in ("auto", "exact", "approximate"):
-        raise ValueError(f"method must be 'auto', 'exact' or 'approximate', got {method!r}.")
+    if method not in ("auto", "exact", "approximate", "pynndescent"):
+        raise ValueError("method must be 'auto', 'exact', 'approximate' or 'pynndescent', got "
+                         f"{method!r}.")
     if is_sparse(X):
-        if method == "approximate" or (method == "auto" and n > EXACT_METRIC_MAX_N * 5):
-            return pynndescent_search(X, k, name, params, random_state)
+        if method in ("approximate", "pynndescent") or (method == "auto"
+                                                       and n > EXACT_METRIC_MAX_N * 5):
+            found = _pynndescent_or_warn(X, k, name, params, method, random_state)
+            if found is not None:
+                return found
         return _brute(sp.csr_matrix(X, dtype=np.float64), sp.csr_matrix(X, dtype=np.float64),
                       k, name, params, True)
     if name in ("euclidean", "sqeuclidean"):
@@ -275,16 +287,26 @@ def knn_metric(X, k: int, metric="euclidean", metric_params=None, *, method: str
         if U is not None:
             idx, d2 = knn(U, k, method=method, random_state=random_state)
             return idx, (0.5 * d2).clamp(0.0, 2.0)
-    if method == "approximate" or (method == "auto" and n > EXACT_METRIC_MAX_N):
-        try:
-            return pynndescent_search(X, k, name, params, random_state)
-        except ImportError:
-            if method == "approximate":
-                raise
-            warnings.warn(f"{n} points with metric={name if isinstance(name, str) else 'callable'}"
-                          ": exact brute-force neighbours (O(n^2)); install pynndescent for "
-                          "an approximate search.", RuntimeWarning, stacklevel=3)
+    if method in ("approximate", "pynndescent") or (method == "auto" and n > EXACT_METRIC_MAX_N):
+        found = _pynndescent_or_warn(X, k, name, params, method, random_state)
+        if found is not None:
+            return found
     return _brute(X, X, k, name, params, True)
+
+
+def _pynndescent_or_warn(X, k, name, params, method, random_state):
+    """pynndescent's neighbours; without pynndescent, ``None`` and a ``RuntimeWarning`` when
+    ``method="auto"`` (the caller then runs the exact brute force), an ``ImportError`` else."""
+    try:
+        return pynndescent_search(X, k, name, params, random_state)
+    except ImportError:
+        if method != "auto":
+            raise
+    warnings.warn(f"{X.shape[0]} points with metric="
+                  f"{name if isinstance(name, str) else 'callable'}: exact brute-force "
+                  "neighbours (O(n^2)); install pynndescent (pip install probdr[ann]) for an "
+                  "approximate search.", RuntimeWarning, stacklevel=4)
+    return None
 
 
 def knn_query_metric(X_ref, X_new, k: int, metric="euclidean", metric_params=None

