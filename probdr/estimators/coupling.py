@@ -109,9 +109,9 @@ class GraphCoupling(InputKindsMixin, ContinueMixin, NewPointsMixin, DREstimator)
         A named initialisation is centred and scaled so that its first coordinate has this
         standard deviation (openTSNE's 1e-4); ``"umap"`` maps it to the box [0, 10] with 1e-4
         noise, as umap-learn does.
-    neighbors : {"auto", "exact", "approximate"}
+    neighbors : {"auto", "exact", "approximate", "pynndescent"}
         Input-graph neighbours (:func:`probdr.neighbors.knn`): ``"auto"`` is exact up to
-        100,000 points (brute force, then a pruned cell search), pynndescent beyond.
+        100,000 points (brute force, then a pruned cell search), the torch approximate search beyond.
     inference : {"map", "svi", "mcmc"}
         MAP (the classical methods), or a posterior over Z by SVI or NUTS, started from the MAP
         embedding (see :mod:`probdr.infer.posterior`).
@@ -325,8 +325,8 @@ class GraphCoupling(InputKindsMixin, ContinueMixin, NewPointsMixin, DREstimator)
                              f"n_iter={n_iter}.")
         if isinstance(self.init, str) and self.init not in INITS:
             raise ValueError(f"init must be one of {INITS} or an (n, q) array, got {self.init!r}.")
-        if self.neighbors not in ("auto", "exact", "approximate"):
-            raise ValueError("neighbors must be 'auto', 'exact' or 'approximate', got "
+        if self.neighbors not in ("auto", "exact", "approximate", "pynndescent"):
+            raise ValueError("neighbors must be 'auto', 'exact', 'approximate' or 'pynndescent', got "
                              f"{self.neighbors!r}.")
         if self.optimizer not in ("gains", "sgd", "adam"):
             raise ValueError(f"optimizer must be 'gains', 'sgd' or 'adam', got {self.optimizer!r}.")

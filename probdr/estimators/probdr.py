@@ -153,7 +153,7 @@ class ProbDR(GraphRowMixin, DREstimator):
         L-BFGS initial step or Adam learning rate (default 1, the paper's).
     max_n : int
         Refuse larger inputs: the precision is a dense :math:`n\times n` matrix.
-    neighbors : {"auto", "exact", "approximate"}
+    neighbors : {"auto", "exact", "approximate", "pynndescent"}
         kNN search.
 
     metric, metric_params : str or callable, dict
@@ -236,7 +236,7 @@ class ProbDR(GraphRowMixin, DREstimator):
             if self.n_neighbors > n - 1:
                 raise ValueError(f"n_neighbors={self.n_neighbors} is too large for n={n} "
                                  f"samples: the kNN graph needs n_neighbors <= n - 1 = {n - 1}.")
-            _check_choice("neighbors", self.neighbors, ("auto", "exact", "approximate"))
+            _check_choice("neighbors", self.neighbors, ("auto", "exact", "approximate", "pynndescent"))
         if self.gamma is not None and not (_is_real(self.gamma) and self.gamma > 0):
             raise ValueError(f"gamma must be a finite positive number or None, got "
                              f"{self.gamma!r}.")

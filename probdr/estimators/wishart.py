@@ -261,7 +261,7 @@ class WishartEigenmaps(_LaplacianEstimator):
     solver : {"map", "closed_form"}
     n_iter : int
         L-BFGS budget (function evaluations).
-    neighbors : {"auto", "exact", "approximate"}
+    neighbors : {"auto", "exact", "approximate", "pynndescent"}
     inference, inference_params, z_prior, coupling_weight
         A posterior over Z instead of the MAP (default ``inference="map"``): see
         :class:`probdr.estimators.inference.PosteriorInference`.
@@ -382,7 +382,7 @@ class LaplacianWishart(_LaplacianEstimator):
     learning_rate : float
     max_n : int
         Refuse larger inputs (dense :math:`n\times n` work per step).
-    neighbors : {"auto", "exact", "approximate"}
+    neighbors : {"auto", "exact", "approximate", "pynndescent"}
     inference, inference_params, z_prior, coupling_weight
         A posterior over Z instead of the MAP (default ``inference="map"``): see
         :class:`probdr.estimators.inference.PosteriorInference`.
