@@ -65,6 +65,7 @@ def graph_coupling_model(
     negative_weight: float = 1.0,
     coupling_weight: float = 1.0,
     pair_grad_clip: float | None = None,
+    epoch_steps: int = 1,
     dtype: torch.dtype = torch.float32,
 ):
     """Pyro model of the graph coupling.
@@ -92,6 +93,9 @@ def graph_coupling_model(
     pair_grad_clip : float, optional
         Optimisation heuristic of umap-learn: clamp every pair's gradient contribution (not the
         objective) to ``[-c, c]`` per coordinate.
+    epoch_steps : int
+        With negative sampling: optimiser steps per epoch, each using its share of the epoch's
+        edges (see :func:`_negative_sampling_likelihood`).
 
     Data-parallel (the model declares ``data_parallel = True``; see :mod:`probdr._distributed`):
     inside a fit sharded over the ranks of a process group, each rank evaluates its share of the
@@ -117,7 +121,8 @@ def graph_coupling_model(
         elif repulsion == "negative_sampling":
             if prior_z.kind != "B":
                 raise ValueError("negative sampling is defined here for the B latent prior only.")
-            _negative_sampling_likelihood(law, W_X, negative_samples, negative_weight, n)
+            _negative_sampling_likelihood(law, W_X, negative_samples, negative_weight, n,
+                                          epoch_steps)
         else:
             raise ValueError("repulsion must be 'exact', 'fft', 'sampled' or 'negative_sampling', "
                              f"got {repulsion!r}.")
@@ -130,10 +135,15 @@ def graph_coupling_model(
 graph_coupling_model.data_parallel = True
 
 
-def _negative_sampling_likelihood(law, W_X, m, gamma, n):
-    """umap-learn's scheme: each step, edge e is used with probability v_e / max(v) (then with
+def _negative_sampling_likelihood(law, W_X, m, gamma, n, epoch_steps: int = 1):
+    """umap-learn's scheme: each epoch, edge e is used with probability v_e / max(v) (then with
     weight max(v)), and every used edge draws m uniform negatives. In expectation over the draws
-    this is the objective of the module docstring; the work per step is O(sum(v) * m)."""
+    this is the objective of the module docstring; the work per epoch is O(sum(v) * m).
+
+    An epoch is ``epoch_steps`` optimiser steps, each using an edge with probability
+    v_e / (max(v) epoch_steps) at the same weight: every edge still acts about once per epoch
+    with the full step, but the points move between the parts of an epoch, as they do in
+    umap-learn's sequential updates (which all read the latest positions)."""
     weights = law.weights
     rows, cols, v, vmax = _cached(W_X, "_probdr_ns_edges",
                                   lambda: _ns_edges(W_X, weights.Z.dtype))
@@ -143,8 +153,8 @@ def _negative_sampling_likelihood(law, W_X, m, gamma, n):
         gen = shard.generator
     # the draw of used edges: index_select on the nonzero positions (boolean masking is several
     # times slower on millions of edges)
-    used = (torch.rand(v.shape, dtype=v.dtype, device=v.device, generator=gen).mul_(vmax)
-            < v).nonzero().squeeze(1)
+    used = (torch.rand(v.shape, dtype=v.dtype, device=v.device, generator=gen)
+            .mul_(vmax * epoch_steps) < v).nonzero().squeeze(1)
     rows, cols = rows.index_select(0, used), cols.index_select(0, used)
     with pyro.plate("edges", rows.numel()), poutine.scale(scale=vmax):
         pyro.sample("W_Z_edges", dist.Bernoulli(logits=weights.log_at(rows, cols),

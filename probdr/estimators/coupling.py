@@ -2,10 +2,8 @@
 :class:`SNE`, :class:`TSNE`, :class:`LargeVis`, :class:`UMAP`.
 
 A method is a choice of (input prior, latent prior, latent kernel, input affinity) -- one model
-(:func:`probdr.models.coupling.graph_coupling_model`) and one MAP driver serve them all.
-
-The presets (:mod:`probdr.estimators.presets`) fix these choices for SNE, t-SNE, LargeVis and
-UMAP.
+(:func:`probdr.models.coupling.graph_coupling_model`) and one MAP driver serve them all. The
+presets (:mod:`probdr.estimators.presets`) fix these choices for SNE, t-SNE, LargeVis and UMAP.
 
 The exact objective (``repulsion="exact"``) is available for every preset; ``loss(Z)`` always
 returns the exact cross-entropy (Van Assel et al. 2022, §3.1), whatever the optimiser used.
@@ -40,8 +38,7 @@ DEFAULT_Z_PRIOR_SCALE = 10.0
 REPULSIONS = ("auto", "exact", "fft", "sampled", "negative_sampling")
 #: with repulsion="auto", the exact O(n^2) normaliser is used up to this many points
 EXACT_REPULSION_MAX_N = 4000
-#: with repulsion="auto", 2-D t-SNE switches to the FFT normaliser above this many points (it is
-#: 2.6x faster than the exact sum on digits, n = 1797, at equal quality; measured)
+#: with repulsion="auto", 2-D t-SNE switches to the FFT normaliser above this many points
 FFT_REPULSION_MIN_N = 1000
 #: the automatic learning rate is divided by this with repulsion="sampled"
 SAMPLED_LR_SHRINK = 16.0
@@ -132,9 +129,9 @@ class GraphCoupling(InputKindsMixin, ContinueMixin, NewPointsMixin, DREstimator)
     random_state : int or None
     verbose : bool
     n_jobs, device : int or None, str or torch.device
-        Threads for ``fit`` and ``transform`` (``None``: the process's setting; ``-1`` every
-        core), and where they compute (``"auto"``: CUDA if available, else the CPU; ``"cpu"``,
-        ``"cuda:1"``, ``"mps"``), both checked before any work (docs: Devices and threads).
+        Threads for ``fit`` and ``transform`` (``None``: the process's setting; ``-1``: every
+        core) and where they compute (``"auto"``: CUDA if available, else the CPU; ``"cpu"``,
+        ``"cuda:1"``, ``"mps"``); see the page "Devices and threads".
     metric : str or callable
         Dissimilarity of the rows of X (:mod:`probdr.input.distances`): ``"euclidean"``
         (default), ``"sqeuclidean"``, ``"cosine"``, ``"correlation"``, ``"manhattan"``,
@@ -260,6 +257,9 @@ class GraphCoupling(InputKindsMixin, ContinueMixin, NewPointsMixin, DREstimator)
     def _n_iter(self, n: int) -> int:
         """Total optimisation steps for n samples."""
         return self.n_iter
+
+    def _epoch_steps(self, n: int) -> int:
+        return 1  # negative sampling: optimiser steps per epoch (see UMAP)
 
     def _check_input_side(self, n: int) -> None:
         """Priors, affinity, perplexity and neighbour count against n."""
@@ -432,7 +432,7 @@ class GraphCoupling(InputKindsMixin, ContinueMixin, NewPointsMixin, DREstimator)
             n_components=self.n_components, repulsion=self._repulsion(n),
             negative_samples=self.negative_samples, negative_weight=self.negative_weight,
             z_prior=self._resolve_z_prior(n, dtype), coupling_weight=self.coupling_weight_,
-            pair_grad_clip=self.grad_clip)
+            pair_grad_clip=self.grad_clip, epoch_steps=self._epoch_steps(n))
         phases, scale, clip = self._phases(n)
         res = run_map(graph_coupling_model, self.model_kwargs_, Z0, phases,
                       optimizer=self.optimizer, loss_scale=scale, grad_clip=clip,

@@ -18,6 +18,8 @@ values of the class attributes below (use :class:`GraphCoupling` to change them)
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from ..kernels import find_ab_params, get_kernel
@@ -128,9 +130,12 @@ class UMAP(_SGDPreset):
     4, spectral initialisation -- umap-learn's scheme.
 
     ``n_epochs``: optimisation epochs (``None``: 500 up to 10,000 points, else 200, as
-    umap-learn); ``min_dist`` and ``spread`` set the curve. Other parameters as
-    :class:`GraphCoupling`. Attributes ``a_``, ``b_`` hold the curve fitted from ``min_dist``
-    and ``spread``.
+    umap-learn). ``epoch_steps``: optimiser steps per epoch, each using its share of the epoch's
+    edges, so that points move within an epoch as in umap-learn's sequential updates (one step
+    per epoch converges more slowly on large data; measured in ``docs/benchmarks.md``);
+    ``"auto"``: ceil(sqrt(n / 20000)), at most 4. ``min_dist`` and ``spread`` set the curve.
+    Other parameters as :class:`GraphCoupling`. Attributes ``a_``, ``b_`` hold the curve fitted from ``min_dist``
+    and ``spread``; ``epoch_steps_`` the steps per epoch used.
     """
 
     prior_x = "B~"
@@ -145,7 +150,7 @@ class UMAP(_SGDPreset):
                  coupling_weight="auto", latent_edge_prior=None, dtype="float32",
                  random_state=None, verbose=False, callbacks=None,
                  callbacks_every: int = 50, n_jobs=None, device="auto", metric="euclidean", metric_params=None,
-                 precomputed_knn=None, target_weight=0.5, affinity="umap"):
+                 precomputed_knn=None, target_weight=0.5, affinity="umap", epoch_steps="auto"):
         set_init_params(self, locals())
 
     def _make_kernel(self):
@@ -153,10 +158,21 @@ class UMAP(_SGDPreset):
         return get_kernel("umap_odds", a=self.a_, b=self.b_)
 
     def _n_iter(self, n: int) -> int:
-        return int(self.n_epochs) if self.n_epochs is not None else (500 if n <= 10_000 else 200)
+        epochs = int(self.n_epochs) if self.n_epochs is not None else (500 if n <= 10_000 else 200)
+        return epochs * self._epoch_steps(n)
+
+    def _epoch_steps(self, n: int) -> int:
+        self.epoch_steps_ = (min(4, math.ceil(math.sqrt(n / 20_000))) if self.epoch_steps == "auto"
+                             else int(self.epoch_steps))
+        return self.epoch_steps_
 
     def _check_params(self, n, p):
         if self.n_epochs is not None and not (isinstance(self.n_epochs, (int, np.integer))
                                                and self.n_epochs > 0):
             raise ValueError(f"n_epochs must be a positive integer or None, got {self.n_epochs!r}.")
+        if self.epoch_steps != "auto" and not (isinstance(self.epoch_steps, (int, np.integer))
+                                               and not isinstance(self.epoch_steps, bool)
+                                               and self.epoch_steps > 0):
+            raise ValueError("epoch_steps must be 'auto' or a positive integer, got "
+                             f"{self.epoch_steps!r}.")
         super()._check_params(n, p)

@@ -1,0 +1,53 @@
+"""UMAP's ``epoch_steps``: an epoch split into optimiser steps, each using its share of the edges
+(umap-learn's sequential updates read the latest positions; one full-batch step per epoch
+converges more slowly on large data)."""
+
+import numpy as np
+import pytest
+import torch
+from pyro import poutine
+
+import probdr
+from probdr.kernels import get_kernel
+from probdr.laws.graph import get_prior
+from probdr.models.coupling import graph_coupling_model
+
+
+@pytest.mark.parametrize(("n", "steps"), [(400, 1), (20_000, 1), (20_001, 2), (70_000, 2),
+                                          (300_000, 4), (1_000_000, 4)])
+def test_auto_rule(n, steps):
+    assert probdr.UMAP()._epoch_steps(n) == steps
+
+
+def _used_edges(W, steps, seed):
+    torch.manual_seed(seed)
+    Z = torch.randn(W.shape[0], 2, dtype=torch.float64)
+    tr = poutine.trace(poutine.condition(graph_coupling_model, data={"Z": Z})).get_trace(
+        W, get_prior("B"), get_kernel("umap_odds", a=1.6, b=0.9), 2,
+        repulsion="negative_sampling", epoch_steps=steps)
+    return tr.nodes["W_Z_edges"]["value"].numel(), tr.nodes["W_Z_negatives"]["value"].numel()
+
+
+def test_each_step_uses_its_share_of_the_edges():
+    n, k = 300, 10
+    g = torch.Generator().manual_seed(0)
+    rows = torch.arange(n).repeat_interleave(k)
+    cols = (rows + torch.randint(1, n, (n * k,), generator=g)) % n
+    v = torch.rand(n * k, generator=g, dtype=torch.float64)
+    W = torch.sparse_coo_tensor(torch.stack([rows, cols]), v, (n, n)).coalesce()
+    vals = W.values()
+    expected = float(vals.sum() / vals.max())  # edges used per epoch, on average
+    for steps in (1, 4):
+        used = np.array([_used_edges(W, steps, s) for s in range(40)])
+        assert used[:, 1].tolist() == (5 * used[:, 0]).tolist()  # 5 negatives per used edge
+        # binomial mean over 40 draws: within 5 standard errors
+        assert abs(used[:, 0].mean() - expected / steps) < 5 * np.sqrt(expected / steps / 40)
+
+
+def test_steps_count_and_validation():
+    X, _ = probdr.datasets.load("digits")
+    est = probdr.UMAP(n_epochs=7, epoch_steps=3, random_state=0).fit(X[:300])
+    assert est.epoch_steps_ == 3 and est.n_iter_ == 21
+    for bad in (0, -1, 1.5, True, "many"):
+        with pytest.raises(ValueError, match="epoch_steps"):
+            probdr.UMAP(epoch_steps=bad).fit(X[:300])
