@@ -1,0 +1,83 @@
+"""UMAP's convergence per epoch at scale: probdr with one optimiser step per epoch (every used
+edge in one full-batch step) against ``epoch_steps`` steps per epoch, beside umap-learn, all on
+the same neighbours (pynndescent, 16 with the point itself, given as ``precomputed_knn`` to both
+libraries), so that only the optimisation differs.
+
+    python benchmarks/umap_epoch_steps.py --n 300000 --variants steps1 steps4 umap-learn
+
+Each variant runs in its own process (2 threads); trustworthiness@15 on a 3,000-point sample,
+leave-one-out 5-NN accuracy on all points.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+CACHE = os.environ.get("PROBDR_BENCH_CACHE", "/tmp/probdr-bench")
+
+
+def prepare(n: int):
+    base = os.path.join(CACHE, f"steps{n}")
+    if not os.path.exists(base + "_knn_d.npy"):
+        from pynndescent import NNDescent
+
+        from probdr import datasets
+
+        os.makedirs(CACHE, exist_ok=True)
+        X, y = datasets.load("mnist_deformed", n_samples=n)
+        X = X.astype(np.float32)
+        ind, d = NNDescent(X, n_neighbors=48, random_state=0, low_memory=True).neighbor_graph
+        for name, a in (("X", X), ("y", y), ("knn_i", ind[:, :16]), ("knn_d", d[:, :16])):
+            np.save(f"{base}_{name}.npy", a)
+    return [np.load(f"{base}_{name}.npy") for name in ("X", "y", "knn_i", "knn_d")]
+
+
+def child(n: int, variant: str) -> None:
+    X, y, ki, kd = prepare(n)
+    t0 = time.perf_counter()
+    if variant == "umap-learn":
+        import umap
+
+        Z = umap.UMAP(n_jobs=2, precomputed_knn=(ki[:, :15], kd[:, :15], None)).fit_transform(X)
+    else:
+        import probdr
+
+        Z = probdr.UMAP(random_state=0, precomputed_knn=(ki, kd),
+                        epoch_steps=int(variant.removeprefix("steps"))).fit_transform(X)
+    wall = time.perf_counter() - t0
+    from probdr import metrics
+
+    sub = np.random.default_rng(0).choice(n, min(n, 3000), replace=False)
+    print("RESULT " + json.dumps({
+        "variant": variant, "n": n, "wall_s": round(wall, 1),
+        "trust15": round(metrics.trustworthiness(X[sub], Z[sub], 15), 4),
+        "knn5": round(metrics.knn_accuracy(Z, y, 5), 4)}), flush=True)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--n", type=int, default=300_000)
+    ap.add_argument("--variants", nargs="+", default=["steps1", "steps4", "umap-learn"])
+    ap.add_argument("--child", default=None)
+    a = ap.parse_args()
+    if a.child:
+        child(a.n, a.child)
+        return
+    prepare(a.n)
+    env = dict(os.environ, OMP_NUM_THREADS="2", NUMBA_NUM_THREADS="2", PYTHONWARNINGS="ignore")
+    for v in a.variants:
+        p = subprocess.run([sys.executable, __file__, "--n", str(a.n), "--child", v],
+                           capture_output=True, text=True, env=env)
+        lines = [ln for ln in p.stdout.splitlines() if ln.startswith("RESULT ")]
+        print(lines[-1][7:] if lines else f"{v} failed: {p.stderr[-2000:]}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
