@@ -228,10 +228,18 @@ def knn_ivf(X: torch.Tensor, k: int, n_probe: int | None = None, random_state: i
         probe = _probes(X32, F, first, max(1, min(n_probe, F.shape[0])), max(1, int(n_near)))
         idx = _search(X32, F, probe, kk, workers)
         del probe, X32
-        d = torch.empty(n, kk, dtype=hi, device=dev)
-        bs = max(1, 2**20 // (kk * p))  # small blocks: the temporaries stay in cache
-        for s in range(0, n, bs):
-            nb = Xh.index_select(0, idx[s:s + bs].reshape(-1)).view(-1, kk, p)
-            d[s:s + bs] = nb.sub_(Xh[s:s + bs, None, :]).pow_(2).sum(2)
+        return rerank(Xh, idx, k)
+
+
+def rerank(X: torch.Tensor, idx: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The ``k`` nearest of each row's candidate list ``idx`` (n, kk) by squared distances
+    recomputed in ``X``'s dtype (the searches' float64 re-ranking): ``(indices, d2)``, sorted."""
+    n, kk = idx.shape
+    p = X.shape[1]
+    d = torch.empty(n, kk, dtype=X.dtype, device=X.device)
+    bs = max(1, 2**20 // (kk * p))  # small blocks: the temporaries stay in cache
+    for s in range(0, n, bs):
+        nb = X.index_select(0, idx[s:s + bs].reshape(-1)).view(-1, kk, p)
+        d[s:s + bs] = nb.sub_(X[s:s + bs, None, :]).pow_(2).sum(2)
     d, o = torch.topk(d, k, dim=1, largest=False, sorted=True)
     return idx.gather(1, o), d

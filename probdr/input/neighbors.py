@@ -18,7 +18,7 @@ import torch
 
 from .._alloc import heap_reuse
 from .._pairwise import pairwise_sq_distances
-from .ivf import _centroid_d2, _kmeans, _nearest, knn_ivf
+from .ivf import _centroid_d2, _kmeans, _nearest, knn_ivf, rerank
 
 __all__ = ["knn", "knn_approximate", "knn_brute", "knn_exact", "knn_ivf", "knn_pruned",
            "knn_pynndescent", "knn_query", "pairwise_sq_distances"]
@@ -220,13 +220,7 @@ def knn_pruned(X: torch.Tensor, k: int, n_cells: int | None = None,
     # back to the input order; exact float64 distances of the kk candidates; keep the best k
     idx = torch.empty(n, kk, dtype=torch.long)
     idx[order] = order[best_pos]
-    d = torch.empty(n, kk, dtype=torch.float64)
-    bs = max(1, 2**20 // (kk * p))  # small blocks: the temporaries stay in cache
-    for s in range(0, n, bs):
-        nb = X64.index_select(0, idx[s:s + bs].reshape(-1)).view(-1, kk, p)
-        d[s:s + bs] = nb.sub_(X64[s:s + bs, None, :]).pow_(2).sum(2)
-    d, o = torch.topk(d, k, dim=1, largest=False, sorted=True)
-    return idx.gather(1, o), d
+    return rerank(X64, idx, k)
 
 
 def knn_exact(X: torch.Tensor, k: int, random_state: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
