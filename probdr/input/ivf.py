@@ -36,9 +36,9 @@ def _kmeans(X: torch.Tensor, n_cells: int, gen: torch.Generator, n_iter: int = 8
     """Lloyd's k-means on a sample of at most ``per_cell`` points per cell (centroids only).
     ``gen`` is a CPU generator: the same sample and start on every device."""
     n = X.shape[0]
-    perm = torch.randperm(n, generator=gen).to(X.device)
+    perm = torch.randperm(n, generator=gen, device=gen.device).to(X.device)
     sample = X[perm[: min(n, per_cell * n_cells)]]
-    start = torch.randperm(sample.shape[0], generator=gen).to(X.device)
+    start = torch.randperm(sample.shape[0], generator=gen, device=gen.device).to(X.device)
     cent = sample[start[:n_cells]].clone()
     for _ in range(n_iter):
         a = _nearest(sample, cent)[0]
