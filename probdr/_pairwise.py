@@ -217,33 +217,50 @@ def _edge_diffs(Z: torch.Tensor, rows: torch.Tensor, cols: torch.Tensor):
     return diff, d2
 
 
-def _pair_grad(diff, coef, rows, cols, n, clip):
+def _pair_grad(diff, coef, rows, cols, n, clip, inplace=False):
     r"""Gradient on Z of a loss whose derivative w.r.t. :math:`d^2_e` is ``coef / 2``: pair e adds
     ``coef_e (z_r - z_c)`` (clamped per coordinate at ``clip``) to row r and subtracts it from
-    row c. Sorted rows (coalesced edge lists) are reduced with ``segment_reduce``."""
+    row c. Sorted rows (coalesced edge lists) are reduced with ``segment_reduce``. Indices may be
+    int32 or int64.
+
+    ``inplace``: ``diff`` may be overwritten, and the column sums go to their own buffer and are
+    subtracted once (no pass negating the edge list; other rounding than the negated scatter)."""
     lengths = _segments(rows, n)
     if diff[0].is_complex():  # 2-D
-        gr = torch.view_as_real(diff[0]) * coef[:, None]
+        d = diff[0] if inplace else diff[0].clone()
+        gr = torch.view_as_real(d).mul_(coef[:, None])
         if clip is not None:
             gr.clamp_(-clip, clip)
         if lengths is not None:
             grad = torch.segment_reduce(gr, "sum", lengths=lengths, axis=0)
         else:
-            grad = torch.view_as_real(torch.zeros(n, dtype=diff[0].dtype).scatter_add_(
-                0, rows, torch.view_as_complex(gr)))
-        torch.view_as_complex(grad).scatter_add_(0, cols, torch.view_as_complex(gr.neg_()))
+            grad = torch.view_as_real(_index_add(torch.zeros(n, dtype=d.dtype), rows, d))
+        if inplace:
+            return grad.sub_(torch.view_as_real(_index_add(torch.zeros(n, dtype=d.dtype), cols, d)))
+        _index_add(torch.view_as_complex(grad), cols, d.neg_())
         return grad
     grad = torch.zeros(len(diff), n, dtype=coef.dtype)
     for a, d in enumerate(diff):
-        gd = d * coef
+        gd = d.mul_(coef) if inplace else d * coef
         if clip is not None:
             gd.clamp_(-clip, clip)
         if lengths is not None:
             grad[a] = torch.segment_reduce(gd, "sum", lengths=lengths)
         else:
-            grad[a].scatter_add_(0, rows, gd)
-        grad[a].scatter_add_(0, cols, gd.neg_())
+            _index_add(grad[a], rows, gd)
+        if inplace:
+            grad[a].sub_(_index_add(torch.zeros(n, dtype=coef.dtype), cols, gd))
+        else:
+            _index_add(grad[a], cols, gd.neg_())
     return grad.t()
+
+
+def _index_add(out, index, src):
+    """``out[index[e]] += src[e]`` in place: ``scatter_add_`` (the faster) for int64 indices,
+    ``index_add_`` (the same sums) for int32 ones."""
+    if index.dtype == torch.int64:
+        return out.scatter_add_(0, index, src)
+    return out.index_add_(0, index, src)
 
 
 class _EdgeLogKernelSum(torch.autograd.Function):
@@ -258,25 +275,53 @@ class _EdgeLogKernelSum(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, Z, rows, cols, v, kernel, clip):
-        diff, d2 = _edge_diffs(Z.detach(), rows, cols)
-        lw = kernel.log_k(d2)
-        vv = v.to(lw.dtype)
         positive = _all_positive(v)
-        if positive:
-            out = torch.dot(vv, lw)
-        else:
-            out = torch.where(vv > 0, vv * lw, torch.zeros((), dtype=lw.dtype)).sum()
-        ctx.save_for_backward(rows, cols, vv, d2, *diff)
         ctx.kernel, ctx.clip, ctx.n, ctx.positive = kernel, clip, Z.shape[0], positive
+        ctx.early = clip is None and ctx.needs_input_grad[0]
+        if ctx.early:
+            # the gradient is linear in the incoming g without a clip: computed here, only the
+            # (n, q) gradient is kept (not the edge-list intermediates, gigabytes at scale)
+            out, grad = _value_and_grad(Z.detach(), rows, cols, v.to(Z.dtype), ctx)
+            ctx.save_for_backward(grad)
+            return out
+        diff, d2 = _edge_diffs(Z.detach(), rows, cols)
+        vv = v.to(d2.dtype)
+        out = _edge_value(kernel, d2, vv, positive)
+        ctx.save_for_backward(rows, cols, vv, d2, *diff)
         return out
 
     @staticmethod
     def backward(ctx, g):
+        if ctx.early:
+            (grad,) = ctx.saved_tensors
+            return grad * g.to(grad.dtype), None, None, None, None, None
         rows, cols, vv, d2, *diff = ctx.saved_tensors
-        coef = ctx.kernel.dlog_k(d2).mul_(vv).mul_(2.0 * g.to(d2.dtype))
-        if not ctx.positive:
-            coef = torch.where(vv > 0, coef, torch.zeros((), dtype=d2.dtype))
-        return _pair_grad(diff, coef, rows, cols, ctx.n, ctx.clip), None, None, None, None, None
+        grad = _edge_sum_grad(diff, d2, vv, rows, cols, ctx, 2.0 * g.to(d2.dtype), False)
+        return grad, None, None, None, None, None
+
+
+def _edge_value(kernel, d2, vv, positive):
+    """:math:`\\sum_e v_e \\log k(d^2_e)`, terms with :math:`v_e \\le 0` dropped."""
+    lw = kernel.log_k(d2)
+    if positive:  # a summation, not a dot: torch's dot loses digits over millions of terms
+        return lw.mul_(vv).sum()
+    return torch.where(vv > 0, vv * lw, torch.zeros((), dtype=lw.dtype)).sum()
+
+
+def _value_and_grad(Z, rows, cols, vv, ctx):
+    """The edge sum and its gradient on Z (the intermediates overwritten as they go)."""
+    diff, d2 = _edge_diffs(Z, rows, cols)
+    out = _edge_value(ctx.kernel, d2, vv, ctx.positive)
+    return out, _edge_sum_grad(diff, d2, vv, rows, cols, ctx, 2.0, True)
+
+
+def _edge_sum_grad(diff, d2, vv, rows, cols, ctx, factor, inplace):
+    r"""The gradient of :math:`\sum_e v_e \log k(d^2_e)` times ``factor`` (overwrites ``d2``, and
+    ``diff`` if ``inplace``)."""
+    coef = ctx.kernel.dlog_k(d2).mul_(vv).mul_(factor)
+    if not ctx.positive:
+        coef = torch.where(vv > 0, coef, torch.zeros((), dtype=d2.dtype))
+    return _pair_grad(diff, coef, rows, cols, ctx.n, ctx.clip, inplace)
 
 
 class _EdgeLogKernel(torch.autograd.Function):

@@ -201,16 +201,17 @@ def _autograd_log_k(Z, r, c, kernel, clip):
                                     UMAPKernel(odds=True)], ids=["cauchy", "t3", "umap_odds"])
 @pytest.mark.parametrize("clip", [None, 0.05])
 @pytest.mark.parametrize("sorted_rows", [True, False])
-def test_fused_edge_sum_matches_autograd(q, kernel, clip, sorted_rows):
+@pytest.mark.parametrize("index", [torch.int64, torch.int32])
+def test_fused_edge_sum_matches_autograd(q, kernel, clip, sorted_rows, index):
     """The hand-written edge attraction (value and gradient, with umap-learn's per-pair clip and
-    zero-valued edges) equals autograd through the plain expression."""
+    zero-valued edges; int64 or int32 indices) equals autograd through the plain expression."""
     from probdr._pairwise import edge_log_kernel_sum
 
     g = torch.Generator().manual_seed(q)
     Z, r, c = _random_edges(g, q, sorted_rows)
     v = torch.rand(r.numel(), dtype=torch.float64, generator=g)
     v[::7] = 0.0
-    out = edge_log_kernel_sum(Z, r, c, v, kernel, clip)
+    out = edge_log_kernel_sum(Z, r.to(index), c.to(index), v, kernel, clip)
     (2.5 * out).backward()
     g_fused = Z.grad.clone()
     Z.grad = None

@@ -25,7 +25,7 @@ from ..input.graph import AFFINITIES, _prior_kind, build_input_graph
 from ..kernels import get_kernel
 from ..laws.edge_priors import check_support
 from ..laws.graph import GraphLaw, GraphPrior, check_coupling, get_prior
-from ..laws.weights import KernelWeights
+from ..laws.weights import KernelWeights, sparse_to
 from ..models.coupling import graph_coupling_model
 from .base import DREstimator, set_init_params
 from .inputs import ContinueMixin, InputKindsMixin
@@ -413,10 +413,10 @@ class GraphCoupling(InputKindsMixin, ContinueMixin, NewPointsMixin, DREstimator)
         self.input_graph_ = self._build_input_graph(X)
         if self.input_graph_.n != n:
             raise ValueError(f"the input graph has {self.input_graph_.n} nodes for {n} samples.")
-        check_support(self.latent_edge_prior, self.input_graph_.mean)  # before optimising
+        mean = self.input_graph_.mean
+        check_support(self.latent_edge_prior, mean)  # before optimising
         self.kernel_ = self._make_kernel()
         dtype = self._fit_dtype
-        mean = self.input_graph_.mean
         self.label_graph_ = self._y_fit = None  # a refit without labels forgets earlier ones
         if y is not None and float(self.target_weight) > 0:
             from ..input.labels import label_graph
@@ -424,9 +424,10 @@ class GraphCoupling(InputKindsMixin, ContinueMixin, NewPointsMixin, DREstimator)
             self.label_graph_ = label_graph(y, mean, generator=gen)
             self._y_fit = y
             mean = self._observed_graph(mean)
-        W_X = mean.to(dtype).coalesce() if mean.is_sparse else mean.to(dtype)
+        W_X = sparse_to(mean, dtype) if mean.is_sparse else mean.to(dtype)
         self.coupling_weight_ = self._resolve_coupling_weight(mean)
         Z0 = self._initial(X, mean, gen).to(dtype)
+        del mean  # W_X holds what the fit needs (a float64 copy of a large graph's values)
         self.model_kwargs_ = dict(
             W_X=W_X, prior_z=self._latent_prior(), kernel=self.kernel_,
             n_components=self.n_components, repulsion=self._repulsion(n),

@@ -40,10 +40,23 @@ def entropic_bandwidths(
     The entropy is a decreasing function of :math:`\beta`, so bisection always converges; rows whose
     target cannot be reached (fewer distinct distances than the perplexity) get the closest value.
     """
-    C = sq_dist.to(torch.float64)
-    n, k = C.shape
+    n, k = sq_dist.shape
     if not 1.0 <= perplexity <= k:
         raise ValueError(f"perplexity must lie in [1, {k}] (number of neighbours), got {perplexity}.")
+    # every row's bisection runs the same number of halvings (one bracket width for all rows), so
+    # blocks of rows give the numbers of one pass over all rows, with (block, k) temporaries
+    bs = max(1, BISECTION_BLOCK // k)
+    return torch.cat([_row_bandwidths(sq_dist[s:s + bs], perplexity, tol, max_iter)
+                      for s in range(0, n, bs)]) if n else sq_dist.new_zeros(0, dtype=torch.float64)
+
+
+#: entries of the cost rows per block of the bandwidth bisection (float64: 8 MiB)
+BISECTION_BLOCK = 2**20
+
+
+def _row_bandwidths(sq_dist, perplexity, tol, max_iter):
+    C = sq_dist.to(torch.float64)
+    n = C.shape[0]
     C = C - C.min(1, keepdim=True).values  # shift: P is unchanged, exp stays bounded
     scale = C.max(1, keepdim=True).values.clamp_min(1e-300)
     target = math.log(perplexity)

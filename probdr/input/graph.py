@@ -175,7 +175,13 @@ def build_input_graph(
         if block is not None:  # a search run whole on every rank: rank 0's lists for all
             cols, d2 = broadcast_(cols.contiguous()), broadcast_(d2.contiguous())
         logk = _row_log_weights(d2, affinity, perplexity, k)
-    weights = SparseWeights(rows, cols, logk.flatten().to(torch.float64), n)
+    del d2
+    # each row's neighbours by index: the edge list is then in coalesced order, which the weights
+    # keep without a sort and a copy of the whole list (gigabytes at a million points)
+    cols, order = cols.view(n, k).sort(1)
+    logk = logk.to(torch.float64).gather(1, order)
+    del order
+    weights = SparseWeights(rows, cols.flatten(), logk.flatten(), n)
     prior = get_prior(prior_x.replace("~", "") if isinstance(prior_x, str) else prior_x, edge_prior)
     law = prior.posterior(weights)
     return law.symmetrized() if symmetrize else law

@@ -142,13 +142,27 @@ def _folded_edges(value):
 
 
 def _fold(value):
+    """The folding by one sort of the pair keys :math:`i n + j` (i < j): a pair appears at most
+    twice, so its sum :math:`W_{ij} + W_{ji}` is the one a coalesce gives. Indices come back in
+    int32 when n allows (half the memory traffic of the gathers every step)."""
     v = value.coalesce()
     r, c = v.indices()
-    lo, hi = torch.minimum(r, c), torch.maximum(r, c)
-    keep = lo != hi
-    n = v.shape[0]
-    S = _coo(torch.stack([lo[keep], hi[keep]]), v.values()[keep], (n, n)).coalesce()
-    return S.indices()[0], S.indices()[1], S.values()
+    vals, n = v.values(), v.shape[0]
+    keep = r != c
+    if not bool(keep.all()):
+        r, c, vals = r[keep], c[keep], vals[keep]
+    del keep
+    key = torch.minimum(r, c).mul_(n).add_(torch.maximum(r, c))
+    key, order = torch.sort(key)
+    vals = vals.index_select(0, order)
+    del order
+    key, pair = torch.unique_consecutive(key, return_inverse=True)
+    vals = torch.zeros(key.numel(), dtype=vals.dtype).index_add_(0, pair, vals)
+    del pair
+    index = torch.int32 if n < 2**31 else torch.int64
+    rows = torch.div(key, n, rounding_mode="floor")
+    cols = key.sub_(rows * n)
+    return rows.to(index), cols.to(index), vals
 
 
 def _near_pairs(value):

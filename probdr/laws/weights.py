@@ -12,14 +12,44 @@ import torch
 from .._pairwise import edge_log_kernel, edge_log_kernel_sum, pair_reduce, pairwise_sq_distances
 from ..config import check_dense
 
-__all__ = ["Weights", "DenseWeights", "SparseWeights", "KernelWeights", "MAX_LOGIT"]
+__all__ = ["Weights", "DenseWeights", "SparseWeights", "KernelWeights", "MAX_LOGIT",
+           "sparse_to"]
 
 NEG_INF = float("-inf")
 
 
-def _coo(indices, values, size):
-    """Sparse COO tensor (invariant checks off: indices are built here, in range)."""
+def _coo(indices, values, size, coalesced: bool = False):
+    """Sparse COO tensor (invariant checks off: indices are built here, in range); with
+    ``coalesced=True`` the indices are known sorted and unique, and are shared, not copied."""
+    if coalesced:
+        return torch.sparse_coo_tensor(indices, values, size, check_invariants=False,
+                                       is_coalesced=True)
     return torch.sparse_coo_tensor(indices, values, size, check_invariants=False)
+
+
+def sparse_to(S: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """The sparse tensor ``S`` coalesced, its values cast to ``dtype``, sharing its indices
+    (``S.to(dtype)`` copies them: gigabytes on a million-point graph)."""
+    S = S.coalesce()
+    return _coo(S.indices(), S.values().to(dtype), S.shape, coalesced=True)
+
+
+def _coalesced_off_diagonal(rows, cols, n: int) -> bool:
+    """Whether the edge list is sorted by (row, col) without repeats and off the diagonal (the
+    form ``coalesce`` returns), checked in blocks of edges to bound the temporaries."""
+    m = rows.numel()
+    if m == 0:
+        return False
+    step = 2**22
+    for s in range(0, m, step):
+        e = min(m, s + step + 1)
+        r, c = rows[s:e], cols[s:e]
+        if bool((r == c).any()):
+            return False
+        dr = r[1:] - r[:-1]
+        if bool((dr < 0).any()) or bool(((dr == 0) & (c[1:] <= c[:-1])).any()):
+            return False
+    return True
 #: logits are clamped here so that probability-1 edges (UMAP's nearest neighbour) stay finite
 MAX_LOGIT = 50.0
 
@@ -90,11 +120,14 @@ class SparseWeights(Weights):
     is_sparse = True
 
     def __init__(self, rows, cols, values, n: int):
-        keep = rows != cols
-        idx = torch.stack([rows[keep], cols[keep]])
-        t = _coo(idx, values[keep], (n, n)).coalesce()
-        self.rows, self.cols = t.indices()
-        self.values = t.values()
+        if _coalesced_off_diagonal(rows, cols, n):  # e.g. kNN lists sorted within rows: no copy
+            self.indices = torch.stack([rows, cols])
+            self.values = values
+        else:
+            keep = rows != cols
+            t = _coo(torch.stack([rows[keep], cols[keep]]), values[keep], (n, n)).coalesce()
+            self.indices, self.values = t.indices(), t.values()
+        self.rows, self.cols = self.indices  # views: the sparse tensors below share them
         self.n = n
 
     @classmethod
@@ -139,9 +172,9 @@ class SparseWeights(Weights):
         return SparseWeights(self.rows, self.cols, self.values + lp, self.n)
 
     def to_sparse(self, values=None):
+        """The sparse COO tensor of the edge list (coalesced; it shares the index tensor)."""
         v = self.values if values is None else values
-        return _coo(torch.stack([self.rows, self.cols]), v,
-                                       (self.n, self.n)).coalesce()
+        return _coo(self.indices, v, (self.n, self.n), coalesced=True)
 
 
 class KernelWeights(Weights):

@@ -1,0 +1,79 @@
+"""The million-point memory diet changes no number: blocked bandwidth bisection, edge lists kept
+in coalesced order without a copy, sparse tensors sharing one index tensor, the one-sort folding of
+a graph into unordered pairs."""
+
+import pytest
+import torch
+
+from probdr.input import affinities
+from probdr.laws.graph import _fold
+from probdr.laws.weights import SparseWeights, _coo, sparse_to
+
+
+def test_blocked_bisection_gives_the_numbers_of_one_pass(monkeypatch):
+    """Every row's bisection runs the same halvings, so any block size gives identical bandwidths
+    (and a block of one row works)."""
+    g = torch.Generator().manual_seed(0)
+    d2 = torch.rand(301, 24, dtype=torch.float64, generator=g).cumsum(1)
+    d2[7] = 1.0  # a row at one distance: bandwidth 1
+    whole = affinities.entropic_bandwidths(d2, 8.0)
+    for block in (24, 24 * 5, 24 * 64):
+        monkeypatch.setattr(affinities, "BISECTION_BLOCK", block)
+        assert torch.equal(affinities.entropic_bandwidths(d2, 8.0), whole)
+    assert whole[7] == 1.0
+    P = affinities.entropic_affinity(d2, 8.0)
+    assert torch.allclose(affinities.perplexity_of_rows(P)[torch.arange(301) != 7],
+                          torch.tensor(8.0, dtype=torch.float64), rtol=1e-5)
+
+
+def _knn_lists(n=60, k=5, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    idx = torch.stack([torch.randperm(n - 1, generator=g)[:k] for _ in range(n)])
+    idx = idx + (idx >= torch.arange(n)[:, None]).long()  # self excluded
+    return torch.arange(n).repeat_interleave(k), idx, torch.randn(n * k, generator=g,
+                                                                  dtype=torch.float64)
+
+
+def test_sorted_edge_lists_are_kept_without_a_copy_and_match_the_coalesce():
+    n, k = 60, 5
+    rows, idx, vals = _knn_lists(n, k)
+    cols, order = idx.sort(1)
+    vals_sorted = vals.view(n, k).gather(1, order).flatten()
+    fast = SparseWeights(rows, cols.flatten(), vals_sorted, n)
+    # the same edges shuffled and with a diagonal entry take the coalescing path
+    perm = torch.randperm(n * k, generator=torch.Generator().manual_seed(1))
+    slow = SparseWeights(torch.cat([rows[perm], torch.tensor([3])]),
+                         torch.cat([cols.flatten()[perm], torch.tensor([3])]),
+                         torch.cat([vals_sorted[perm], torch.tensor([9.0], dtype=torch.float64)]), n)
+    assert torch.equal(fast.rows, slow.rows) and torch.equal(fast.cols, slow.cols)
+    assert torch.equal(fast.values, slow.values)
+    S = fast.to_sparse()
+    assert S.is_coalesced() and S._indices().data_ptr() == fast.indices.data_ptr()
+    assert torch.equal(S.to_dense(), slow.to_sparse().to_dense())
+    S32 = sparse_to(S, torch.float32)
+    assert S32.dtype == torch.float32 and S32._indices().data_ptr() == fast.indices.data_ptr()
+    # duplicated pairs are summed (the coalescing path)
+    dup = SparseWeights(torch.tensor([0, 0, 1]), torch.tensor([2, 2, 0]),
+                        torch.tensor([1.0, 2.0, 4.0]), 3)
+    assert dup.rows.tolist() == [0, 1] and dup.values.tolist() == [3.0, 4.0]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.int64])
+def test_fold_matches_the_coalesce_of_unordered_pairs(dtype):
+    """W_ij + W_ji on pairs i < j, diagonal dropped, as the coalesce of (min, max) pairs gives it,
+    bit for bit; indices in int32."""
+    g = torch.Generator().manual_seed(2)
+    n, m = 50, 400
+    r, c = torch.randint(0, n, (m,), generator=g), torch.randint(0, n, (m,), generator=g)
+    vals = torch.rand(m, generator=g, dtype=torch.float64)
+    vals = (vals * 5).long() if dtype == torch.int64 else vals.to(dtype)  # a graph draw: counts
+    W = _coo(torch.stack([r, c]), vals, (n, n)).coalesce()
+    fr, fc, fv = _fold(W)
+    ri, ci = W.indices()
+    lo, hi = torch.minimum(ri, ci), torch.maximum(ri, ci)
+    keep = lo != hi
+    ref = _coo(torch.stack([lo[keep], hi[keep]]), W.values()[keep], (n, n)).coalesce()
+    assert fr.dtype == torch.int32 and fc.dtype == torch.int32
+    assert torch.equal(fr.long(), ref.indices()[0]) and torch.equal(fc.long(), ref.indices()[1])
+    assert torch.equal(fv, ref.values())
+    assert bool((fr < fc).all())
