@@ -318,12 +318,8 @@ def _value_and_grad(Z, rows, cols, vv, ctx):
 def _edge_sum_grad(diff, d2, vv, rows, cols, ctx, factor, inplace):
     r"""The gradient of :math:`\sum_e v_e \log k(d^2_e)` times ``factor`` (overwrites ``d2``, and
     ``diff`` if ``inplace``)."""
-    k = ctx.kernel
-    if getattr(k, "name", "") == "student" and getattr(k, "dof", None) == 1.0:
-        coef = d2.add_(1.0).reciprocal_().neg_()  # dlog k = -1/(1 + d2), in place
-    else:
-        coef = k.dlog_k(d2)
-    coef = coef.mul_(vv).mul_(factor)
+    k = ctx.kernel  # a duck-typed kernel without the in-place form falls back to dlog_k
+    coef = getattr(k, "dlog_k_", k.dlog_k)(d2).mul_(vv).mul_(factor)
     if not ctx.positive:
         coef = torch.where(vv > 0, coef, torch.zeros((), dtype=d2.dtype))
     return _pair_grad(diff, coef, rows, cols, ctx.n, ctx.clip, inplace)

@@ -57,6 +57,11 @@ class Kernel:
     def dlog_k(self, d2: torch.Tensor) -> torch.Tensor:  # pragma: no cover - abstract
         raise NotImplementedError
 
+    def dlog_k_(self, d2: torch.Tensor) -> torch.Tensor:
+        """:meth:`dlog_k`, free to overwrite ``d2`` (kernels with an in-place form use it: one
+        buffer fewer on an edge list of millions)."""
+        return self.dlog_k(d2)
+
     def k_and_dlog_k(self, d2: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """``(k, dlog k / dd2)``; subclasses override with cheaper closed forms."""
         return torch.exp(self.log_k(d2)), self.dlog_k(d2)
@@ -125,6 +130,11 @@ class StudentKernel(Kernel):
 
     def dlog_k(self, d2):
         return -0.5 * (self.dof + 1.0) / (self.dof + d2)
+
+    def dlog_k_(self, d2):
+        if self.dof == 1.0:
+            return d2.add_(1.0).reciprocal_().neg_()  # -1/(1 + d2), the same numbers
+        return self.dlog_k(d2)
 
     def k_and_dlog_k(self, d2):
         if self.dof == 1.0:

@@ -77,3 +77,13 @@ def test_fold_matches_the_coalesce_of_unordered_pairs(dtype):
     assert torch.equal(fr.long(), ref.indices()[0]) and torch.equal(fc.long(), ref.indices()[1])
     assert torch.equal(fv, ref.values())
     assert bool((fr < fc).all())
+
+
+def test_in_place_kernel_derivative_equals_dlog_k():
+    """``dlog_k_`` (free to overwrite its input) gives dlog_k's numbers for every kernel."""
+    from probdr.kernels import get_kernel
+
+    d2 = torch.rand(1000, dtype=torch.float64) * 10
+    for k in (get_kernel("student"), get_kernel("student", dof=3.0), get_kernel("gaussian"),
+              get_kernel("umap_odds", a=1.6, b=0.9)):
+        assert torch.equal(k.dlog_k_(d2.clone()), k.dlog_k(d2))
