@@ -8,13 +8,22 @@ large edge lists run several times slower than on reused memory (``docs/benchmar
 blocks stay on the heap and are reused by the next step, then restores glibc's defaults and
 returns the free memory to the system (``malloc_trim``). Elsewhere (macOS, Windows, musl) it
 does nothing. ``probdr.config.set_heap_reuse(False)`` or ``PROBDR_HEAP_REUSE=0`` turn it off.
+
+Freed blocks of different sizes still fragment the heap, which then grows by fresh pages now and
+then (measured at one million points: tens of thousands of page faults per step, each several
+microseconds on a virtual machine). :func:`scratch` goes further for the few largest
+temporaries of a step, the edge-list buffers: inside it, :func:`buffer` hands the same memory
+back at every step.
 """
 
 from __future__ import annotations
 
 import ctypes
 import platform
+import threading
 from contextlib import contextmanager
+
+import torch
 
 from . import config
 
@@ -61,3 +70,31 @@ def heap_reuse(threshold: int = 1 << 30):
         lib.mallopt(_M_MMAP_THRESHOLD, _DEFAULT)
         lib.mallopt(_M_TRIM_THRESHOLD, _DEFAULT)
         lib.malloc_trim(0)
+
+
+_scratch = threading.local()
+
+
+@contextmanager
+def scratch():
+    """Reusable buffers for the duration of a loop, per thread (:func:`buffer`); released on exit."""
+    outer = getattr(_scratch, "buffers", None)
+    _scratch.buffers = {}
+    try:
+        yield
+    finally:
+        _scratch.buffers = outer
+
+
+def buffer(name: str, shape: tuple, dtype: torch.dtype, device) -> torch.Tensor:
+    """An uninitialised tensor. Inside :func:`scratch` on a CPU, the one handed out under this
+    ``name`` at the previous call when shape and dtype agree: the caller must be done with it
+    before the next call (a function that uses it and returns other tensors)."""
+    buffers = getattr(_scratch, "buffers", None)
+    if buffers is None or torch.device(device).type != "cpu":
+        return torch.empty(shape, dtype=dtype, device=device)
+    hit = buffers.get(name)
+    if hit is None or hit.shape != tuple(shape) or hit.dtype != dtype:
+        buffers.pop(name, None)  # released before the new one is taken
+        hit = buffers[name] = torch.empty(shape, dtype=dtype, device=device)
+    return hit

@@ -38,6 +38,25 @@ def _lagrange_weights(t: torch.Tensor) -> torch.Tensor:
     ], dim=-1)
 
 
+def _stencil(Z: torch.Tensor, lo, h: float, G: int, clamp: bool = True):
+    """``(flat_index, weight)``: the 16 grid nodes of each row of ``Z`` (n, 2) on the grid of
+    corner ``lo``, spacing ``h`` and side ``G`` (flattened int64 node indices, n * 16: torch's
+    ``index_add_`` along a grid's second dimension is many times slower with int32) and their
+    cubic Lagrange weights (n, 16)."""
+    u = (Z - lo) / h + 1.0  # node 1 is the first node at or below the minimum
+    base = torch.floor(u)
+    t = u - base
+    base = base.long() - 1  # node indices of offset -1
+    wx = _lagrange_weights(t[:, 0])  # (n, 4)
+    wy = _lagrange_weights(t[:, 1])
+    if clamp:  # a no-op on the grid's own box (G >= span / h + 4), a guard against rounding
+        base.clamp_(0, G - 4)
+    offs = torch.arange(4, device=Z.device)
+    offs = (offs[:, None] * G + offs[None, :]).reshape(-1)  # the 4 x 4 stencil's node offsets
+    index = ((base[:, 0] * G + base[:, 1])[:, None] + offs).reshape(-1)
+    return index, (wx[:, :, None] * wy[:, None, :]).reshape(-1, 16)
+
+
 def _smooth_size(m: int) -> int:
     """Smallest integer >= m whose prime factors are 2, 3 and 5 (fast FFT sizes)."""
     while True:
@@ -77,18 +96,7 @@ class Grid2D:
         h = max(spacing, span / (MAX_GRID - 4))
         G = _ladder_size(int(math.ceil(span / h)) + 4)
         self.h, self.G = h, G
-        u = (Z - lo) / h + 1.0  # node 1 is the first node at or below the minimum
-        base = torch.floor(u)
-        t = u - base
-        base = base.long() - 1  # node indices of offset -1
-        wx = _lagrange_weights(t[:, 0])  # (n, 4)
-        wy = _lagrange_weights(t[:, 1])
-        offs = torch.arange(4, device=Z.device)
-        ix = (base[:, 0:1] + offs).clamp(0, G - 1)  # (n, 4)
-        iy = (base[:, 1:2] + offs).clamp(0, G - 1)
-        self.index = (ix[:, :, None] * G + iy[:, None, :]).reshape(-1, 16)  # (n, 16)
-        self.weight = (wx[:, :, None] * wy[:, None, :]).reshape(-1, 16)
-        self.flat_index = self.index.reshape(-1)
+        self.flat_index, self.weight = _stencil(Z, lo, h, G)
 
     def spread(self, charges: torch.Tensor) -> torch.Tensor:
         """charges (C, n) -> grids (C, G, G)."""
@@ -99,11 +107,12 @@ class Grid2D:
         return grid.view(C, self.G, self.G)
 
     def gather(self, grids: torch.Tensor) -> torch.Tensor:
-        """grids (C, G, G) -> values at the points (C, n)."""
+        """grids (C, G, G) -> values at the points (C, n): the grids transposed to (G^2, C), so
+        that each of a point's 16 nodes is one gathered row of C values."""
         C = grids.shape[0]
-        flat = grids.reshape(C, -1)
-        vals = flat.index_select(1, self.flat_index).view(C, -1, 16)
-        return torch.einsum("cnk,nk->cn", vals, self.weight)
+        rows = grids.reshape(C, -1).t().contiguous()
+        vals = rows.index_select(0, self.flat_index).view(-1, 16, C)
+        return torch.bmm(self.weight[:, None, :], vals).view(-1, C).t()
 
     def kernel_fft(self, log_kernel_of_d2, dtype, key=None) -> torch.Tensor:
         """FFT of the kernel sampled on the (2G, 2G) circular grid of node offsets (cached by
@@ -214,8 +223,7 @@ class CauchyField:
         self.lo, self.h, self.G = corners[0], grid.h, grid.G
         self.Z_ref = Zr
         ref = Grid2D(torch.cat([corners, Zr]), spacing)  # the same grid (same box), on Z_ref
-        ref.index, ref.weight = ref.index[2:], ref.weight[2:]
-        ref.flat_index = ref.index.reshape(-1)
+        ref.flat_index, ref.weight = ref.flat_index[32:], ref.weight[2:]
         self.c = Zr.mean(0)
         self.grids = _cauchy_grids(ref, Zr, self.c).contiguous()
         self._by_dtype = {self.grids.dtype: self.grids}
@@ -238,16 +246,8 @@ class CauchyField:
         if bool(inside.any()):
             grid = Grid2D.__new__(Grid2D)
             grid.G, grid.h = self.G, self.h
-            u = (Z[inside] - self.lo.to(Z.dtype)) / self.h + 1.0
-            base = torch.floor(u)
-            t = u - base
-            base = base.long() - 1
-            wx, wy = _lagrange_weights(t[:, 0]), _lagrange_weights(t[:, 1])
-            offs = torch.arange(4)
-            ix, iy = base[:, 0:1] + offs, base[:, 1:2] + offs
-            grid.index = (ix[:, :, None] * self.G + iy[:, None, :]).reshape(-1, 16)
-            grid.weight = (wx[:, :, None] * wy[:, None, :]).reshape(-1, 16)
-            grid.flat_index = grid.index.reshape(-1)
+            grid.flat_index, grid.weight = _stencil(Z[inside], self.lo.to(Z.dtype), self.h,
+                                                    self.G, clamp=False)
             out[:, inside] = grid.gather(self._grids(Z.dtype))
         if not bool(inside.all()):
             w = (1.0 + torch.cdist(Z[~inside], self.Z_ref.to(Z.dtype)).square()).reciprocal()

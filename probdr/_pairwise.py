@@ -19,13 +19,23 @@ intermediate is cached between forward and backward when it fits ``CACHE_BYTES``
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
+
 import torch
 import torch.nn.functional as F
 
+from ._alloc import buffer
 from ._utils import tensor_cache
 
 CACHE_BYTES = 2**30
 BLOCK_BYTES = 2**27
+#: the indexed passes over an edge list (the gathers of z_r and z_c, the row and column sums of
+#: the gradient), which torch runs on one core each, are cut into parts of about this many edges
+#: and run on torch's threads. The parts depend on the list only: the numbers do not depend on
+#: the number of threads.
+PART_EDGES = 1 << 24
+#: shorter edge lists run those passes on the calling thread (a thread pool costs more than it saves)
+THREADED_MIN_EDGES = 1 << 20
 
 
 def pairwise_sq_distances(A: torch.Tensor, B: torch.Tensor | None = None) -> torch.Tensor:
@@ -198,23 +208,120 @@ def pair_reduce(Z: torch.Tensor, mode: str, kernel, log_pi: torch.Tensor | None 
 # --------------------------------------------------------------------------------------------
 # edge sums: sum_e v_e log k(||z_r - z_c||^2) over an edge list
 # --------------------------------------------------------------------------------------------
-def _edge_diffs(Z: torch.Tensor, rows: torch.Tensor, cols: torch.Tensor):
+def _run(tasks, device, m: int) -> None:
+    """Run the callables (passes over an edge list of length ``m``), on up to
+    ``torch.get_num_threads()`` threads when there are several, the list is long and the device
+    is a CPU (``n_jobs`` sets the threads). Each writes its own buffer, allocated beforehand on
+    the calling thread (a worker's large allocations would be fresh pages from its own arena at
+    every step)."""
+    threads = min(len(tasks), torch.get_num_threads())
+    if threads < 2 or m < THREADED_MIN_EDGES or torch.device(device).type != "cpu":
+        for task in tasks:
+            task()
+        return
+    with ThreadPoolExecutor(threads) as pool:
+        for job in [pool.submit(task) for task in tasks]:
+            job.result()
+
+
+def _parts(m: int) -> list[tuple[int, int]]:
+    """Equal parts of an edge list of length ``m``, about ``PART_EDGES`` each."""
+    k = max(1, -(-m // PART_EDGES))
+    cuts = [m * i // k for i in range(k + 1)]
+    return list(zip(cuts[:-1], cuts[1:], strict=True))
+
+
+def _gather_diff(z: torch.Tensor, rows: torch.Tensor, cols: torch.Tensor, reuse: str = ""):
+    """``z[rows] - z[cols]`` for a vector ``z`` (the gathers in parts, on torch's threads);
+    ``reuse``: a name, the buffers are the loop's scratch (:func:`probdr._alloc.buffer`)."""
+    def new(name):
+        if reuse:
+            return buffer(reuse + name, (rows.shape[0],), z.dtype, z.device)
+        return torch.empty(rows.shape[0], dtype=z.dtype, device=z.device)
+    a, b = new("a"), new("b")
+    tasks = []
+    for s, e in _parts(a.shape[0]):
+        tasks += [lambda s=s, e=e: torch.index_select(z, 0, rows[s:e], out=a[s:e]),
+                  lambda s=s, e=e: torch.index_select(z, 0, cols[s:e], out=b[s:e])]
+    _run(tasks, z.device, a.shape[0])
+    return a.sub_(b)
+
+
+def _edge_diffs(Z: torch.Tensor, rows: torch.Tensor, cols: torch.Tensor, reuse: bool = False):
     """``(diff, d2)``: the differences :math:`z_r - z_c` (a complex vector for 2-D embeddings,
     one number per point so that each random gather moves both coordinates; else a list of
-    per-coordinate vectors) and the squared distances."""
+    per-coordinate vectors) and the squared distances. ``reuse``: in the loop's scratch buffers
+    (for a caller done with them when it returns)."""
     q = Z.shape[1]
+    d2 = (buffer("edge_d2", (rows.shape[0],), Z.dtype, Z.device) if reuse
+          else torch.empty(rows.shape[0], dtype=Z.dtype, device=Z.device))
     if q == 2:
-        zc = torch.view_as_complex(Z.contiguous())
-        d = zc.index_select(0, rows).sub_(zc.index_select(0, cols))
+        d = _gather_diff(torch.view_as_complex(Z.contiguous()), rows, cols,
+                         "edge_diff_" if reuse else "")
         dr = torch.view_as_real(d)
-        d2 = dr[:, 0] * dr[:, 0]
+        torch.mul(dr[:, 0], dr[:, 0], out=d2)
         return [d], d2.addcmul_(dr[:, 1], dr[:, 1])
     Zt = Z.t().contiguous()  # (q, n)
-    diff = [z.index_select(0, rows).sub_(z.index_select(0, cols)) for z in Zt]
-    d2 = diff[0] * diff[0]
+    diff = [_gather_diff(z, rows, cols, f"edge_diff{k}_" if reuse else "")
+            for k, z in enumerate(Zt)]
+    torch.mul(diff[0], diff[0], out=d2)
     for d in diff[1:]:
         d2.addcmul_(d, d)
     return diff, d2
+
+
+def _row_parts(rows: torch.Tensor, n: int):
+    """For sorted rows: ``[(s, e, r0, r1)]``, the parts of the edge list cut at row starts (edges
+    ``s:e`` are those of rows ``r0:r1``), and the row counts; else None (cached)."""
+    lengths = _segments(rows, n)
+    if lengths is None:
+        return None
+
+    def compute():
+        starts = torch.zeros(n + 1, dtype=torch.int64)
+        torch.cumsum(lengths.cpu(), 0, out=starts[1:])
+        m = int(starts[-1])
+        cut_rows = [0] + [int(torch.searchsorted(starts, e, side="left")) for _, e in
+                          _parts(m)[:-1]] + [n]
+        cut_rows = sorted(set(cut_rows))
+        return [(int(starts[r0]), int(starts[r1]), r0, r1)
+                for r0, r1 in zip(cut_rows[:-1], cut_rows[1:], strict=True)], lengths
+    return tensor_cache(rows, f"_probdr_row_parts_{n}", compute)
+
+
+def _row_and_col_sums(src, rows, cols, n):
+    """``(R, C)``: :math:`R_i = \\sum_{e: r_e = i} s_e` and :math:`C_j = \\sum_{e: c_e = j} s_e`.
+    Sorted rows (coalesced edge lists) are summed by ``segment_reduce`` in parts cut at row
+    starts (the numbers of one pass); the column sums (and unsorted rows) by ``index_add_`` in
+    parts, each into its own buffer, added in order. The parts run on torch's threads."""
+    dev, real = src.device, torch.view_as_real(src) if src.is_complex() else src
+    col_parts = _parts(src.shape[0])
+    cbuf = buffer("edge_col_sums", (len(col_parts), n), src.dtype, dev).zero_()
+    tasks = [lambda k=k, s=s, e=e: _index_add(cbuf[k], cols[s:e], src[s:e])
+             for k, (s, e) in enumerate(col_parts)]
+    row_parts = _row_parts(rows, n)
+    if row_parts is not None:
+        parts, lengths = row_parts
+        row = torch.zeros(n, dtype=src.dtype, device=dev)
+        rreal = torch.view_as_real(row) if src.is_complex() else row
+
+        def seg(s, e, r0, r1):
+            rreal[r0:r1] = torch.segment_reduce(real[s:e], "sum", lengths=lengths[r0:r1],
+                                                axis=0)
+        tasks += [lambda p=p: seg(*p) for p in parts]
+    else:
+        rbuf = buffer("edge_row_sums", (len(col_parts), n), src.dtype, dev).zero_()
+        tasks += [lambda k=k, s=s, e=e: _index_add(rbuf[k], rows[s:e], src[s:e])
+                  for k, (s, e) in enumerate(col_parts)]
+    _run(tasks, dev, src.shape[0])
+    col = cbuf[0]
+    for k in range(1, len(col_parts)):
+        col += cbuf[k]
+    if row_parts is None:
+        row = rbuf[0].clone()
+        for k in range(1, len(col_parts)):
+            row += rbuf[k]
+    return row, col
 
 
 def _pair_grad(diff, coef, rows, cols, n, clip, inplace=False):
@@ -223,7 +330,8 @@ def _pair_grad(diff, coef, rows, cols, n, clip, inplace=False):
     row c. Sorted rows (coalesced edge lists) are reduced with ``segment_reduce``. Indices may be
     int32 or int64.
 
-    ``inplace``: ``diff`` may be overwritten, and the column sums go to their own buffer and are
+    ``inplace``: ``diff`` may be overwritten, and the row and column sums are taken in parts on
+    torch's threads into their own buffers (:func:`_row_and_col_sums`), the column sums
     subtracted once (no pass negating the edge list; other rounding than the negated scatter)."""
     lengths = _segments(rows, n)
     if diff[0].is_complex():  # 2-D
@@ -231,12 +339,13 @@ def _pair_grad(diff, coef, rows, cols, n, clip, inplace=False):
         gr = torch.view_as_real(d).mul_(coef[:, None])
         if clip is not None:
             gr.clamp_(-clip, clip)
+        if inplace:
+            row, col = _row_and_col_sums(d, rows, cols, n)
+            return torch.view_as_real(row.sub_(col))
         if lengths is not None:
             grad = torch.segment_reduce(gr, "sum", lengths=lengths, axis=0)
         else:
             grad = torch.view_as_real(_index_add(torch.zeros(n, dtype=d.dtype), rows, d))
-        if inplace:
-            return grad.sub_(torch.view_as_real(_index_add(torch.zeros(n, dtype=d.dtype), cols, d)))
         _index_add(torch.view_as_complex(grad), cols, d.neg_())
         return grad
     grad = torch.zeros(len(diff), n, dtype=coef.dtype)
@@ -244,14 +353,15 @@ def _pair_grad(diff, coef, rows, cols, n, clip, inplace=False):
         gd = d.mul_(coef) if inplace else d * coef
         if clip is not None:
             gd.clamp_(-clip, clip)
+        if inplace:
+            row, col = _row_and_col_sums(gd, rows, cols, n)
+            grad[a] = row.sub_(col)
+            continue
         if lengths is not None:
             grad[a] = torch.segment_reduce(gd, "sum", lengths=lengths)
         else:
             _index_add(grad[a], rows, gd)
-        if inplace:
-            grad[a].sub_(_index_add(torch.zeros(n, dtype=coef.dtype), cols, gd))
-        else:
-            _index_add(grad[a], cols, gd.neg_())
+        _index_add(grad[a], cols, gd.neg_())
     return grad.t()
 
 
@@ -302,27 +412,37 @@ class _EdgeLogKernelSum(torch.autograd.Function):
 
 def _edge_value(kernel, d2, vv, positive):
     """:math:`\\sum_e v_e \\log k(d^2_e)`, terms with :math:`v_e \\le 0` dropped."""
-    lw = kernel.log_k(d2)
+    lw, s = _factored(kernel, d2)
     if positive:  # a summation, not a dot: torch's dot loses digits over millions of terms
-        return lw.mul_(vv).sum()
-    return torch.where(vv > 0, vv * lw, torch.zeros((), dtype=lw.dtype)).sum()
+        return lw.mul_(vv).sum() * s
+    return torch.where(vv > 0, vv * lw, torch.zeros((), dtype=lw.dtype)).sum() * s
+
+
+def _factored(kernel, d2):
+    """``log_k_factored`` of a kernel, or ``(log_k, 1)`` for a duck-typed one without it."""
+    f = getattr(kernel, "log_k_factored", None)
+    return f(d2) if f is not None else (kernel.log_k(d2), 1.0)
 
 
 def _value_and_grad(Z, rows, cols, vv, ctx):
     """The edge sum and its gradient on Z (the intermediates overwritten as they go)."""
-    diff, d2 = _edge_diffs(Z, rows, cols)
+    diff, d2 = _edge_diffs(Z, rows, cols, reuse=True)
     out = _edge_value(ctx.kernel, d2, vv, ctx.positive)
     return out, _edge_sum_grad(diff, d2, vv, rows, cols, ctx, 2.0, True)
 
 
 def _edge_sum_grad(diff, d2, vv, rows, cols, ctx, factor, inplace):
     r"""The gradient of :math:`\sum_e v_e \log k(d^2_e)` times ``factor`` (overwrites ``d2``, and
-    ``diff`` if ``inplace``)."""
-    k = ctx.kernel  # a duck-typed kernel without the in-place form falls back to dlog_k
-    coef = getattr(k, "dlog_k_", k.dlog_k)(d2).mul_(vv).mul_(factor)
+    ``diff`` if ``inplace``). The kernel's number ``s`` (:meth:`Kernel.weighted_dlog_k_`) scales
+    the (n, q) gradient, or, under a per-pair clip, the pairs."""
+    k = ctx.kernel  # a duck-typed kernel without the weighted form falls back to dlog_k
+    f = getattr(k, "weighted_dlog_k_", None)
+    coef, s = f(d2, vv) if f is not None else (k.dlog_k(d2).mul_(vv), 1.0)
     if not ctx.positive:
         coef = torch.where(vv > 0, coef, torch.zeros((), dtype=d2.dtype))
-    return _pair_grad(diff, coef, rows, cols, ctx.n, ctx.clip, inplace)
+    if ctx.clip is not None:
+        return _pair_grad(diff, coef.mul_(s * factor), rows, cols, ctx.n, ctx.clip, inplace)
+    return _pair_grad(diff, coef, rows, cols, ctx.n, None, inplace).mul_(s * factor)
 
 
 class _EdgeLogKernel(torch.autograd.Function):

@@ -79,11 +79,65 @@ def test_fold_matches_the_coalesce_of_unordered_pairs(dtype):
     assert bool((fr < fc).all())
 
 
-def test_in_place_kernel_derivative_equals_dlog_k():
-    """``dlog_k_`` (free to overwrite its input) gives dlog_k's numbers for every kernel."""
+def test_factored_kernel_forms_equal_log_k_and_dlog_k():
+    """``log_k_factored`` and ``weighted_dlog_k_`` (free to overwrite d2; the constant factored
+    out as a number) give log_k and w * dlog_k for every kernel, to rounding."""
     from probdr.kernels import get_kernel
 
     d2 = torch.rand(1000, dtype=torch.float64) * 10
+    w = torch.rand(1000, dtype=torch.float64)
     for k in (get_kernel("student"), get_kernel("student", dof=3.0), get_kernel("gaussian"),
-              get_kernel("umap_odds", a=1.6, b=0.9)):
-        assert torch.equal(k.dlog_k_(d2.clone()), k.dlog_k(d2))
+              get_kernel("umap_odds", a=1.6, b=0.9), get_kernel("umap", a=1.6, b=0.9)):
+        t, s = k.log_k_factored(d2.clone())
+        torch.testing.assert_close(t * s, k.log_k(d2), rtol=1e-14, atol=0)
+        x = d2.clone()
+        t, s = k.weighted_dlog_k_(x, w)
+        torch.testing.assert_close(t * s, w * k.dlog_k(d2), rtol=1e-14, atol=0)
+    # the Cauchy closed forms, written out
+    t, s = get_kernel("student").weighted_dlog_k_(d2.clone(), w)
+    torch.testing.assert_close(t * s, -w / (1 + d2), rtol=1e-15, atol=0)
+
+
+def test_scratch_buffers_are_reused_per_loop_and_thread():
+    """Inside ``scratch`` a name gets the same memory back (a new one when shape or dtype
+    change); outside, and on another thread, fresh tensors; nothing is held after the loop."""
+    import threading
+
+    from probdr._alloc import _scratch, buffer, scratch
+
+    assert buffer("x", (10,), torch.float32, "cpu").data_ptr() != 0
+    with scratch():
+        a = buffer("x", (1000,), torch.float32, "cpu")
+        assert buffer("x", (1000,), torch.float32, "cpu").data_ptr() == a.data_ptr()
+        assert buffer("y", (1000,), torch.float32, "cpu").data_ptr() != a.data_ptr()
+        assert buffer("x", (1000,), torch.float64, "cpu").dtype == torch.float64
+        other = []
+        t = threading.Thread(target=lambda: other.append(getattr(_scratch, "buffers", None)))
+        t.start()
+        t.join()
+        assert other == [None]  # another thread's fit does not share this loop's buffers
+    assert getattr(_scratch, "buffers", None) is None
+
+
+def test_row_parts_segment_sums_equal_one_pass(monkeypatch):
+    """Sorted rows cut into parts at row starts: the row sums are those of one segment sum bit
+    for bit, the column sums (parts added in order) equal one scatter to rounding."""
+    from probdr import _pairwise
+
+    g = torch.Generator().manual_seed(3)
+    n, m = 200, 5000
+    rows = torch.randint(0, n, (m,), generator=g).sort().values.int()
+    cols = torch.randint(0, n, (m,), generator=g).int()
+    src = torch.randn(m, dtype=torch.complex64, generator=g)
+    lengths = torch.bincount(rows, minlength=n)
+    whole = torch.view_as_complex(torch.segment_reduce(torch.view_as_real(src), "sum",
+                                                       lengths=lengths, axis=0))
+    monkeypatch.setattr(_pairwise, "PART_EDGES", 700)
+    rows = rows.clone()  # no cached parts from another size
+    row, col = _pairwise._row_and_col_sums(src, rows, cols, n)
+    parts, _ = _pairwise._row_parts(rows, n)
+    assert len(parts) > 5 and parts[0][0] == 0 and parts[-1][1] == m
+    assert all(rows[s - 1] != rows[s] for s, _, _, _ in parts[1:])  # cut at row starts
+    assert torch.equal(row, whole)
+    ref = torch.zeros(n, dtype=src.dtype).index_add_(0, cols, src)
+    torch.testing.assert_close(col, ref, rtol=1e-5, atol=1e-5)

@@ -222,6 +222,47 @@ def test_fused_edge_sum_matches_autograd(q, kernel, clip, sorted_rows, index):
     assert torch.allclose(g_fused, Z.grad, rtol=1e-10, atol=1e-12)
 
 
+@pytest.mark.parametrize("q", [2, 3])
+@pytest.mark.parametrize("sorted_rows", [True, False])
+def test_edge_passes_in_parts_on_threads_equal_one_thread(monkeypatch, q, sorted_rows):
+    """The gathers and the row / column sums of a long edge list run in parts on torch's
+    threads: the value and gradient equal the one-thread run bit for bit, and autograd's (all
+    edge values positive: the gradient computed in the forward pass)."""
+    from probdr import _pairwise
+    from probdr._pairwise import edge_log_kernel_sum
+
+    monkeypatch.setattr(_pairwise, "PART_EDGES", 70)  # 8 parts of the 500 edges
+    monkeypatch.setattr(_pairwise, "THREADED_MIN_EDGES", 1)
+    pools = []
+
+    class Pool(_pairwise.ThreadPoolExecutor):
+        def __init__(self, *args, **kwargs):
+            pools.append(torch.get_num_threads())
+            super().__init__(*args, **kwargs)
+
+    monkeypatch.setattr(_pairwise, "ThreadPoolExecutor", Pool)
+    g = torch.Generator().manual_seed(10 + q)
+    Z, r, c = _random_edges(g, q, sorted_rows)
+    v = torch.rand(r.numel(), dtype=torch.float64, generator=g) + 0.1
+    runs = []
+    before = torch.get_num_threads()
+    try:
+        for threads in (2, 1):
+            torch.set_num_threads(threads)
+            Zt = Z.detach().clone().requires_grad_()
+            out = edge_log_kernel_sum(Zt, r.int(), c.int(), v, StudentKernel(), None)
+            out.backward()
+            runs.append((out.detach(), Zt.grad))
+    finally:
+        torch.set_num_threads(before)
+    assert pools and set(pools) == {2}  # worker threads ran the parts, only with 2 threads
+    assert torch.equal(runs[0][0], runs[1][0]) and torch.equal(runs[0][1], runs[1][1])
+    ref = (v * _autograd_log_k(Z, r, c, StudentKernel(), None)).sum()
+    ref.backward()
+    assert torch.allclose(runs[0][0], ref, rtol=1e-12)
+    assert torch.allclose(runs[0][1], Z.grad, rtol=1e-10, atol=1e-12)
+
+
 def test_gains_step_norm_clip_bounds_every_point_step():
     """openTSNE's max_step_norm: no point moves more than the bound in one step, and steps below
     it are untouched."""

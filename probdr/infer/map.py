@@ -31,7 +31,7 @@ from pyro.infer.autoguide import AutoDelta
 from pyro.infer.autoguide.initialization import init_to_value
 from tqdm.auto import tqdm
 
-from .._alloc import heap_reuse
+from .._alloc import heap_reuse, scratch
 from .._distributed import process_group_shard, use_shard
 from .schedule import (
     _CALLBACK,
@@ -313,7 +313,7 @@ class MAPFit:
         step_fn = self._lbfgs_step if self.optimizer == "lbfgs" else self._gradient_step
         hist = self._history
         total = self.total_steps
-        with pyro.validation_enabled(False), heap_reuse():
+        with pyro.validation_enabled(False), heap_reuse(), scratch():
             for t in range(phase.n_iter):
                 if phase.final_learning_rate is not None:
                     frac = t / max(phase.n_iter, 1)
