@@ -228,7 +228,7 @@ def knn_ivf(X: torch.Tensor, k: int, n_probe: int | None = None, random_state: i
         probe = _probes(X32, F, first, max(1, min(n_probe, F.shape[0])), max(1, int(n_near)))
         idx = _search(X32, F, probe, kk, workers)
         del probe, X32
-        return rerank(Xh, idx, k)
+    return rerank(Xh, idx, k)  # on all threads (large blocks; the same numbers)
 
 
 def rerank(X: torch.Tensor, idx: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
