@@ -9,7 +9,9 @@ To compare two versions of the code on the same machine, run it from each checko
     PYTHONPATH=/path/to/other/checkout python benchmarks/step_cost.py --data mnistdef1m --steps 60 60
 
 Page faults (``ru_minflt``) are reported with the time: fresh pages cost several microseconds
-each on a virtual machine.
+each on a virtual machine. ``--parts`` also times the pieces of the step (the edge pass and its
+gathers and sums, the FFT normaliser and its stencil, grids and gather), each with its page faults
+(the pieces nest: the edge pass contains its gathers and sums).
 """
 
 from __future__ import annotations
@@ -22,6 +24,8 @@ import time
 import torch
 
 import probdr
+import probdr._fft as fft
+import probdr._pairwise as pairwise
 import probdr.estimators.coupling as coupling
 from probdr.infer import run_map
 from probdr.models.coupling import graph_coupling_model
@@ -51,12 +55,41 @@ def capture(X, threads: int):
     return got
 
 
+#: (module, name) of the pieces ``--parts`` times; ``Class.method`` for autograd functions
+PARTS = [(pairwise, "_EdgeLogKernelSum.forward"), (pairwise, "_edge_diffs"),
+         (pairwise, "_edge_value"), (pairwise, "_row_and_col_sums"),
+         (fft, "_CauchyLogTotalFFT.forward"), (fft, "_stencil"), (fft, "_cauchy_grids"),
+         (fft, "Grid2D.gather")]
+
+
+def time_parts(totals: dict) -> None:
+    """Wrap the pieces of ``PARTS`` so that each call adds its seconds and page faults to
+    ``totals[name]``."""
+    def wrap(f, name):
+        def timed(*args, **kwargs):
+            f0, t = resource.getrusage(resource.RUSAGE_SELF).ru_minflt, time.perf_counter()
+            out = f(*args, **kwargs)
+            acc = totals.setdefault(name, [0.0, 0])
+            acc[0] += time.perf_counter() - t
+            acc[1] += resource.getrusage(resource.RUSAGE_SELF).ru_minflt - f0
+            return out
+        return timed
+
+    for module, name in PARTS:
+        owner, _, attr = name.rpartition(".")
+        obj = getattr(module, owner) if owner else module
+        f = getattr(obj, attr)
+        wrapped = wrap(f, name)
+        setattr(obj, attr, staticmethod(wrapped) if attr in ("forward", "backward") else wrapped)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--data", default="mnistdef1m")
     ap.add_argument("--steps", type=int, nargs=2, default=[60, 60])
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--repeat", type=int, default=1)
+    ap.add_argument("--parts", action="store_true", help="time the pieces of the step too")
     a = ap.parse_args()
     from run import load  # benchmarks/run.py: the benchmark data sets
 
@@ -71,13 +104,19 @@ def main():
               dataclasses.replace(main_, n_iter=a.steps[1])]
     n = sum(a.steps)
     torch.set_num_threads(a.threads)
+    totals: dict = {}
+    if a.parts:
+        time_parts(totals)
     for _ in range(a.repeat):
+        totals.clear()
         f0 = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
         t = time.perf_counter()
         run_map(graph_coupling_model, got["kwargs"], got["Z0"], phases, **got["opts"])
         dt = time.perf_counter() - t
         faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - f0
         print(f"{n} steps: {dt / n:.3f} s per step, {faults / n:.0f} page faults per step")
+        for name, (sec, flt) in totals.items():
+            print(f"  {name:28s} {sec / n:.3f} s per step, {flt / n:.0f} page faults per step")
 
 
 if __name__ == "__main__":

@@ -376,9 +376,8 @@ def _scale_(d: torch.Tensor, coef: torch.Tensor) -> torch.Tensor:
 
 
 def _index_add(out, index, src):
-    """``out[index[e]] += src[e]`` in place: ``scatter_add_`` for int64 indices (a third faster
-    than ``index_add_`` on a column sum of 64M pairs), ``index_add_`` (the same sums) for int32
-    ones."""
+    """``out[index[e]] += src[e]`` in place: ``scatter_add_`` (the faster) for int64 indices,
+    ``index_add_`` (the same sums) for int32 ones."""
     if index.dtype == torch.int64:
         return out.scatter_add_(0, index, src)
     return out.index_add_(0, index, src)

@@ -61,7 +61,7 @@ def test_sorted_edge_lists_are_kept_without_a_copy_and_match_the_coalesce():
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.int64])
 def test_fold_matches_the_coalesce_of_unordered_pairs(dtype):
     """W_ij + W_ji on pairs i < j, diagonal dropped, as the coalesce of (min, max) pairs gives it,
-    bit for bit; rows in int32, columns in int64 (for scatter_add_)."""
+    bit for bit; indices in int32."""
     g = torch.Generator().manual_seed(2)
     n, m = 50, 400
     r, c = torch.randint(0, n, (m,), generator=g), torch.randint(0, n, (m,), generator=g)
@@ -73,7 +73,7 @@ def test_fold_matches_the_coalesce_of_unordered_pairs(dtype):
     lo, hi = torch.minimum(ri, ci), torch.maximum(ri, ci)
     keep = lo != hi
     ref = _coo(torch.stack([lo[keep], hi[keep]]), W.values()[keep], (n, n)).coalesce()
-    assert fr.dtype == torch.int32 and fc.dtype == torch.int64
+    assert fr.dtype == torch.int32 and fc.dtype == torch.int32
     assert torch.equal(fr.long(), ref.indices()[0]) and torch.equal(fc.long(), ref.indices()[1])
     assert torch.equal(fv, ref.values())
     assert bool((fr < fc).all())
