@@ -69,6 +69,16 @@ def heap_reuse(threshold: int = 1 << 30):
         _depth -= 1
         lib.mallopt(_M_MMAP_THRESHOLD, _DEFAULT)
         lib.mallopt(_M_TRIM_THRESHOLD, _DEFAULT)
+        release_free()
+
+
+def release_free() -> None:
+    """Return the heap's free memory to the system (glibc's ``malloc_trim``; elsewhere nothing).
+    Inside :func:`heap_reuse`, after a loop's first step: that step builds the loop's caches (a
+    graph's folded edge list, its row segments) and frees their temporaries, gigabytes at a
+    million points, which the heap would otherwise keep for the whole loop."""
+    lib = _glibc()
+    if lib:
         lib.malloc_trim(0)
 
 

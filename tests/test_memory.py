@@ -5,6 +5,8 @@ a graph into unordered pairs."""
 import pytest
 import torch
 
+import probdr
+from probdr import _alloc
 from probdr.input import affinities
 from probdr.laws.graph import _fold
 from probdr.laws.weights import SparseWeights, _coo, sparse_to
@@ -141,3 +143,25 @@ def test_row_parts_segment_sums_equal_one_pass(monkeypatch):
     assert torch.equal(row, whole)
     ref = torch.zeros(n, dtype=src.dtype).index_add_(0, cols, src)
     torch.testing.assert_close(col, ref, rtol=1e-5, atol=1e-5)
+
+
+def _rss_mib():
+    with open("/proc/self/status") as f:
+        return next(int(ln.split()[1]) for ln in f if ln.startswith("VmRSS")) / 1024
+
+
+@pytest.mark.skipif(not _alloc._glibc(), reason="glibc heap only")
+def test_release_free_returns_what_heap_reuse_keeps():
+    """Inside heap_reuse a freed 256 MiB block stays resident (reused by the next step);
+    release_free (called by the MAP loop after a phase's first step) gives it back."""
+    if not probdr.config.get_heap_reuse():
+        pytest.skip("heap reuse turned off")
+    with _alloc.heap_reuse():
+        big = torch.ones(2**26)  # 256 MiB, on the heap under heap reuse
+        small = torch.ones(16)   # above it on the heap: freeing big cannot shrink the top
+        del big
+        kept = _rss_mib()
+        _alloc.release_free()
+        released = _rss_mib()
+        del small
+    assert kept - released > 200

@@ -31,7 +31,7 @@ from pyro.infer.autoguide import AutoDelta
 from pyro.infer.autoguide.initialization import init_to_value
 from tqdm.auto import tqdm
 
-from .._alloc import heap_reuse, scratch
+from .._alloc import heap_reuse, release_free, scratch
 from .._distributed import process_group_shard, use_shard
 from .schedule import (
     _CALLBACK,
@@ -324,6 +324,8 @@ class MAPFit:
                 if observe is not None:
                     kwargs["W_X"] = observe()
                 loss = step_fn(kwargs)
+                if t == 0:  # the first step's cache-building temporaries: back to the system
+                    release_free()
                 hist.append(loss)
                 step = len(hist)
                 if not math.isfinite(loss):
