@@ -13,7 +13,8 @@ Freed blocks of different sizes still fragment the heap, which then grows by fre
 then (measured at one million points: tens of thousands of page faults per step, each several
 microseconds on a virtual machine). :func:`scratch` goes further for the few largest
 temporaries of a step, the edge-list buffers: inside it, :func:`buffer` hands the same memory
-back at every step.
+back at every step. :func:`release_free` returns what a loop's first step freed (its caches'
+temporaries), which heap reuse would otherwise hold until the loop ends.
 """
 
 from __future__ import annotations

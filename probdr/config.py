@@ -8,7 +8,8 @@ saying how much was needed and what to use instead. Default: 4 GiB, or the envir
 ``heap_reuse`` (default on; environment variable ``PROBDR_HEAP_REUSE=0`` turns it off) keeps
 freed memory on the glibc heap during optimisation loops instead of returning it to the system
 after every step (see ``probdr._alloc``); peak memory is then the largest step's, held until
-the loop ends.
+the loop ends. The first step of each phase is the exception: it builds the graph's caches, and
+what it frees is returned to the system after it.
 """
 
 from __future__ import annotations
