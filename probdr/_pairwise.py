@@ -422,16 +422,10 @@ class _EdgeLogKernelSum(torch.autograd.Function):
 
 def _edge_value(kernel, d2, vv, positive):
     """:math:`\\sum_e v_e \\log k(d^2_e)`, terms with :math:`v_e \\le 0` dropped."""
-    lw, s = _factored(kernel, d2)
+    lw, s = kernel.log_k_factored(d2)
     if positive:  # a summation, not a dot: torch's dot loses digits over millions of terms
         return lw.mul_(vv).sum() * s
     return torch.where(vv > 0, vv * lw, torch.zeros((), dtype=lw.dtype)).sum() * s
-
-
-def _factored(kernel, d2):
-    """``log_k_factored`` of a kernel, or ``(log_k, 1)`` for a duck-typed one without it."""
-    f = getattr(kernel, "log_k_factored", None)
-    return f(d2) if f is not None else (kernel.log_k(d2), 1.0)
 
 
 def _value_and_grad(Z, rows, cols, vv, ctx):
@@ -445,9 +439,7 @@ def _edge_sum_grad(diff, d2, vv, rows, cols, ctx, factor, inplace):
     r"""The gradient of :math:`\sum_e v_e \log k(d^2_e)` times ``factor`` (overwrites ``d2``, and
     ``diff`` if ``inplace``). The kernel's number ``s`` (:meth:`Kernel.weighted_dlog_k_`) scales
     the (n, q) gradient, or, under a per-pair clip, the pairs."""
-    k = ctx.kernel  # a duck-typed kernel without the weighted form falls back to dlog_k
-    f = getattr(k, "weighted_dlog_k_", None)
-    coef, s = f(d2, vv) if f is not None else (k.dlog_k(d2).mul_(vv), 1.0)
+    coef, s = ctx.kernel.weighted_dlog_k_(d2, vv)
     if not ctx.positive:
         coef = torch.where(vv > 0, coef, torch.zeros((), dtype=d2.dtype))
     if ctx.clip is not None:
