@@ -6,6 +6,7 @@ import pytest
 import torch
 
 import probdr
+import probdr.laws.graph as graph_laws
 from probdr import _alloc
 from probdr.input import affinities
 from probdr.laws.graph import _fold
@@ -60,10 +61,13 @@ def test_sorted_edge_lists_are_kept_without_a_copy_and_match_the_coalesce():
     assert dup.rows.tolist() == [0, 1] and dup.values.tolist() == [3.0, 4.0]
 
 
+@pytest.mark.parametrize("part", [None, 1, 37])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.int64])
-def test_fold_matches_the_coalesce_of_unordered_pairs(dtype):
+def test_fold_matches_the_coalesce_of_unordered_pairs(dtype, part, monkeypatch):
     """W_ij + W_ji on pairs i < j, diagonal dropped, as the coalesce of (min, max) pairs gives it,
-    bit for bit; indices in int32."""
+    bit for bit; indices in int32; in one part or in parts of ``part`` edges (ranges of rows)."""
+    if part is not None:
+        monkeypatch.setattr(graph_laws, "FOLD_PART_EDGES", part)
     g = torch.Generator().manual_seed(2)
     n, m = 50, 400
     r, c = torch.randint(0, n, (m,), generator=g), torch.randint(0, n, (m,), generator=g)
