@@ -19,7 +19,9 @@ intermediate is cached between forward and backward when it fits ``CACHE_BYTES``
 
 from __future__ import annotations
 
+import threading
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 
 import torch
 import torch.nn.functional as F
@@ -383,6 +385,23 @@ def _index_add(out, index, src):
     return out.index_add_(0, index, src)
 
 
+_deferred = threading.local()
+
+
+@contextmanager
+def values_deferred():
+    """Inside, the edge sums (:func:`edge_log_kernel_sum`) compute their gradients only and
+    return 0 as their value: for the steps of a long fit whose loss is not recorded (the MAP
+    driver's ``loss_every``, :mod:`probdr.config`). The value is a pass of logarithms over the
+    edge list; the gradient does not use it and is the same number for number."""
+    outer = getattr(_deferred, "on", False)
+    _deferred.on = True
+    try:
+        yield
+    finally:
+        _deferred.on = outer
+
+
 class _EdgeLogKernelSum(torch.autograd.Function):
     """Fused forward/backward of :math:`\\sum_e v_e \\log k(\\|z_{r_e} - z_{c_e}\\|^2)`.
 
@@ -398,15 +417,16 @@ class _EdgeLogKernelSum(torch.autograd.Function):
         positive = _all_positive(v)
         ctx.kernel, ctx.clip, ctx.n, ctx.positive = kernel, clip, Z.shape[0], positive
         ctx.early = clip is None and ctx.needs_input_grad[0]
+        value = not (getattr(_deferred, "on", False) and ctx.needs_input_grad[0])
         if ctx.early:
             # the gradient is linear in the incoming g without a clip: computed here, only the
             # (n, q) gradient is kept (not the edge-list intermediates, gigabytes at scale)
-            out, grad = _value_and_grad(Z.detach(), rows, cols, v.to(Z.dtype), ctx)
+            out, grad = _value_and_grad(Z.detach(), rows, cols, v.to(Z.dtype), ctx, value)
             ctx.save_for_backward(grad)
             return out
         diff, d2 = _edge_diffs(Z.detach(), rows, cols)
         vv = v.to(d2.dtype)
-        out = _edge_value(kernel, d2, vv, positive)
+        out = _edge_value(kernel, d2, vv, positive) if value else d2.new_zeros(())
         ctx.save_for_backward(rows, cols, vv, d2, *diff)
         return out
 
@@ -428,10 +448,11 @@ def _edge_value(kernel, d2, vv, positive):
     return torch.where(vv > 0, vv * lw, torch.zeros((), dtype=lw.dtype)).sum() * s
 
 
-def _value_and_grad(Z, rows, cols, vv, ctx):
-    """The edge sum and its gradient on Z (the intermediates overwritten as they go)."""
+def _value_and_grad(Z, rows, cols, vv, ctx, value=True):
+    """The edge sum (0 unless ``value``) and its gradient on Z (the intermediates overwritten
+    as they go)."""
     diff, d2 = _edge_diffs(Z, rows, cols, reuse=True)
-    out = _edge_value(ctx.kernel, d2, vv, ctx.positive)
+    out = _edge_value(ctx.kernel, d2, vv, ctx.positive) if value else d2.new_zeros(())
     return out, _edge_sum_grad(diff, d2, vv, rows, cols, ctx, 2.0, True)
 
 

@@ -319,6 +319,15 @@ def test_driver_refuses_bad_settings_and_non_finite_losses():
     with pytest.raises(FloatingPointError, match="non-finite"):
         run_map(blows_up, {}, Z0 + 1, [Phase(3, 0.1)], optimizer="adam")
 
+    calls = []
+
+    def blows_up_later():  # at the third step, one the record skips: still caught there
+        Z = pyro.sample("Z", dist.ImproperUniform(constraints.real, (), (4, 2)))
+        calls.append(1)
+        pyro.factor("f", (Z ** 2).sum() * (math.inf if len(calls) >= 4 else 1.0))
+    with pytest.raises(FloatingPointError, match="non-finite at step 2"):
+        run_map(blows_up_later, {}, Z0 + 1, [Phase(8, 0.1)], optimizer="adam", loss_every=10)
+
 
 def test_models_default_to_the_papers_model():
     """z_prior=None and coupling_weight=1 reproduce the MAP models exactly; the weight scales
@@ -343,3 +352,51 @@ def test_models_default_to_the_papers_model():
         .to_event(2)
     _, lp = log_lik(z_prior=prior)
     assert torch.allclose(lp, prior.log_prob(Z))
+
+
+@pytest.mark.parametrize("cls", [probdr.TSNE, probdr.UMAP])
+def test_loss_every_skips_edge_values_only(digits150, cls, monkeypatch):
+    """Recording the loss every k-th step changes no number: the embedding is the one of a fit
+    that records every step, bit for bit, and the recorded losses are that fit's at those steps
+    (each phase's first and last step included). The steps between compute no edge-sum value."""
+    import probdr._pairwise as pairwise
+    from probdr import config
+
+    X = digits150
+    kw = dict(random_state=0, n_iter=60, early_exaggeration_iter=20) if cls is probdr.TSNE \
+        else dict(random_state=0, n_epochs=40)
+    full = cls(**kw).fit(X)
+    calls = []
+    real = pairwise._edge_value
+    monkeypatch.setattr(pairwise, "_edge_value", lambda *a: calls.append(1) or real(*a))
+    config.set_loss_every(7)
+    try:
+        thin = cls(**kw).fit(X)
+    finally:
+        config.set_loss_every(None)
+    np.testing.assert_array_equal(thin.embedding_, full.embedding_)
+    assert thin.n_iter_ == full.n_iter_ == len(full.loss_history_)
+    np.testing.assert_array_equal(full.loss_steps_, np.arange(1, full.n_iter_ + 1))
+    steps = thin.loss_steps_
+    assert steps[0] == 1 and steps[-1] == thin.n_iter_ and np.all(np.diff(steps) > 0)
+    assert 1 < len(steps) < thin.n_iter_ // 3
+    np.testing.assert_array_equal(thin.loss_history_, full.loss_history_[steps - 1])
+    if cls is probdr.TSNE:  # the edge sum's value, at the recorded steps only (UMAP samples)
+        assert len(calls) == len(steps)
+
+
+def test_loss_every_setting_and_its_default_by_size():
+    from probdr import config
+
+    assert config.get_loss_every() is None
+    assert config.loss_every_for(99_999) == 1
+    assert config.loss_every_for(config.LOSS_EVERY_MIN_POINTS) == config.LOSS_EVERY_LARGE == 50
+    with pytest.raises(ValueError, match="positive integer"):
+        config.set_loss_every(0)
+    with pytest.raises(ValueError, match="positive integer"):
+        MAPFit(lambda: None, {"Z": torch.zeros(3, 2)}, loss_every=0)
+    config.set_loss_every(3)
+    try:
+        assert config.loss_every_for(10) == 3
+    finally:
+        config.set_loss_every(None)

@@ -121,8 +121,8 @@ class ContinueMixin:
         previous ``fit`` or ``optimize``: a fit of ``a`` steps followed by ``optimize(b)`` is a
         fit of ``a + b`` steps (same learning rate and momentum, no decay). ``learning_rate``,
         ``momentum`` (default: those of the last phase) and ``exaggeration`` set this run's
-        schedule. Updates ``embedding_``, ``loss_history_`` (appended) and ``n_iter_``; the
-        callbacks run as in ``fit``. Returns ``self``."""
+        schedule. Updates ``embedding_``, ``loss_history_`` and ``loss_steps_`` (appended) and
+        ``n_iter_``; the callbacks run as in ``fit``. Returns ``self``."""
         from ..infer.map import fit_callbacks
         from .base import isolated_random_state
 
@@ -154,6 +154,9 @@ class ContinueMixin:
                                      "embedding; lower the learning rate.")
         self.embedding_ = res.Z.detach().to(torch.float64).cpu().numpy()
         self.loss_history_ = np.concatenate([self.loss_history_, res.loss_history])
+        done = getattr(self, "loss_steps_", None)  # absent in estimators saved before it
+        done = np.arange(1, len(self.loss_history_) + 1) if done is None else done
+        self.loss_steps_ = np.concatenate([done, int(self.n_iter_) + res.loss_steps])
         self.n_iter_ = int(self.n_iter_) + res.n_iter
         self.stopped_by_callback_ = res.stopped
         self._optimizer_state = res.optimizer_state

@@ -20,7 +20,7 @@ from __future__ import annotations
 import math
 import warnings
 from collections.abc import Callable
-from contextlib import ExitStack
+from contextlib import ExitStack, nullcontext
 from typing import Any
 
 import numpy as np
@@ -31,8 +31,10 @@ from pyro.infer.autoguide import AutoDelta
 from pyro.infer.autoguide.initialization import init_to_value
 from tqdm.auto import tqdm
 
+from .. import config
 from .._alloc import heap_reuse, release_free, scratch
 from .._distributed import process_group_shard, use_shard
+from .._pairwise import values_deferred
 from .schedule import (
     _CALLBACK,
     COLLAPSE_FLOOR,
@@ -108,6 +110,14 @@ class MAPFit:
         The state exported by :meth:`export_state` of an earlier fit of the same parameters
         (gains, velocity, moments), loaded into the first optimiser: the fit continues as if it
         had not stopped.
+    loss_every : int, optional
+        Evaluate and record the loss every ``loss_every``-th step of a phase (and at its first
+        and last step, and at the callback's steps); the steps between compute their gradients
+        only (exact: only the edge sums' values are skipped,
+        :func:`probdr._pairwise.values_deferred`).
+        Phases with a stopping rule and L-BFGS record every step. Default: the setting of
+        :func:`probdr.config.set_loss_every` (every step below 100,000 points of the site
+        ``"Z"``, every 50th above).
 
     Data-parallel fits: when the model declares ``data_parallel = True`` and a process group
     of more than one process is initialised (:mod:`probdr._distributed`), the fit is sharded:
@@ -120,8 +130,8 @@ class MAPFit:
     Attributes
     ----------
     history : ndarray
-        The loss before every step run so far (L-BFGS: at the start of each call); ``n_steps``
-        its length, ``n_rescued`` the number of collapsed columns rescued, ``guide`` the guide,
+        The loss before every recorded step run so far (L-BFGS: at the start of each call);
+        ``loss_steps`` their step numbers (from 1), ``n_steps`` the steps run, ``n_rescued`` the number of collapsed columns rescued, ``guide`` the guide,
         ``shard`` this rank's shard of a data-parallel fit (``None`` otherwise).
     """
 
@@ -130,7 +140,7 @@ class MAPFit:
                  grad_clip: float | None = None, collapse_floor: float | None = COLLAPSE_FLOOR,
                  verbose: bool = False, total_steps: int | None = None, desc: str = "MAP",
                  callback: Callable | None = None, callback_every: int | None = None,
-                 optimizer_state: list | None = None):
+                 optimizer_state: list | None = None, loss_every: int | None = None):
         if optimizer not in OPTIMIZERS:
             raise ValueError(f"optimizer must be one of {OPTIMIZERS}, got {optimizer!r}.")
         if optimizer == "lbfgs" and grad_clip is not None:
@@ -155,6 +165,13 @@ class MAPFit:
         self.opt = None
         self.n_rescued = 0
         self._history: list[float] = []
+        self._loss_steps: list[int] = []
+        self._n_steps = 0
+        if loss_every is not None and (isinstance(loss_every, bool) or int(loss_every) < 1):
+            raise ValueError(f"loss_every must be a positive integer, got {loss_every!r}.")
+        first = next(iter(self.init_values.values()))
+        self.loss_every = (int(loss_every) if loss_every is not None
+                           else config.loss_every_for(first.shape[0] if first.ndim else 1))
         self._z_param: torch.Tensor | None = None
         # one instance for the whole fit: its first call guesses the plate nesting (one more
         # run of the model and the guide)
@@ -201,7 +218,8 @@ class MAPFit:
 
     # -- state ----------------------------------------------------------------------------
     history = property(lambda self: np.asarray(self._history, dtype=np.float64))
-    n_steps = property(lambda self: len(self._history))
+    loss_steps = property(lambda self: np.asarray(self._loss_steps, dtype=np.int64))
+    n_steps = property(lambda self: self._n_steps)
 
     def setup(self, model_kwargs: dict[str, Any]) -> None:
         """Create the guide's parameters by running it once on these model arguments (the first
@@ -313,6 +331,9 @@ class MAPFit:
         step_fn = self._lbfgs_step if self.optimizer == "lbfgs" else self._gradient_step
         hist = self._history
         total = self.total_steps
+        every = (1 if self.optimizer == "lbfgs" or phase.tol is not None
+                 or phase.converged is not None else self.loss_every)
+        cb_every = self.callback_every if self.callback is not None else 0
         with pyro.validation_enabled(False), heap_reuse(), scratch():
             for t in range(phase.n_iter):
                 if phase.final_learning_rate is not None:
@@ -323,17 +344,23 @@ class MAPFit:
                         g["lr"] = lr
                 if observe is not None:
                     kwargs["W_X"] = observe()
-                loss = step_fn(kwargs)
+                step = self._n_steps + 1
+                record = (every == 1 or t % every == 0 or t == phase.n_iter - 1
+                          or (cb_every and step % cb_every == 0))
+                with nullcontext() if record else values_deferred():
+                    loss = step_fn(kwargs)  # between records: the gradient, a partial loss
+                self._n_steps = step
                 if t == 0:  # the first step's cache-building temporaries: back to the system
                     release_free()
-                hist.append(loss)
-                step = len(hist)
+                if record:
+                    hist.append(loss)
+                    self._loss_steps.append(step)
                 if not math.isfinite(loss):
                     raise FloatingPointError(
                         f"{self.desc}: the loss became non-finite at step {step - 1}; lower the "
                         "learning rate or use dtype='float64'.")
                 if self.verbose and total and (step % 50 == 0 or step == total):
-                    self._bar.set_postfix(loss=f"{loss:.4g}", phase=phase.name)
+                    self._bar.set_postfix(loss=f"{hist[-1]:.4g}", phase=phase.name)
                     self._bar.update(50 if step % 50 == 0 else total % 50)
                 if self.callback is not None and step % self.callback_every == 0:
                     Z = self.values(kwargs).get("Z")
@@ -341,13 +368,12 @@ class MAPFit:
                     if self.callback(step, Z, loss):
                         self.stopped = True
                         return t + 1
-                if t >= 1:
-                    prev = hist[-2]
+                if t >= 1 and (phase.converged is not None or phase.tol is not None):
+                    prev = hist[-2]  # every step is recorded under a stopping rule
                     if phase.converged is not None:
                         stop = phase.converged(prev, loss)
                     else:
-                        stop = (phase.tol is not None
-                                and abs(loss - prev) < phase.tol * abs(prev + phase.tol_offset))
+                        stop = (abs(loss - prev) < phase.tol * abs(prev + phase.tol_offset))
                     if stop:
                         return t + 1
         return phase.n_iter
@@ -372,6 +398,7 @@ def run_map(
     verbose: bool = False,
     desc: str = "MAP",
     optimizer_state: list | None = None,
+    loss_every: int | None = None,
 ) -> MAPResult:
     """Maximise the model's log joint over its latent sites by a schedule of phases
     (:class:`MAPFit`, in a private Pyro parameter store).
@@ -399,6 +426,8 @@ def run_map(
         (possible with Adam or without the rescue).
     optimizer_state : list, optional
         Continue from an earlier fit's optimiser state (:attr:`MAPResult.optimizer_state`).
+    loss_every : int, optional
+        Record the loss every ``loss_every``-th step of a phase, as in :class:`MAPFit`.
 
     Returns
     -------
@@ -408,7 +437,7 @@ def run_map(
     with MAPFit(model, init, optimizer=optimizer, reparam=reparam, loss_scale=loss_scale,
                 grad_clip=grad_clip, collapse_floor=collapse_floor, verbose=verbose,
                 total_steps=sum(ph.n_iter for ph in phases), desc=desc,
-                optimizer_state=optimizer_state) as fit:
+                optimizer_state=optimizer_state, loss_every=loss_every) as fit:
         base_kwargs = dict(model_kwargs)
         if observe is not None:
             base_kwargs["W_X"] = observe()
@@ -429,7 +458,8 @@ def run_map(
                           f"{floor:g} (points nearly or exactly equal). Lower the early "
                           "exaggeration or the perplexity, or change the initialisation.",
                           RuntimeWarning, stacklevel=2)
-    return MAPResult(Z=Z, loss_history=fit.history, n_iter=fit.n_steps,
+    return MAPResult(Z=Z, loss_history=fit.history, loss_steps=fit.loss_steps,
+                     n_iter=fit.n_steps,
                      n_rescued=fit.n_rescued, values=values, optimizer_state=state,
                      stopped=fit.stopped)
 

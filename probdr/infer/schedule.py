@@ -84,7 +84,8 @@ class Phase:
 class MAPResult:
     #: the MAP value of the site ``"Z"`` (``None`` for models without one: see ``values``)
     Z: torch.Tensor | None
-    #: the loss of every step run (shorter than the phases' total when a stopping rule stopped)
+    #: the loss of every recorded step (every step unless ``loss_every`` thinned the record;
+    #: shorter than the phases' total when a stopping rule stopped)
     loss_history: np.ndarray
     n_iter: int
     #: how many times a collapsed column of Z was re-centred and rescaled
@@ -95,6 +96,8 @@ class MAPResult:
     optimizer_state: list | None = None
     #: whether a callback stopped the fit
     stopped: bool = False
+    #: the step (from 1) of each entry of ``loss_history``
+    loss_steps: np.ndarray | None = None
 
 
 #: a column of Z whose spread (RMS about its mean) falls below this has collapsed (see
