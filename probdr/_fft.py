@@ -16,6 +16,7 @@ The self term :math:`\kappa(0) q_i` is subtracted exactly.
 from __future__ import annotations
 
 import math
+import warnings
 
 import torch
 
@@ -108,9 +109,20 @@ class Grid2D:
 
     def gather(self, grids: torch.Tensor) -> torch.Tensor:
         """grids (C, G, G) -> values at the points (C, n): the grids transposed to (G^2, C), so
-        that each of a point's 16 nodes is one gathered row of C values."""
+        that each of a point's 16 nodes is one gathered row of C values. On a CPU, the product
+        of the (n, G^2) interpolation matrix (CSR, 16 weights per row) with these rows: one
+        multithreaded pass, the same sums as gathering (n, 16, C) and contracting with the
+        weights, a third of the time at a million points."""
         C = grids.shape[0]
         rows = grids.reshape(C, -1).t().contiguous()
+        n = self.weight.shape[0]
+        if rows.device.type == "cpu" and n:
+            with warnings.catch_warnings():  # torch: "Sparse CSR tensor support is in beta"
+                warnings.filterwarnings("ignore", message=".*Sparse CSR tensor support")
+                S = torch.sparse_csr_tensor(
+                    torch.arange(0, 16 * n + 1, 16, device=rows.device), self.flat_index,
+                    self.weight.reshape(-1), size=(n, rows.shape[0]), check_invariants=False)
+                return (S @ rows).t()
         vals = rows.index_select(0, self.flat_index).view(-1, 16, C)
         return torch.bmm(self.weight[:, None, :], vals).view(-1, C).t()
 

@@ -110,6 +110,21 @@ def test_fft_normaliser_matches_exact(Z0, dtype, spacing, tol):
     assert (g_fft - g_exact).norm() / g_exact.norm() < tol
 
 
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_fft_gather_by_sparse_product_equals_the_contraction(dtype):
+    """The CPU gather (a CSR interpolation matrix times the grid's rows) gives the numbers of
+    gathering each point's 16 nodes and contracting them with its weights, bit for bit."""
+    from probdr._fft import Grid2D, _cauchy_grids
+
+    Z = (torch.randn(3000, 2, generator=torch.Generator().manual_seed(3)) * 12).to(dtype)
+    grid = Grid2D(Z)
+    pots = _cauchy_grids(grid, Z, Z.mean(0))
+    rows = pots.reshape(4, -1).t().contiguous()
+    vals = rows.index_select(0, grid.flat_index).view(-1, 16, 4)
+    ref = torch.bmm(grid.weight[:, None, :], vals).view(-1, 4).t()
+    assert torch.equal(grid.gather(pots), ref)
+
+
 @pytest.mark.parametrize("make", [
     lambda: probdr.TSNE(repulsion="fft", n_iter=200, early_exaggeration_iter=70, random_state=0),
     lambda: probdr.TSNE(repulsion="sampled", n_iter=200, early_exaggeration_iter=70,
