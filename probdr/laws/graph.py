@@ -382,7 +382,7 @@ class NEdgeGraph(GraphLaw):
     def log_combinatorial(self, value):
         def compute():
             r, c, v = _edge_terms(value)
-            return math.lgamma(self.n + 1) - torch.lgamma(v.to(torch.float64) + 1).sum()
+            return math.lgamma(self.n + 1) - _sum_lgamma1(v)
         return _cached(value, "_probdr_logcomb", compute) if value.is_sparse else compute()
 
     def in_support(self, value):
@@ -413,6 +413,19 @@ class NEdgeGraph(GraphLaw):
             if w.is_sparse:
                 return _stack_sparse(w.rows, w.cols, counts, w.n, sample_shape)
             return counts.view(*sample_shape, w.n, w.n)
+
+
+def _sum_lgamma1(v: torch.Tensor) -> torch.Tensor:
+    r""":math:`\sum_e \log \Gamma(v_e + 1)` in float64: the terms computed in blocks into one
+    buffer, then summed, the numbers of ``torch.lgamma(v.double() + 1).sum()`` with one float64
+    copy of the edge values instead of three (1.4 GB less at 90M edges)."""
+    v = v.reshape(-1)
+    out = torch.empty(v.numel(), dtype=torch.float64, device=v.device)
+    block = 1 << 22
+    for s in range(0, v.numel(), block):
+        o = out[s:s + block]
+        torch.lgamma(o.copy_(v[s:s + block]).add_(1), out=o)
+    return out.sum()
 
 
 def _gumbel(shape, dtype):
