@@ -21,6 +21,7 @@ import math
 import warnings
 from collections.abc import Callable
 from contextlib import ExitStack, nullcontext
+from numbers import Integral
 from typing import Any
 
 import numpy as np
@@ -131,8 +132,9 @@ class MAPFit:
     ----------
     history : ndarray
         The loss before every recorded step run so far (L-BFGS: at the start of each call);
-        ``loss_steps`` their step numbers (from 1), ``n_steps`` the steps run, ``n_rescued`` the number of collapsed columns rescued, ``guide`` the guide,
-        ``shard`` this rank's shard of a data-parallel fit (``None`` otherwise).
+        ``loss_steps`` their step numbers (from 1), ``n_steps`` the steps run, ``n_rescued``
+        the number of collapsed columns rescued, ``guide`` the guide, ``shard`` this rank's
+        shard of a data-parallel fit (``None`` otherwise).
     """
 
     def __init__(self, model: Callable, init_values, *, optimizer: str = "gains",
@@ -167,7 +169,8 @@ class MAPFit:
         self._history: list[float] = []
         self._loss_steps: list[int] = []
         self._n_steps = 0
-        if loss_every is not None and (isinstance(loss_every, bool) or int(loss_every) < 1):
+        if loss_every is not None and (isinstance(loss_every, bool)
+                                       or not isinstance(loss_every, Integral) or loss_every < 1):
             raise ValueError(f"loss_every must be a positive integer, got {loss_every!r}.")
         first = next(iter(self.init_values.values()))
         self.loss_every = (int(loss_every) if loss_every is not None
