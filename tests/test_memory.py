@@ -6,10 +6,10 @@ import pytest
 import torch
 
 import probdr
-import probdr.laws.graph as graph_laws
+import probdr.laws.edge_lists as edge_lists
 from probdr import _alloc
 from probdr.input import affinities
-from probdr.laws.graph import _fold
+from probdr.laws.edge_lists import _fold
 from probdr.laws.weights import SparseWeights, _coo, sparse_to
 
 
@@ -67,7 +67,7 @@ def test_fold_matches_the_coalesce_of_unordered_pairs(dtype, part, monkeypatch):
     """W_ij + W_ji on pairs i < j, diagonal dropped, as the coalesce of (min, max) pairs gives it,
     bit for bit; indices in int32; in one part or in parts of ``part`` edges (ranges of rows)."""
     if part is not None:
-        monkeypatch.setattr(graph_laws, "FOLD_PART_EDGES", part)
+        monkeypatch.setattr(edge_lists, "FOLD_PART_EDGES", part)
     g = torch.Generator().manual_seed(2)
     n, m = 50, 400
     r, c = torch.randint(0, n, (m,), generator=g), torch.randint(0, n, (m,), generator=g)
@@ -175,7 +175,7 @@ def test_release_free_returns_what_heap_reuse_keeps():
 def test_blocked_log_combinatorial_sum_is_the_one_pass_sum(dtype):
     """The E law's log-combinatorial term, computed in blocks into one float64 buffer, is the
     one-pass ``lgamma(v + 1).sum()`` bit for bit (across a block boundary)."""
-    from probdr.laws.graph import _sum_lgamma1
+    from probdr.laws.edge_lists import _sum_lgamma1
 
     v = torch.rand((1 << 22) + 17, generator=torch.Generator().manual_seed(5), dtype=torch.float64)
     v = (v * 4).to(dtype)

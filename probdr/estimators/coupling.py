@@ -164,12 +164,9 @@ class GraphCoupling(InputKindsMixin, ContinueMixin, NewPointsMixin, DREstimator)
         The law of :math:`W_X \mid X` (``.mean`` is :math:`E[W_X]`, ``.sample()`` draws a graph).
     label_graph_ : torch sparse tensor (n, n)
         ``fit(X, y)`` only: :math:`E[W_Y \mid y]`, the label graph's mean on its sampled edges.
-    loss_history_ : ndarray
-        Optimised objective at the recorded steps (with exaggeration; a stochastic estimate
-        under negative sampling): every step below 100,000 points, every 50th step (and each
-        phase's first and last) above (:func:`probdr.config.set_loss_every`).
-    loss_steps_ : ndarray of int
-        The step (from 1) of each entry of ``loss_history_``.
+    loss_history_, loss_steps_ : ndarray
+        Optimised objective (exaggerated; stochastic under negative sampling) at the steps
+        ``loss_steps_`` (from 1): all below 100,000 points, every 50th above (``probdr.config``).
     kernel_ : Kernel
     posterior_samples_ : ndarray (draws, n, q)
         Posterior draws of Z (``inference="svi"`` or ``"mcmc"`` only).
@@ -441,8 +438,7 @@ class GraphCoupling(InputKindsMixin, ContinueMixin, NewPointsMixin, DREstimator)
         res = run_map(graph_coupling_model, self.model_kwargs_, Z0, phases,
                       optimizer=self.optimizer, loss_scale=scale, grad_clip=clip,
                       observe=self._observe(), verbose=self.verbose, desc=type(self).__name__)
-        self.loss_history_ = res.loss_history
-        self.loss_steps_ = res.loss_steps
+        self.loss_history_, self.loss_steps_ = res.loss_history, res.loss_steps
         self.n_iter_ = res.n_iter
         self.n_rescued_ = res.n_rescued
         self.stopped_by_callback_ = res.stopped
