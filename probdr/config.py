@@ -24,6 +24,7 @@ every step they need. ``1`` records every step at any size.
 from __future__ import annotations
 
 import os
+from numbers import Integral
 
 _budget: float | None = float(os.environ.get("PROBDR_MEMORY_BUDGET_GB", "4"))
 _heap_reuse: bool = os.environ.get("PROBDR_HEAP_REUSE", "1").strip().lower() not in ("0", "false", "no")
@@ -64,9 +65,9 @@ def set_loss_every(k: int | None) -> None:
     """Record the loss of MAP fits every ``k``-th step (``1``: every step), or ``None``: every step
     below ``LOSS_EVERY_MIN_POINTS`` points and every ``LOSS_EVERY_LARGE``-th above."""
     global _loss_every
-    if k is not None and (isinstance(k, bool) or not isinstance(k, int) or k < 1):
+    if k is not None and (isinstance(k, bool) or not isinstance(k, Integral) or k < 1):
         raise ValueError(f"loss_every must be a positive integer or None, got {k!r}.")
-    _loss_every = k
+    _loss_every = None if k is None else int(k)
 
 
 def loss_every_for(n_points: int) -> int:

@@ -51,12 +51,13 @@ def _fold(value):
     k = max(1, -(-m // FOLD_PART_EDGES))
     # row ranges of about m / k edges (rows are sorted): the parts' ranges of i
     cuts = sorted({0, n, *(int(r[m * p // k]) for p in range(1, k))}) if m else [0, n]
+    lower = r > c  # the edges whose pair key is (c, r)
     parts = []
     for a, b in zip(cuts[:-1], cuts[1:], strict=True):
         s, e = (int(x) for x in torch.searchsorted(r, torch.tensor([a, b], dtype=r.dtype)))
         ru, cu, vu = r[s:e], c[s:e], vals[s:e]
         up = cu > ru
-        low = (c >= a) & (c < b) & (r > c) if k > 1 else r > c
+        low = (c >= a).logical_and_(c < b).logical_and_(lower) if len(cuts) > 2 else lower
         lo, hi = torch.cat([ru[up], c[low]]), torch.cat([cu[up], r[low]])
         pv = torch.cat([vu[up], vals[low]])
         del up, low
