@@ -26,6 +26,7 @@ from contextlib import contextmanager
 import torch
 import torch.nn.functional as F
 
+from . import _edge_layout
 from ._alloc import buffer
 from ._utils import tensor_cache
 
@@ -421,7 +422,10 @@ class _EdgeLogKernelSum(torch.autograd.Function):
         if ctx.early:
             # the gradient is linear in the incoming g without a clip: computed here, only the
             # (n, q) gradient is kept (not the edge-list intermediates, gigabytes at scale)
-            out, grad = _value_and_grad(Z.detach(), rows, cols, v.to(Z.dtype), ctx, value)
+            if _edge_layout.use_for(Z, rows.shape[0], kernel):  # large lists: one fused pass
+                out, grad = _edge_layout.value_and_grad(Z.detach(), rows, cols, v, kernel, value)
+            else:
+                out, grad = _value_and_grad(Z.detach(), rows, cols, v.to(Z.dtype), ctx, value)
             ctx.save_for_backward(grad)
             return out
         diff, d2 = _edge_diffs(Z.detach(), rows, cols)

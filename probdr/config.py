@@ -11,6 +11,11 @@ after every step (see ``probdr._alloc``); peak memory is then the largest step's
 the loop ends. The first step of each phase is the exception: it builds the graph's caches, and
 what it frees is returned to the system after it.
 
+``compile`` (default on; environment variable ``PROBDR_COMPILE=0`` turns it off) lets the edge sums
+of large graphs (t-SNE's attraction at scale, :mod:`probdr._edge_layout`) run as one loop compiled
+by :func:`torch.compile`; off, or where torch cannot compile (no C++ compiler), the same pass runs
+in torch's operations, slower. The numbers agree to rounding.
+
 ``loss_every`` says how often a long MAP fit evaluates and records its loss. The gradient of every
 step is exact either way; what a step between two records skips is the value of the edge sums
 (one pass of logarithms over the edge list, about 50 ms of a t-SNE step at a million points).
@@ -28,6 +33,7 @@ from numbers import Integral
 
 _budget: float | None = float(os.environ.get("PROBDR_MEMORY_BUDGET_GB", "4"))
 _heap_reuse: bool = os.environ.get("PROBDR_HEAP_REUSE", "1").strip().lower() not in ("0", "false", "no")
+_compile: bool = os.environ.get("PROBDR_COMPILE", "1").strip().lower() not in ("0", "false", "no", "off")
 #: ``loss_every=None``: every step below this many points, every ``LOSS_EVERY_LARGE``-th above
 LOSS_EVERY_MIN_POINTS = 100_000
 LOSS_EVERY_LARGE = 50
@@ -54,6 +60,19 @@ def set_heap_reuse(on: bool) -> None:
     """Turn heap reuse during optimisation loops on or off."""
     global _heap_reuse
     _heap_reuse = bool(on)
+
+
+def get_compile() -> bool:
+    """Whether the edge sums of large graphs may run as a loop compiled by ``torch.compile``."""
+    return _compile
+
+
+def set_compile(on: bool) -> None:
+    """Let the edge sums of large graphs run compiled (``True``, default) or not."""
+    global _compile
+    if not isinstance(on, bool):
+        raise ValueError(f"compile must be True or False, got {on!r}.")
+    _compile = bool(on)
 
 
 def get_loss_every() -> int | None:

@@ -12,7 +12,7 @@ ROOT = Path(__file__).resolve().parents[1]
 #: layers from the bottom up; a module may import from its own layer or any lower one
 LAYERS = [
     ["probdr._utils", "probdr.config", "probdr._alloc", "probdr._fft", "probdr.datasets",
-     "probdr.kernels", "probdr._pairwise", "probdr.optim", "probdr.serialize",
+     "probdr.kernels", "probdr._edge_layout", "probdr._pairwise", "probdr.optim", "probdr.serialize",
      "probdr._distributed"],
     ["probdr.ot"],
     ["probdr.laws"],
