@@ -18,9 +18,10 @@ same edges:
   k(d^2_{ij})\,(z_i - z_j)`, with no scatter, and the sum's value is half the sum over the
   slots (each pair twice).
 * **One compiled loop.** :func:`torch.compile` fuses the gathers, the kernel and the sums over
-  a slice into one loop over the slices (no intermediate of the edge list's length). Where
-  compilation is unavailable (no C++ compiler, or ``probdr.config.set_compile(False)``), the
-  same function runs in torch's operations on blocks of slices.
+  a slice into one loop over the slices (no intermediate of the edge list's length). In torch's
+  operations the same function would be two to three times slower than the edge-list path, so
+  where torch cannot compile (no C++ compiler: warned once) or compilation is off
+  (``probdr.config.set_compile(False)``), the edge sums keep the edge-list path.
 
 The numbers are those of the edge-list path up to rounding (another order of summation); they do
 not depend on the number of threads (each slice is summed in order, slices are summed into rows
@@ -38,16 +39,15 @@ import numpy as np
 import torch
 
 from . import config
+from ._alloc import release_free
 from ._utils import tensor_cache
 
 #: slots per slice of a row's neighbour list (rows of the padded layout)
 SLICE = 32
 #: shortest edge list that takes this path (a million-point t-SNE has 64 million pairs)
 MIN_EDGES = 1 << 23
-#: slices per block of the uncompiled fallback (its temporaries are a few blocks of slots)
-FALLBACK_SLICES = 1 << 16
 #: edges per part of the layout's construction (its int64 temporaries)
-BUILD_PART_EDGES = 1 << 24
+BUILD_PART_EDGES = 1 << 22
 
 
 @dataclasses.dataclass
@@ -68,8 +68,9 @@ class EdgeLayout:
 
 def use_for(Z: torch.Tensor, m: int, kernel) -> bool:
     """Whether an edge sum over ``m`` pairs of the embedding ``Z`` takes this path: on CPU, for
-    kernels of one bandwidth (not per-point ones)."""
-    return (m >= MIN_EDGES and Z.device.type == "cpu"
+    kernels of one bandwidth (not per-point ones), while compilation is on and has not failed."""
+    return (m >= MIN_EDGES and Z.device.type == "cpu" and config.get_compile()
+            and not _compile_failed
             and Z.dtype in (torch.float32, torch.float64)
             and not isinstance(getattr(kernel, "bandwidth", None), torch.Tensor))
 
@@ -80,8 +81,13 @@ def layout(rows: torch.Tensor, cols: torch.Tensor, v: torch.Tensor, n: int,
     the graph caches keep alive across steps). Terms with :math:`v_e \\le 0` are left out (the
     edge sums drop them)."""
     dtype = v.dtype if dtype is None else dtype
-    return tensor_cache(v, f"_probdr_edge_layout_{n}_{dtype}",
-                        lambda: build(rows, cols, v.to(dtype), n))
+
+    def compute():
+        release_free()  # the heap's free memory (a fold's temporaries) before the build
+        out = build(rows, cols, v.to(dtype), n)
+        release_free()  # its temporaries, a few GB at scale, which heap reuse would keep
+        return out
+    return tensor_cache(v, f"_probdr_edge_layout_{n}_{dtype}", compute)
 
 
 def _parts(m: int):
@@ -91,9 +97,6 @@ def _parts(m: int):
 
 def build(rows: torch.Tensor, cols: torch.Tensor, v: torch.Tensor, n: int) -> EdgeLayout:
     """The layout of an edge list (see the module docstring)."""
-    from scipy.sparse import csr_matrix
-    from scipy.sparse.csgraph import reverse_cuthill_mckee
-
     keep = v > 0
     if not bool(keep.all()):
         rows, cols, v = rows[keep], cols[keep], v[keep]
@@ -107,52 +110,71 @@ def build(rows: torch.Tensor, cols: torch.Tensor, v: torch.Tensor, n: int) -> Ed
     m = rows.shape[0]
     out_deg = torch.bincount(rows, minlength=n)
     in_deg = torch.bincount(cols, minlength=n)
-    deg = out_deg + in_deg
-    indptr = _starts(deg)
-    # the neighbour lists in the old labels (CSR): a row's own edges in the order of the list,
-    # then the edges where it is the column, in the order of the list
-    nbr = torch.empty(2 * m, dtype=index)
-    w = torch.empty(2 * m, dtype=v.dtype)
-    starts = _starts(out_deg)
-    for s, e in _parts(m):  # rows sorted: a row's edges are contiguous, placed in order
-        r = rows[s:e].long()
-        pos = torch.arange(s, e).sub_(starts.index_select(0, r)).add_(indptr.index_select(0, r))
-        nbr.index_copy_(0, pos, cols[s:e])
-        w.index_copy_(0, pos, v[s:e])
-    by_col = torch.argsort(cols, stable=True)
-    starts = _starts(in_deg)
-    after = indptr[:-1] + out_deg  # where each row's second group begins
-    col_sorted = torch.repeat_interleave(torch.arange(n, dtype=index), in_deg)
-    for s, e in _parts(m):  # the k-th edge by column goes to after[c] + k - starts[c]
-        c = col_sorted[s:e].long()
-        pos = torch.arange(s, e).sub_(starts.index_select(0, c)).add_(after.index_select(0, c))
-        idx = by_col[s:e]
-        nbr.index_copy_(0, pos, rows.index_select(0, idx))
-        w.index_copy_(0, pos, v.index_select(0, idx))
-    del by_col, col_sorted
-    A = csr_matrix((np.ones(2 * m, dtype=np.int8), nbr.numpy(), indptr.numpy()), shape=(n, n))
-    perm = torch.from_numpy(reverse_cuthill_mckee(A, symmetric_mode=True).astype(np.int64))
-    del A
+    # the edges in order of their column: the k-th holds slot k - col_start[c] of c's second group
+    by_col = torch.argsort(cols, stable=True).to(index)
+    row_start, col_start = _starts(out_deg), _starts(in_deg)
+    perm = _locality_order(rows, cols, by_col, out_deg, in_deg, n)
     inv = torch.empty(n, dtype=torch.int64)
     inv[perm] = torch.arange(n)
-    # the slices in the new labels
-    new_deg = deg[perm]
-    slices = (new_deg + SLICE - 1) // SLICE
+    # the slices in the new labels; a row's own edges first, in the order of the list, then the
+    # edges where it is the column, in the order of the list
+    deg = out_deg + in_deg
+    slices = (deg[perm] + SLICE - 1) // SLICE
     first_slice = _starts(slices)
     n_slices = int(first_slice[-1])
     slice_row = torch.repeat_interleave(torch.arange(n, dtype=index), slices)
     out_cols = slice_row.repeat_interleave(SLICE)  # padding: the row itself
     out_vals = torch.zeros(n_slices * SLICE, dtype=v.dtype)
-    base = first_slice[:-1][inv] * SLICE  # first slot of each old row
-    for a, b in _row_ranges(indptr, n):
-        s, e = int(indptr[a]), int(indptr[b])
-        r = torch.repeat_interleave(torch.arange(a, b), deg[a:b])
-        slot = torch.arange(s, e).sub_(indptr.index_select(0, r)).add_(base.index_select(0, r))
-        out_cols.index_copy_(0, slot, inv.index_select(0, nbr[s:e].long()).to(index))
-        out_vals.index_copy_(0, slot, w[s:e])
-        del r, slot
+    first = first_slice[:-1][inv].mul_(SLICE)  # first slot of each row, by old label
+    second = first + out_deg  # first slot of its second group
+    for s, e in _parts(m):
+        r = rows[s:e].long()
+        slot = torch.arange(s, e).sub_(row_start.index_select(0, r)).add_(first.index_select(0, r))
+        out_cols.index_copy_(0, slot, inv.index_select(0, cols[s:e].long()).to(index))
+        out_vals.index_copy_(0, slot, v[s:e])
+        c = _group_ids(col_start, in_deg, s, e)
+        slot = torch.arange(s, e).sub_(col_start.index_select(0, c)).add_(second.index_select(0, c))
+        idx = by_col[s:e]
+        out_cols.index_copy_(0, slot, inv.index_select(0, rows.index_select(0, idx).long()).to(index))
+        out_vals.index_copy_(0, slot, v.index_select(0, idx))
     return EdgeLayout(perm, out_cols.view(n_slices, SLICE), out_vals.view(n_slices, SLICE),
                       slice_row, slices)
+
+
+def _locality_order(rows, cols, by_col, out_deg, in_deg, n) -> torch.Tensor:
+    """The reverse Cuthill-McKee order of the graph (new label to old): its neighbour lists (CSR,
+    a row's own edges then those where it is the column) are built for scipy and freed."""
+    from scipy.sparse import csr_matrix
+    from scipy.sparse.csgraph import reverse_cuthill_mckee
+
+    m = rows.shape[0]
+    indptr = _starts(out_deg + in_deg)
+    row_start, col_start = _starts(out_deg), _starts(in_deg)
+    second = indptr[:-1] + out_deg
+    nbr = torch.empty(2 * m, dtype=rows.dtype)
+    for s, e in _parts(m):
+        r = rows[s:e].long()
+        nbr.index_copy_(0, torch.arange(s, e).sub_(row_start.index_select(0, r))
+                        .add_(indptr.index_select(0, r)), cols[s:e])
+        c = _group_ids(col_start, in_deg, s, e)
+        nbr.index_copy_(0, torch.arange(s, e).sub_(col_start.index_select(0, c))
+                        .add_(second.index_select(0, c)), rows.index_select(0, by_col[s:e]))
+    A = csr_matrix((np.ones(2 * m, dtype=np.int8), nbr.numpy(), indptr.numpy()), shape=(n, n))
+    return torch.from_numpy(reverse_cuthill_mckee(A, symmetric_mode=True).astype(np.int64))
+
+
+def _group_ids(start: torch.Tensor, counts: torch.Tensor, s: int, e: int) -> torch.Tensor:
+    """The groups of positions ``s:e`` of a list sorted by group (``start``: each group's first
+    position, ``counts`` its size), without the whole list's array of groups."""
+    if e <= s:
+        return torch.zeros(0, dtype=torch.int64)
+    first = int(torch.searchsorted(start, s, right=True)) - 1
+    last = int(torch.searchsorted(start, e - 1, right=True)) - 1
+    sizes = counts[first:last + 1].clone()
+    sizes[0] = min(int(start[first + 1]), e) - s
+    if last > first:
+        sizes[-1] = e - int(start[last])
+    return torch.repeat_interleave(torch.arange(first, last + 1), sizes)
 
 
 def _starts(counts: torch.Tensor) -> torch.Tensor:
@@ -164,16 +186,6 @@ def _starts(counts: torch.Tensor) -> torch.Tensor:
 
 def _sorted(r: torch.Tensor) -> bool:
     return r.numel() < 2 or bool((r[1:] >= r[:-1]).all())
-
-
-def _row_ranges(indptr: torch.Tensor, n: int):
-    """Ranges of rows with about ``BUILD_PART_EDGES`` entries each."""
-    m = int(indptr[-1])
-    cuts = {0, n}
-    for s, _ in _parts(m)[1:]:
-        cuts.add(int(torch.searchsorted(indptr, s, side="right")) - 1)
-    cuts = sorted(c for c in cuts if 0 <= c <= n)
-    return list(zip(cuts[:-1], cuts[1:], strict=True))
 
 
 # --------------------------------------------------------------------------------------------
@@ -214,33 +226,33 @@ def _compiled_fn(kernel, value: bool):
         return _compiled[key]
 
 
-def _run(kernel, value, coords, lay: EdgeLayout):
-    if config.get_compile() and not _compile_failed:
-        try:
-            return _compiled_fn(kernel, value)(coords, lay.cols, lay.vals, lay.slice_row)
-        except Exception as err:  # noqa: BLE001 - any failure of the compiler: run uncompiled
-            _compile_failed.append(f"{type(err).__name__}: {err}".splitlines()[0][:300])
-            warnings.warn("probdr: torch.compile could not compile the fused edge pass "
-                          f"({_compile_failed[0]}); it runs in torch's operations from now "
-                          "on (slower at scale). probdr.config.set_compile(False) silences "
-                          "this.", RuntimeWarning, stacklevel=4)
-    parts = []
-    for s in range(0, lay.cols.shape[0], FALLBACK_SLICES):
-        e = s + FALLBACK_SLICES
-        parts.append(_slice_sums(kernel, value, coords, lay.cols[s:e], lay.vals[s:e],
-                                 lay.slice_row[s:e]))
-    return [torch.cat(p) for p in zip(*parts, strict=True)] if parts else \
-        [coords[0].new_zeros(0) for _ in range(len(coords) + value)]
-
-
-def value_and_grad(Z: torch.Tensor, rows, cols, v, kernel, value: bool = True):
+def value_and_grad(Z: torch.Tensor, rows, cols, v, kernel, value: bool = True,
+                   compiled: bool = True):
     r"""``(S, grad)``: :math:`S = \sum_e v_e \log k(\|z_{r_e} - z_{c_e}\|^2)` (terms with
-    :math:`v_e \le 0` dropped; 0 unless ``value``) and its gradient on ``Z`` (n, q)."""
+    :math:`v_e \le 0` dropped; 0 unless ``value``) and its gradient on ``Z`` (n, q); ``None`` if
+    torch cannot compile the pass (warned once; the caller takes the edge-list path).
+    ``compiled=False`` evaluates the same function in torch's operations, whole: a reference for
+    tests, with temporaries of the layout's size."""
     n, q = Z.shape
     lay = layout(rows, cols, v, n, Z.dtype)
     Zp = Z.index_select(0, lay.perm)
     coords = list(Zp.t().contiguous().unbind(0))
-    sums = _run(kernel, value, coords, lay)
+    if not compiled:
+        sums = _slice_sums(kernel, value, coords, lay.cols, lay.vals, lay.slice_row)
+    else:
+        try:
+            sums = _compiled_fn(kernel, value)(coords, lay.cols, lay.vals, lay.slice_row)
+        except Exception as err:  # noqa: BLE001 - any failure of the compiler
+            _compile_failed.append(f"{type(err).__name__}: {err}".splitlines()[0][:300])
+            warnings.warn("probdr: torch.compile could not compile the fused edge pass "
+                          f"({_compile_failed[0]}); the edge sums of large graphs take the "
+                          "edge-list path from now on, slower. probdr.config.set_compile(False) "
+                          "silences this.", RuntimeWarning, stacklevel=4)
+            try:  # the layout is of no further use
+                delattr(v, f"_probdr_edge_layout_{n}_{Z.dtype}")
+            except AttributeError:  # pragma: no cover - not cached
+                pass
+            return None
     per_slice = torch.stack(sums[:q], 1)
     grad_p = torch.segment_reduce(per_slice, "sum", lengths=lay.slices, axis=0)
     grad = torch.empty_like(Z)

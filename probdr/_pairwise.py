@@ -422,10 +422,11 @@ class _EdgeLogKernelSum(torch.autograd.Function):
         if ctx.early:
             # the gradient is linear in the incoming g without a clip: computed here, only the
             # (n, q) gradient is kept (not the edge-list intermediates, gigabytes at scale)
+            fused = None
             if _edge_layout.use_for(Z, rows.shape[0], kernel):  # large lists: one fused pass
-                out, grad = _edge_layout.value_and_grad(Z.detach(), rows, cols, v, kernel, value)
-            else:
-                out, grad = _value_and_grad(Z.detach(), rows, cols, v.to(Z.dtype), ctx, value)
+                fused = _edge_layout.value_and_grad(Z.detach(), rows, cols, v, kernel, value)
+            out, grad = fused if fused is not None else \
+                _value_and_grad(Z.detach(), rows, cols, v.to(Z.dtype), ctx, value)
             ctx.save_for_backward(grad)
             return out
         diff, d2 = _edge_diffs(Z.detach(), rows, cols)

@@ -1,6 +1,7 @@
 """The fused edge pass over the locality-ordered layout (:mod:`probdr._edge_layout`): the same
 value and gradient as autograd through the plain expression, compiled or not, the same bits on
-one thread or two, a clear fallback where torch cannot compile, and the same t-SNE."""
+one thread or two, the edge-list path (warned once) where torch cannot compile, and the same
+t-SNE."""
 
 import shutil
 import warnings
@@ -50,13 +51,16 @@ def _reference(Z, r, c, v, kernel):
     return out.detach(), Z.grad
 
 
+needs_compiler = pytest.mark.skipif(not CAN_COMPILE, reason="no C++ compiler for torch.compile")
+
+
 @pytest.fixture
 def layout_always(monkeypatch):
-    """Every edge sum takes the layout path; compilation off unless a test turns it on."""
+    """Every edge sum may take the layout path (compilation on, not failed)."""
     monkeypatch.setattr(_edge_layout, "MIN_EDGES", 0)
-    monkeypatch.setattr(_edge_layout, "FALLBACK_SLICES", 7)  # several blocks in the fallback
     monkeypatch.setattr(_edge_layout, "BUILD_PART_EDGES", 50)  # several parts in the build
-    monkeypatch.setattr(config, "_compile", False)
+    monkeypatch.setattr(config, "_compile", True)
+    monkeypatch.setattr(_edge_layout, "_compile_failed", [])
     return monkeypatch
 
 
@@ -92,25 +96,35 @@ def test_layout_lists_every_pair_once_in_each_direction(layout_always):
                          ids=["cauchy", "t3", "gaussian", "umap_odds"])
 @pytest.mark.parametrize("sorted_rows", [True, False])
 def test_layout_pass_matches_autograd(layout_always, q, kernel, sorted_rows):
-    """Value and gradient of the edge sum through the layout (uncompiled) equal autograd's."""
+    """Value and gradient of the edge sum over the layout (the function evaluated uncompiled)
+    equal autograd's."""
     Z, r, c, v = _graph(q, q=q, sorted_rows=sorted_rows)
+    out, grad = _edge_layout.value_and_grad(Z.detach(), r.int(), c.int(), v, kernel,
+                                            compiled=False)
+    ref, gref = _reference(Z, r, c, v, kernel)
+    assert torch.allclose(out, ref, rtol=1e-12)
+    assert torch.allclose(grad, gref, rtol=1e-10, atol=1e-12)
+
+
+@needs_compiler
+def test_edge_sums_take_the_compiled_pass(layout_always):
+    """Through the public edge sum: the compiled pass, with autograd's value and gradient."""
+    Z, r, c, v = _graph(11, q=3)
     spy = []
     real = _edge_layout.value_and_grad
     layout_always.setattr(_edge_layout, "value_and_grad",
                           lambda *a, **k: spy.append(1) or real(*a, **k))
-    out = edge_log_kernel_sum(Z, r.int(), c.int(), v, kernel)
+    out = edge_log_kernel_sum(Z, r.int(), c.int(), v, StudentKernel())
     (1.5 * out).backward()
-    ref, grad = _reference(Z, r, c, v, kernel)
-    assert spy
+    ref, grad = _reference(Z, r, c, v, StudentKernel())
+    assert spy and not _edge_layout._compile_failed
     assert torch.allclose(out, ref, rtol=1e-12)
     assert torch.allclose(Z.grad, 1.5 * grad, rtol=1e-10, atol=1e-12)
 
 
-@pytest.mark.skipif(not CAN_COMPILE, reason="no C++ compiler for torch.compile")
+@needs_compiler
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 def test_compiled_pass_equals_uncompiled_and_is_the_same_on_any_threads(layout_always, dtype):
-    layout_always.setattr(config, "_compile", True)
-    layout_always.setattr(_edge_layout, "_compile_failed", [])
     Z, r, c, v = _graph(7, dtype=dtype)
     kernel = StudentKernel()
     ref, grad = _reference(Z, r, c, v, kernel)
@@ -134,14 +148,12 @@ def test_compiled_pass_equals_uncompiled_and_is_the_same_on_any_threads(layout_a
     for _, grad_k in runs[2:]:  # every thread count, with or without the value: same bits
         assert torch.equal(grad_k, runs[0][1])
     assert torch.equal(runs[2][0], runs[0][0]) and torch.equal(runs[4][0], runs[0][0])
-    layout_always.setattr(config, "_compile", False)
-    _, uncompiled = _edge_layout.value_and_grad(Z.detach(), r, c, v, kernel, True)
+    _, uncompiled = _edge_layout.value_and_grad(Z.detach(), r, c, v, kernel, True,
+                                                compiled=False)
     assert torch.allclose(uncompiled, runs[0][1], **tol)
 
 
-def test_compile_failure_falls_back_once_with_a_warning(layout_always):
-    layout_always.setattr(config, "_compile", True)
-    layout_always.setattr(_edge_layout, "_compile_failed", [])
+def test_compile_failure_warns_once_and_keeps_the_edge_list_path(layout_always):
     layout_always.setattr(_edge_layout, "_compiled", {})
     calls = []
 
@@ -154,14 +166,20 @@ def test_compile_failure_falls_back_once_with_a_warning(layout_always):
     layout_always.setattr(_edge_layout.torch, "compile", broken)
     Z, r, c, v = _graph(3)
     kernel = StudentKernel()
+    ref, gref = _reference(Z, r, c, v, kernel)
     with pytest.warns(RuntimeWarning, match="could not compile.*No working C\\+\\+ compiler"):
-        out, grad = _edge_layout.value_and_grad(Z.detach(), r, c, v, kernel, True)
+        out = edge_log_kernel_sum(Z, r, c, v, kernel)
+    out.backward()
+    assert torch.allclose(out, ref, rtol=1e-12) and torch.allclose(Z.grad, gref, rtol=1e-10)
+    assert not hasattr(v, f"_probdr_edge_layout_{Z.shape[0]}_{Z.dtype}")  # layout dropped
+    assert not _edge_layout.use_for(Z, 10**9, kernel)
+    Z.grad = None
     with warnings.catch_warnings():
         warnings.filterwarnings("error", message="probdr: torch.compile")  # warned once only
-        _edge_layout.value_and_grad(Z.detach(), r, c, v, kernel, True)
+        out = edge_log_kernel_sum(Z, r, c, v, kernel)
+    out.backward()
     assert len(calls) == 1
-    ref, gref = _reference(Z, r, c, v, kernel)
-    assert torch.allclose(out, ref, rtol=1e-12) and torch.allclose(grad, gref, rtol=1e-10)
+    assert torch.allclose(out, ref, rtol=1e-12) and torch.allclose(Z.grad, gref, rtol=1e-10)
 
 
 def test_set_compile_validates():
@@ -175,9 +193,9 @@ def test_set_compile_validates():
         config.set_compile(before)
 
 
+@needs_compiler
 def test_tsne_through_the_layout_matches_the_edge_list_path(monkeypatch):
-    """A t-SNE fit whose attraction runs through the layout (uncompiled; the compiled pass is
-    checked above) gives the fit of the edge-list path up to rounding: the losses agree to 1e-7
+    """A t-SNE fit whose attraction runs through the compiled pass gives the fit of the edge-list path up to rounding: the losses agree to 1e-7
     over the first steps, after which rounding grows as t-SNE's steps do (the gains), to under
     1% of the loss, and the quality is the same."""
     from sklearn.datasets import load_digits
@@ -186,7 +204,8 @@ def test_tsne_through_the_layout_matches_the_edge_list_path(monkeypatch):
     kw = dict(random_state=0, n_iter=300, early_exaggeration_iter=100, n_jobs=1)
     base = probdr.TSNE(**kw).fit(X)
     monkeypatch.setattr(_edge_layout, "MIN_EDGES", 0)
-    monkeypatch.setattr(config, "_compile", False)
+    monkeypatch.setattr(config, "_compile", True)
+    monkeypatch.setattr(_edge_layout, "_compile_failed", [])
     spy = []
     real = _edge_layout.build
     monkeypatch.setattr(_edge_layout, "build", lambda *a: spy.append(1) or real(*a))
