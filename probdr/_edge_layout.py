@@ -107,38 +107,45 @@ def build(rows: torch.Tensor, cols: torch.Tensor, v: torch.Tensor, n: int) -> Ed
         order = torch.argsort(rows, stable=True)
         rows, cols, v = rows[order], cols[order], v[order]
         del order
-    m = rows.shape[0]
     out_deg = torch.bincount(rows, minlength=n)
     in_deg = torch.bincount(cols, minlength=n)
     # the edges in order of their column: the k-th holds slot k - col_start[c] of c's second group
     by_col = torch.argsort(cols, stable=True).to(index)
-    row_start, col_start = _starts(out_deg), _starts(in_deg)
     perm = _locality_order(rows, cols, by_col, out_deg, in_deg, n)
     inv = torch.empty(n, dtype=torch.int64)
     inv[perm] = torch.arange(n)
     # the slices in the new labels; a row's own edges first, in the order of the list, then the
     # edges where it is the column, in the order of the list
-    deg = out_deg + in_deg
-    slices = (deg[perm] + SLICE - 1) // SLICE
+    slices = ((out_deg + in_deg)[perm] + SLICE - 1) // SLICE
     first_slice = _starts(slices)
     n_slices = int(first_slice[-1])
     slice_row = torch.repeat_interleave(torch.arange(n, dtype=index), slices)
     out_cols = slice_row.repeat_interleave(SLICE)  # padding: the row itself
     out_vals = torch.zeros(n_slices * SLICE, dtype=v.dtype)
     first = first_slice[:-1][inv].mul_(SLICE)  # first slot of each row, by old label
-    second = first + out_deg  # first slot of its second group
-    for s, e in _parts(m):
-        r = rows[s:e].long()
-        slot = torch.arange(s, e).sub_(row_start.index_select(0, r)).add_(first.index_select(0, r))
-        out_cols.index_copy_(0, slot, inv.index_select(0, cols[s:e].long()).to(index))
-        out_vals.index_copy_(0, slot, v[s:e])
-        c = _group_ids(col_start, in_deg, s, e)
-        slot = torch.arange(s, e).sub_(col_start.index_select(0, c)).add_(second.index_select(0, c))
+    for s, e, own, other in _slots(rows, by_col, out_deg, in_deg, first):
+        out_cols.index_copy_(0, own, inv.index_select(0, cols[s:e].long()).to(index))
+        out_vals.index_copy_(0, own, v[s:e])
         idx = by_col[s:e]
-        out_cols.index_copy_(0, slot, inv.index_select(0, rows.index_select(0, idx).long()).to(index))
-        out_vals.index_copy_(0, slot, v.index_select(0, idx))
+        out_cols.index_copy_(0, other, inv.index_select(0, rows.index_select(0, idx).long())
+                             .to(index))
+        out_vals.index_copy_(0, other, v.index_select(0, idx))
     return EdgeLayout(perm, out_cols.view(n_slices, SLICE), out_vals.view(n_slices, SLICE),
                       slice_row, slices)
+
+
+def _slots(rows, by_col, out_deg, in_deg, first):
+    """For parts ``s:e`` of the list: the slots of edges ``s:e`` in their rows' lists, and of
+    edges ``by_col[s:e]`` in their columns' lists (after the row's own edges), a row's list
+    starting at slot ``first[row]``."""
+    row_start, col_start = _starts(out_deg), _starts(in_deg)
+    second = first + out_deg
+    for s, e in _parts(rows.shape[0]):
+        r = rows[s:e].long()
+        own = torch.arange(s, e).sub_(row_start.index_select(0, r)).add_(first.index_select(0, r))
+        c = _group_ids(col_start, in_deg, s, e)
+        other = torch.arange(s, e).sub_(col_start.index_select(0, c)).add_(second.index_select(0, c))
+        yield s, e, own, other
 
 
 def _locality_order(rows, cols, by_col, out_deg, in_deg, n) -> torch.Tensor:
@@ -149,16 +156,10 @@ def _locality_order(rows, cols, by_col, out_deg, in_deg, n) -> torch.Tensor:
 
     m = rows.shape[0]
     indptr = _starts(out_deg + in_deg)
-    row_start, col_start = _starts(out_deg), _starts(in_deg)
-    second = indptr[:-1] + out_deg
     nbr = torch.empty(2 * m, dtype=rows.dtype)
-    for s, e in _parts(m):
-        r = rows[s:e].long()
-        nbr.index_copy_(0, torch.arange(s, e).sub_(row_start.index_select(0, r))
-                        .add_(indptr.index_select(0, r)), cols[s:e])
-        c = _group_ids(col_start, in_deg, s, e)
-        nbr.index_copy_(0, torch.arange(s, e).sub_(col_start.index_select(0, c))
-                        .add_(second.index_select(0, c)), rows.index_select(0, by_col[s:e]))
+    for s, e, own, other in _slots(rows, by_col, out_deg, in_deg, indptr[:-1]):
+        nbr.index_copy_(0, own, cols[s:e])
+        nbr.index_copy_(0, other, rows.index_select(0, by_col[s:e]))
     A = csr_matrix((np.ones(2 * m, dtype=np.int8), nbr.numpy(), indptr.numpy()), shape=(n, n))
     return torch.from_numpy(reverse_cuthill_mckee(A, symmetric_mode=True).astype(np.int64))
 
