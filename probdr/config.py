@@ -13,8 +13,8 @@ what it frees is returned to the system after it.
 
 ``compile`` (default on; environment variable ``PROBDR_COMPILE=0`` turns it off) lets the edge sums
 of large graphs (t-SNE's attraction at scale, :mod:`probdr._edge_layout`) run as one loop compiled
-by :func:`torch.compile`; off, or where torch cannot compile (no C++ compiler), the same pass runs
-in torch's operations, slower. The numbers agree to rounding.
+by :func:`torch.compile`; off, or where torch cannot compile (no C++ compiler: warned once), they
+keep the edge-list path, slower at scale. The numbers agree to rounding.
 
 ``loss_every`` says how often a long MAP fit evaluates and records its loss. The gradient of every
 step is exact either way; what a step between two records skips is the value of the edge sums
