@@ -39,6 +39,7 @@ import torch
 from pyro import poutine
 from torch.distributions import constraints
 
+from probdr import config
 from probdr._distributed import current_shard
 from probdr._utils import tensor_cache as _cached
 from probdr.laws.graph import GraphPrior, _edge_terms
@@ -151,20 +152,26 @@ def _negative_sampling_likelihood(law, W_X, m, gamma, n, epoch_steps: int = 1):
     if shard is not None:  # this rank's chunk of the edges, and its own random stream
         rows, cols, v = shard.chunk(rows, cols, v)
         gen = shard.generator
-    # the draw of used edges: index_select on the nonzero positions (boolean masking is several
-    # times slower on millions of edges)
     used = (torch.rand(v.shape, dtype=v.dtype, device=v.device, generator=gen)
-            .mul_(vmax * epoch_steps) < v).nonzero().squeeze(1)
-    rows, cols = rows.index_select(0, used), cols.index_select(0, used)
-    with pyro.plate("edges", rows.numel()), poutine.scale(scale=vmax):
+            .mul_(vmax * epoch_steps) < v)
+    if config.sync_free_for(v.device):  # every edge, the unused with weight 0: fixed shapes
+        mask, neg_mask = poutine.mask(mask=used), poutine.mask(mask=used.repeat_interleave(m))
+        neg_rows = _cached(rows, f"_probdr_ns_neg_rows_{m}", lambda: rows.repeat_interleave(m))
+    else:  # the used edges: index_select on the nonzero positions (fewer operations; boolean
+        # masking is several times slower on millions of edges)
+        used = used.nonzero().squeeze(1)
+        rows, cols = rows.index_select(0, used), cols.index_select(0, used)
+        mask = neg_mask = contextlib.nullcontext()
+        neg_rows = rows.repeat_interleave(m)  # sorted like rows: a segment sum in the backward
+    with pyro.plate("edges", rows.numel()), poutine.scale(scale=vmax), mask:
         pyro.sample("W_Z_edges", dist.Bernoulli(logits=weights.log_at(rows, cols),
                                                 validate_args=False),
                     obs=torch.ones(rows.numel(), dtype=v.dtype, device=v.device))
-    neg_rows = rows.repeat_interleave(m)  # sorted like rows: a segment sum in the backward
     # uniform over the other n - 1 nodes: never the node itself
     neg_cols = (neg_rows + torch.randint(1, n, (neg_rows.numel(),), device=rows.device,
                                          generator=gen)) % n
-    with pyro.plate("negatives", neg_rows.numel()), poutine.scale(scale=gamma * vmax):
+    with (pyro.plate("negatives", neg_rows.numel()), poutine.scale(scale=gamma * vmax),
+          neg_mask):
         pyro.sample("W_Z_negatives", dist.Bernoulli(logits=weights.log_at(neg_rows, neg_cols),
                                                     validate_args=False),
                     obs=torch.zeros(neg_rows.numel(), dtype=v.dtype, device=v.device))

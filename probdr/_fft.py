@@ -20,6 +20,8 @@ import warnings
 
 import torch
 
+from . import config
+
 #: default grid spacing: the Cauchy kernel varies on a unit scale; the gradient's relative error
 #: scales as spacing^4 (measured against the exact sum: about 2.7% at 1/2, 0.7% at 1/3, 0.25% at
 #: 1/4 -- Barnes-Hut at theta = 0.5 is in the same range as 1/2). On digits and mnist5k, 1/2 gave
@@ -85,17 +87,25 @@ _CACHE_ENTRIES = 6
 
 
 class Grid2D:
-    """Interpolation of n points in 2-D onto a regular grid (built once per step)."""
+    """Interpolation of n points in 2-D onto a regular grid (built once per step).
+
+    ``box = (lower corner, span)``: the grid of a larger set whose rows ``Z`` are (a rank's
+    block). ``fixed``: a grid of side ``MAX_GRID`` whose spacing stays on the device, so that
+    building it reads nothing on the host (the sync-free mode of :mod:`probdr.config`); the
+    spacing is the one the fitted size would have, the extra nodes carry no charge."""
 
     def __init__(self, Z: torch.Tensor, spacing: float = GRID_SPACING,
-                 box: tuple[torch.Tensor, float] | None = None):
-        # box = (lower corner, span): the grid of a larger set whose rows Z are (a rank's block)
-        lo, span = box if box is not None else (None, None)
-        if box is None:
-            lo = Z.min(0).values
-            span = float((Z.max(0).values - lo).max())
-        h = max(spacing, span / (MAX_GRID - 4))
-        G = _ladder_size(int(math.ceil(span / h)) + 4)
+                 box: tuple | None = None, fixed: bool = False):
+        lo, span = box if box is not None else (Z.min(0).values, None)
+        if span is None:
+            span = (Z.max(0).values - lo).max()
+        if fixed:
+            h = torch.clamp_min(span / (MAX_GRID - 4), spacing)
+            G = MAX_GRID
+        else:
+            span = float(span)
+            h = max(spacing, span / (MAX_GRID - 4))
+            G = _ladder_size(int(math.ceil(span / h)) + 4)
         self.h, self.G = h, G
         self.flat_index, self.weight = _stencil(Z, lo, h, G)
 
@@ -129,8 +139,8 @@ class Grid2D:
     def kernel_fft(self, log_kernel_of_d2, dtype, key=None) -> torch.Tensor:
         """FFT of the kernel sampled on the (2G, 2G) circular grid of node offsets (cached by
         ``key``, grid size and spacing)."""
-        G = self.G
-        ck = (key, G, self.h, dtype) if key is not None else None
+        G = self.G  # a spacing on the device (fixed grids) changes every step: no cache
+        ck = (key, G, self.h, dtype) if key is not None and isinstance(self.h, float) else None
         if ck is not None and ck in _KERNEL_FFT_CACHE:
             return _KERNEL_FFT_CACHE[ck]
         while len(_KERNEL_FFT_CACHE) >= _CACHE_ENTRIES:  # drop the oldest
@@ -175,12 +185,13 @@ class _CauchyLogTotalFFT(torch.autograd.Function):
     @staticmethod
     def forward(ctx, Z, spacing, rows, reduce):
         Zd = Z.detach()
+        fixed = config.sync_free_for(Zd.device)
         if rows is None:
-            grid, Zb = Grid2D(Zd, spacing), Zd
+            grid, Zb = Grid2D(Zd, spacing, fixed=fixed), Zd
         else:  # a rank's block of points on the grid of all points
             lo = Zd.min(0).values
             grid = Grid2D(Zd[rows[0]:rows[1]], spacing,
-                          box=(lo, float((Zd.max(0).values - lo).max())))
+                          box=(lo, (Zd.max(0).values - lo).max()), fixed=fixed)
             Zb = Zd[rows[0]:rows[1]]
         c = Zd.mean(0)
         pots = grid.gather(_cauchy_grids(grid, Zb, c, reduce))  # (4, n) or (4, block)

@@ -24,6 +24,17 @@ of fewer than ``LOSS_EVERY_MIN_POINTS`` points, every ``LOSS_EVERY_LARGE``-th ab
 and last step of every phase; openTSNE and scikit-learn's t-SNE also evaluate the KL divergence
 every 50 iterations only). Phases with a stopping rule, L-BFGS and callbacks see the loss at
 every step they need. ``1`` records every step at any size.
+
+``sync_free`` keeps the host out of the optimisation loop's way on accelerators: a step then makes
+no host synchronisation (no ``.item()``, no data-dependent shapes, no Python branch on a tensor's
+value), so the host queues the next steps while the device computes. The losses stay on the device
+and are read every ``SYNC_EVERY`` steps (and at the end of a phase, and at every step a callback or
+a stopping rule needs), where a non-finite loss is still reported with the step it appeared at.
+What changes in that mode: the FFT grid of t-SNE has a fixed side (``MAX_GRID``) and a spacing
+computed on the device, and negative sampling evaluates every edge with a 0/1 weight instead of
+selecting the edges of the step (the same law of the draws, another random stream). ``None``
+(default, or ``PROBDR_SYNC_FREE=auto``): on for every device but the CPU, where a synchronisation
+costs nothing and the selected edges are fewer operations; ``True``/``False`` force it.
 """
 
 from __future__ import annotations
@@ -49,6 +60,22 @@ def _loss_every_env() -> int | None:
 
 
 _loss_every: int | None = _loss_every_env()
+#: in sync-free mode, the host reads the losses every this many steps
+SYNC_EVERY = 50
+
+
+def _sync_free_env() -> bool | None:
+    raw = os.environ.get("PROBDR_SYNC_FREE", "auto").strip().lower()
+    if raw in ("", "auto", "none"):
+        return None
+    if raw in ("1", "true", "yes", "on"):
+        return True
+    if raw in ("0", "false", "no", "off"):
+        return False
+    raise ValueError(f"PROBDR_SYNC_FREE must be 1, 0 or 'auto', got {raw!r}.")
+
+
+_sync_free: bool | None = _sync_free_env()
 
 
 def get_heap_reuse() -> bool:
@@ -94,6 +121,31 @@ def loss_every_for(n_points: int) -> int:
     if _loss_every is not None:
         return _loss_every
     return 1 if n_points < LOSS_EVERY_MIN_POINTS else LOSS_EVERY_LARGE
+
+
+def get_sync_free() -> bool | None:
+    """Whether optimisation loops avoid host synchronisation: ``True``, ``False`` or ``None``
+    (automatic: on every device but the CPU)."""
+    return _sync_free
+
+
+def set_sync_free(on: bool | None) -> None:
+    """Make optimisation loops free of host synchronisation (``True``), not (``False``), or
+    decide by device (``None``, the default: on every device but the CPU)."""
+    global _sync_free
+    if on is not None and not isinstance(on, bool):
+        raise ValueError(f"sync_free must be True, False or None, got {on!r}.")
+    _sync_free = on
+
+
+def sync_free_for(device) -> bool:
+    """Whether a loop on ``device`` (a ``torch.device`` or its name) runs free of host
+    synchronisation under the current setting."""
+    if _sync_free is not None:
+        return _sync_free
+    import torch
+
+    return torch.device(device).type != "cpu"
 
 
 def get_memory_budget() -> float | None:

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import collections
+import traceback
+
 import torch
+from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
@@ -21,3 +25,39 @@ class MaxNumel(TorchDispatchMode):
                 size = t._nnz() * (t.sparse_dim() + 1) if t.is_sparse else t.numel()
                 self.max = max(self.max, size)
         return out
+
+
+#: tensor methods that make the host wait for the device (a value read on the host, or a result
+#: whose shape depends on the data)
+_SYNC_FUNCS = {torch.Tensor.item, torch.Tensor.__bool__, torch.Tensor.__float__,
+               torch.Tensor.__int__, torch.Tensor.__index__, torch.Tensor.tolist,
+               torch.Tensor.numpy, torch.Tensor.cpu, torch.Tensor.nonzero, torch.nonzero,
+               torch.Tensor.unique, torch.unique, torch.masked_select, torch.Tensor.masked_select}
+
+
+def _is_bool_tensor(x) -> bool:
+    return isinstance(x, torch.Tensor) and x.dtype == torch.bool
+
+
+class HostSyncs(TorchFunctionMode):
+    """Counts, while ``active``, the torch calls that would synchronise the host with a CUDA
+    device: reading a value (``item``, ``bool``, ``float``, ``tolist``, ``cpu``, ``numpy``) or
+    computing a shape from the data (``nonzero``, ``unique``, boolean-mask indexing). On a CPU
+    they cost nothing, so this is how a CPU-only machine checks that a loop would not stall a
+    GPU. ``calls`` maps ``(name, file:line)`` to a count."""
+
+    def __init__(self):
+        super().__init__()
+        self.active = False
+        self.calls: collections.Counter = collections.Counter()
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        if self.active:
+            name = getattr(func, "__name__", str(func)) if func in _SYNC_FUNCS else None
+            if func is torch.Tensor.__getitem__:
+                key = args[1] if isinstance(args[1], tuple) else (args[1],)
+                name = "boolean index" if any(_is_bool_tensor(k) for k in key) else None
+            if name is not None:
+                frame = traceback.extract_stack(limit=3)[0]
+                self.calls[(name, f"{frame.filename}:{frame.lineno}")] += 1
+        return func(*args, **(kwargs or {}))

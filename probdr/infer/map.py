@@ -28,6 +28,7 @@ import numpy as np
 import pyro
 import torch
 from pyro.infer import Trace_ELBO
+from pyro.infer.util import is_identically_zero
 from pyro.infer.autoguide import AutoDelta
 from pyro.infer.autoguide.initialization import init_to_value
 from tqdm.auto import tqdm
@@ -57,6 +58,34 @@ __all__ = ["Phase", "MAPResult", "MAPFit", "RelativeChange", "run_map", "map_est
 # --------------------------------------------------------------------------------------------
 # the driver
 # --------------------------------------------------------------------------------------------
+class _SurrogateELBO(Trace_ELBO):
+    """``Trace_ELBO`` whose differentiable loss never reads a value on the host.
+
+    ``Trace_ELBO.differentiable_loss`` returns ``loss + (surrogate - surrogate.item())``, with
+    ``loss`` summed from ``.item()`` of every site and a NaN check (``bool``): several host
+    synchronisations per step. With reparametrised guides (every guide of the MAP driver) the
+    surrogate *is* the loss: this returns it, the same autograd graph and, to the last bit of
+    float32 rounding, the same value."""
+
+    def differentiable_loss(self, model, guide, *args, **kwargs):
+        loss = 0.0
+        for model_trace, guide_trace in self._get_traces(model, guide, args, kwargs):
+            elbo = 0.0
+            for site in model_trace.nodes.values():
+                if site["type"] == "sample":
+                    elbo = elbo + site["log_prob_sum"]
+            for site in guide_trace.nodes.values():
+                if site["type"] != "sample":
+                    continue
+                _, score, entropy = site["score_parts"]
+                if not is_identically_zero(score):
+                    raise ValueError("the sync-free MAP loss needs reparametrised guide sites.")
+                if not is_identically_zero(entropy):
+                    elbo = elbo - entropy.sum()
+            loss = loss - elbo / self.num_particles
+        return loss
+
+
 class MAPFit:
     r"""One MAP fit in progress: the driver behind :func:`run_map` and :func:`map_estimate`.
 
@@ -165,7 +194,7 @@ class MAPFit:
         self.guide = None
         self.params: list[torch.Tensor] | None = None
         self.opt = None
-        self.n_rescued = 0
+        self._rescued = 0
         self._history: list[float] = []
         self._loss_steps: list[int] = []
         self._n_steps = 0
@@ -175,10 +204,12 @@ class MAPFit:
         first = next(iter(self.init_values.values()))
         self.loss_every = (int(loss_every) if loss_every is not None
                            else config.loss_every_for(first.shape[0] if first.ndim else 1))
+        #: steps queue on the device without host synchronisation (probdr.config.sync_free)
+        self.sync_free = config.sync_free_for(first.device)
         self._z_param: torch.Tensor | None = None
         # one instance for the whole fit: its first call guesses the plate nesting (one more
         # run of the model and the guide)
-        self._elbo = Trace_ELBO()
+        self._elbo = _SurrogateELBO() if self.sync_free else Trace_ELBO()
         self._stack: ExitStack | None = None
         self._bar = None
         default_cb, default_every = _CALLBACK.get()
@@ -223,6 +254,7 @@ class MAPFit:
     history = property(lambda self: np.asarray(self._history, dtype=np.float64))
     loss_steps = property(lambda self: np.asarray(self._loss_steps, dtype=np.int64))
     n_steps = property(lambda self: self._n_steps)
+    n_rescued = property(lambda self: int(self._rescued))
 
     def setup(self, model_kwargs: dict[str, Any]) -> None:
         """Create the guide's parameters by running it once on these model arguments (the first
@@ -270,7 +302,7 @@ class MAPFit:
     def _loss(self, kwargs) -> torch.Tensor:
         return self._elbo.differentiable_loss(self.model, self.guide, **kwargs)
 
-    def _gradient_step(self, kwargs) -> float:
+    def _gradient_step(self, kwargs) -> torch.Tensor:
         opt = self.opt
         opt.zero_grad(set_to_none=True)
         loss = self._loss(kwargs)
@@ -282,10 +314,11 @@ class MAPFit:
                 p.grad.clamp_(-self.grad_clip, self.grad_clip)
         opt.step()
         if self._z_param is not None:
-            self.n_rescued += _rescue_collapsed_columns(self._z_param, opt, self.collapse_floor)
-        return loss.item()
+            self._rescued = self._rescued + _rescue_collapsed_columns(
+                self._z_param, opt, self.collapse_floor, self.sync_free)
+        return loss.detach()
 
-    def _lbfgs_step(self, kwargs) -> float:
+    def _lbfgs_step(self, kwargs) -> torch.Tensor:
         losses: list[torch.Tensor] = []
 
         def closure():
@@ -300,7 +333,22 @@ class MAPFit:
             return scaled
 
         self.opt.step(closure)
-        return float(losses[0])
+        return losses[0]
+
+    def _read_losses(self, pending: list) -> float:
+        """Read the queued losses ``[(step, record, loss tensor)]`` on the host (one transfer),
+        record those marked, and raise at the first non-finite one; returns the last value."""
+        values = torch.stack([p[2] for p in pending]).tolist()
+        for (step, record, _), value in zip(pending, values, strict=True):
+            if record:
+                self._history.append(value)
+                self._loss_steps.append(step)
+            if not math.isfinite(value):
+                raise FloatingPointError(
+                    f"{self.desc}: the loss became non-finite at step {step - 1}; lower the "
+                    "learning rate or use dtype='float64'.")
+        pending.clear()
+        return values[-1]
 
     def run(self, phase: Phase, model_kwargs: dict[str, Any], *, keep_state: bool = True,
             observe: Callable[[], torch.Tensor] | None = None) -> int:
@@ -334,9 +382,12 @@ class MAPFit:
         step_fn = self._lbfgs_step if self.optimizer == "lbfgs" else self._gradient_step
         hist = self._history
         total = self.total_steps
-        every = (1 if self.optimizer == "lbfgs" or phase.tol is not None
-                 or phase.converged is not None else self.loss_every)
+        stops = phase.converged is not None or phase.tol is not None
+        every = 1 if self.optimizer == "lbfgs" or stops else self.loss_every
         cb_every = self.callback_every if self.callback is not None else 0
+        # losses queued on the device, read every `read_every` steps (every step off sync-free)
+        read_every = config.SYNC_EVERY if self.sync_free and not stops else 1
+        pending: list = []
         with pyro.validation_enabled(False), heap_reuse(), scratch():
             for t in range(phase.n_iter):
                 if phase.final_learning_rate is not None:
@@ -351,21 +402,19 @@ class MAPFit:
                 record = (every == 1 or t % every == 0 or t == phase.n_iter - 1
                           or (cb_every and step % cb_every == 0))
                 with nullcontext() if record else values_deferred():
-                    loss = step_fn(kwargs)  # between records: the gradient, a partial loss
+                    # between records: the gradient, a partial loss
+                    pending.append((step, record, step_fn(kwargs)))
                 self._n_steps = step
                 if t == 0:  # the first step's cache-building temporaries: back to the system
                     release_free()
-                if record:
-                    hist.append(loss)
-                    self._loss_steps.append(step)
-                if not math.isfinite(loss):
-                    raise FloatingPointError(
-                        f"{self.desc}: the loss became non-finite at step {step - 1}; lower the "
-                        "learning rate or use dtype='float64'.")
+                called = self.callback is not None and step % self.callback_every == 0
+                if (step % read_every == 0 or t == phase.n_iter - 1 or called
+                        or (self.verbose and total and step == total)):
+                    loss = self._read_losses(pending)
                 if self.verbose and total and (step % 50 == 0 or step == total):
                     self._bar.set_postfix(loss=f"{hist[-1]:.4g}", phase=phase.name)
                     self._bar.update(50 if step % 50 == 0 else total % 50)
-                if self.callback is not None and step % self.callback_every == 0:
+                if called:
                     Z = self.values(kwargs).get("Z")
                     Z = None if Z is None else Z.detach().to(torch.float64).cpu().numpy()
                     if self.callback(step, Z, loss):

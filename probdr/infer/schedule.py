@@ -112,9 +112,11 @@ def _column_spread(Z: torch.Tensor) -> torch.Tensor:
 
 
 @torch.no_grad()
-def _rescue_collapsed_columns(Z: torch.Tensor, opt, floor: float) -> int:
+def _rescue_collapsed_columns(Z: torch.Tensor, opt, floor: float, sync_free: bool = False):
     """Re-centre and scale up every column of ``Z`` whose spread fell below ``floor``, and scale
-    the optimiser's velocity with it; returns the number of columns rescued.
+    the optimiser's velocity with it; returns the number of columns rescued (``sync_free``: as a
+    tensor, and without the host's early exit -- the unselected columns are written back
+    unchanged and their velocity multiplied by 1, the same numbers).
 
     Why: with early exaggeration and a broad input affinity (high perplexity: attraction beats
     repulsion at every scale) gradient descent contracts the embedding geometrically, about
@@ -134,12 +136,12 @@ def _rescue_collapsed_columns(Z: torch.Tensor, opt, floor: float) -> int:
     """
     spread = _column_spread(Z)
     low = (spread < floor) & (spread > 0)
-    if not bool(low.any()):
+    if not sync_free and not bool(low.any()):
         return 0
     factor = torch.where(low, _RESCUE_SPREAD / spread.clamp_min(1e-300), torch.ones_like(spread))
     Z.copy_(torch.where(low, (Z - Z.mean(0)) * factor, Z))
     opt.scale_state_(Z, factor)
-    return int(low.sum())
+    return low.sum() if sync_free else int(low.sum())
 
 
 def _make_optimizer(name: str, params, phase: Phase):

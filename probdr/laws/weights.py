@@ -10,6 +10,7 @@ from __future__ import annotations
 import torch
 
 from .._pairwise import edge_log_kernel, edge_log_kernel_sum, pair_reduce, pairwise_sq_distances
+from .. import config
 from ..config import check_dense
 
 __all__ = ["Weights", "DenseWeights", "SparseWeights", "KernelWeights", "MAX_LOGIT",
@@ -320,9 +321,13 @@ class KernelWeights(Weights):
 
     def _sampled_total_logsumexp(self):
         rows, cols, far, n_far = self._far_samples()
-        lw = self.log_at(rows, cols)[far]
-        N_far = n_far.sum()
-        parts = [torch.logsumexp(lw, 0) + torch.log(N_far / max(lw.numel(), 1))]
+        lw = self.log_at(rows, cols)
+        if config.sync_free_for(lw.device):  # the near samples at weight 0: fixed shapes
+            lw, hits = lw.masked_fill(~far, NEG_INF), far.sum().clamp_min(1)
+        else:
+            lw = lw[far]
+            hits = max(lw.numel(), 1)
+        parts = [torch.logsumexp(lw, 0) + torch.log(n_far.sum() / hits)]
         r, _, lwn = self._near_log_w()
         if r is not None:
             parts.append(torch.logsumexp(lwn, 0))
@@ -337,8 +342,12 @@ class KernelWeights(Weights):
 
     def _sampled_sum_softplus(self):
         rows, cols, far, n_far = self._far_samples()
-        sp = torch.nn.functional.softplus(self.log_at(rows, cols)[far])
-        out = sp.mean() * n_far.sum() if sp.numel() else self.Z.new_zeros(())
+        sp = torch.nn.functional.softplus(self.log_at(rows, cols))
+        if config.sync_free_for(sp.device):  # the near samples at weight 0: fixed shapes
+            out = (sp * far).sum() / far.sum().clamp_min(1) * n_far.sum()
+        else:
+            sp = sp[far]
+            out = sp.mean() * n_far.sum() if sp.numel() else self.Z.new_zeros(())
         r, _, lwn = self._near_log_w()
         if r is not None:
             out = out + torch.nn.functional.softplus(lwn).sum()
