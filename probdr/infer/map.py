@@ -28,9 +28,9 @@ import numpy as np
 import pyro
 import torch
 from pyro.infer import Trace_ELBO
-from pyro.infer.util import is_identically_zero
 from pyro.infer.autoguide import AutoDelta
 from pyro.infer.autoguide.initialization import init_to_value
+from pyro.infer.util import is_identically_zero
 from tqdm.auto import tqdm
 
 from .. import config

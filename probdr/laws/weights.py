@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import torch
 
-from .._pairwise import edge_log_kernel, edge_log_kernel_sum, pair_reduce, pairwise_sq_distances
 from .. import config
+from .._pairwise import edge_log_kernel, edge_log_kernel_sum, pair_reduce, pairwise_sq_distances
 from ..config import check_dense
 
 __all__ = ["Weights", "DenseWeights", "SparseWeights", "KernelWeights", "MAX_LOGIT",
