@@ -1,7 +1,7 @@
 PY ?= python
 PIP_INSTALL = $(PY) -m pip install -c constraints.txt
 
-.PHONY: install dev test test-all lint docs bench clean
+.PHONY: install dev test test-all lint docs bench clean device-wheels
 
 install:
 	$(PIP_INSTALL) -e .
@@ -17,6 +17,14 @@ test-all:
 
 lint:
 	$(PY) -m ruff check probdr models tests benchmarks
+
+# the wheels benchmarks/device_check.py needs on a GPU machine without a package registry
+# (Python 3.12, manylinux x86-64; benchmarks/DEVICE.md), into .whl/ (ignored by git)
+device-wheels:
+	$(PY) -m pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+		--platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 \
+		--platform manylinux_2_24_x86_64 --platform manylinux_2_17_x86_64 \
+		--platform manylinux2014_x86_64 -d .whl -r benchmarks/device_wheels.txt
 
 docs:
 	$(PY) -m sphinx -W --keep-going -b html docs docs/_build/html

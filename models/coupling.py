@@ -39,9 +39,9 @@ import torch
 from pyro import poutine
 from torch.distributions import constraints
 
-from probdr import config
 from probdr._distributed import current_shard
 from probdr._utils import tensor_cache as _cached
+from probdr.config import sync_free_for
 from probdr.laws.graph import GraphPrior, _edge_terms
 from probdr.laws.weights import KernelWeights
 
@@ -154,7 +154,7 @@ def _negative_sampling_likelihood(law, W_X, m, gamma, n, epoch_steps: int = 1):
         gen = shard.generator
     used = (torch.rand(v.shape, dtype=v.dtype, device=v.device, generator=gen)
             .mul_(vmax * epoch_steps) < v)
-    if config.sync_free_for(v.device):  # every edge, the unused with weight 0: fixed shapes
+    if sync_free_for(v.device):  # every edge, the unused with weight 0: fixed shapes
         mask, neg_mask = poutine.mask(mask=used), poutine.mask(mask=used.repeat_interleave(m))
         neg_rows = _cached(rows, f"_probdr_ns_neg_rows_{m}", lambda: rows.repeat_interleave(m))
     else:  # the used edges: index_select on the nonzero positions (fewer operations; boolean

@@ -17,7 +17,6 @@ Posteriors (SVI, NUTS) start from the MAP: :func:`probdr.infer.posterior.fit_pos
 
 from __future__ import annotations
 
-import math
 import warnings
 from collections.abc import Callable
 from contextlib import ExitStack, nullcontext
@@ -30,7 +29,6 @@ import torch
 from pyro.infer import Trace_ELBO
 from pyro.infer.autoguide import AutoDelta
 from pyro.infer.autoguide.initialization import init_to_value
-from pyro.infer.util import is_identically_zero
 from tqdm.auto import tqdm
 
 from .. import config
@@ -41,9 +39,11 @@ from .schedule import (
     _CALLBACK,
     COLLAPSE_FLOOR,
     OPTIMIZERS,
+    LossQueue,
     MAPResult,
     Phase,
     RelativeChange,
+    SyncFreeELBO,
     _carry_optimizer,
     _column_spread,
     _make_optimizer,
@@ -58,34 +58,6 @@ __all__ = ["Phase", "MAPResult", "MAPFit", "RelativeChange", "run_map", "map_est
 # --------------------------------------------------------------------------------------------
 # the driver
 # --------------------------------------------------------------------------------------------
-class _SurrogateELBO(Trace_ELBO):
-    """``Trace_ELBO`` whose differentiable loss never reads a value on the host.
-
-    ``Trace_ELBO.differentiable_loss`` returns ``loss + (surrogate - surrogate.item())``, with
-    ``loss`` summed from ``.item()`` of every site and a NaN check (``bool``): several host
-    synchronisations per step. With reparametrised guides (every guide of the MAP driver) the
-    surrogate *is* the loss: this returns it, the same autograd graph and, to the last bit of
-    float32 rounding, the same value."""
-
-    def differentiable_loss(self, model, guide, *args, **kwargs):
-        loss = 0.0
-        for model_trace, guide_trace in self._get_traces(model, guide, args, kwargs):
-            elbo = 0.0
-            for site in model_trace.nodes.values():
-                if site["type"] == "sample":
-                    elbo = elbo + site["log_prob_sum"]
-            for site in guide_trace.nodes.values():
-                if site["type"] != "sample":
-                    continue
-                _, score, entropy = site["score_parts"]
-                if not is_identically_zero(score):
-                    raise ValueError("the sync-free MAP loss needs reparametrised guide sites.")
-                if not is_identically_zero(entropy):
-                    elbo = elbo - entropy.sum()
-            loss = loss - elbo / self.num_particles
-        return loss
-
-
 class MAPFit:
     r"""One MAP fit in progress: the driver behind :func:`run_map` and :func:`map_estimate`.
 
@@ -195,8 +167,7 @@ class MAPFit:
         self.params: list[torch.Tensor] | None = None
         self.opt = None
         self._rescued = 0
-        self._history: list[float] = []
-        self._loss_steps: list[int] = []
+        self._losses = LossQueue(desc)
         self._n_steps = 0
         if loss_every is not None and (isinstance(loss_every, bool)
                                        or not isinstance(loss_every, Integral) or loss_every < 1):
@@ -209,7 +180,7 @@ class MAPFit:
         self._z_param: torch.Tensor | None = None
         # one instance for the whole fit: its first call guesses the plate nesting (one more
         # run of the model and the guide)
-        self._elbo = _SurrogateELBO() if self.sync_free else Trace_ELBO()
+        self._elbo = SyncFreeELBO() if self.sync_free else Trace_ELBO()
         self._stack: ExitStack | None = None
         self._bar = None
         default_cb, default_every = _CALLBACK.get()
@@ -251,8 +222,8 @@ class MAPFit:
             raise RuntimeError("MAPFit is used as a context manager: `with MAPFit(...) as fit:`.")
 
     # -- state ----------------------------------------------------------------------------
-    history = property(lambda self: np.asarray(self._history, dtype=np.float64))
-    loss_steps = property(lambda self: np.asarray(self._loss_steps, dtype=np.int64))
+    history = property(lambda self: np.asarray(self._losses.history, dtype=np.float64))
+    loss_steps = property(lambda self: np.asarray(self._losses.steps, dtype=np.int64))
     n_steps = property(lambda self: self._n_steps)
     n_rescued = property(lambda self: int(self._rescued))
 
@@ -335,21 +306,6 @@ class MAPFit:
         self.opt.step(closure)
         return losses[0]
 
-    def _read_losses(self, pending: list) -> float:
-        """Read the queued losses ``[(step, record, loss tensor)]`` on the host (one transfer),
-        record those marked, and raise at the first non-finite one; returns the last value."""
-        values = torch.stack([p[2] for p in pending]).tolist()
-        for (step, record, _), value in zip(pending, values, strict=True):
-            if record:
-                self._history.append(value)
-                self._loss_steps.append(step)
-            if not math.isfinite(value):
-                raise FloatingPointError(
-                    f"{self.desc}: the loss became non-finite at step {step - 1}; lower the "
-                    "learning rate or use dtype='float64'.")
-        pending.clear()
-        return values[-1]
-
     def run(self, phase: Phase, model_kwargs: dict[str, Any], *, keep_state: bool = True,
             observe: Callable[[], torch.Tensor] | None = None) -> int:
         """Run one phase on the model arguments ``model_kwargs`` (updated by the phase's own);
@@ -380,14 +336,12 @@ class MAPFit:
             _carry_optimizer(self.opt, phase)
         kwargs = {**model_kwargs, **phase.model_kwargs}
         step_fn = self._lbfgs_step if self.optimizer == "lbfgs" else self._gradient_step
-        hist = self._history
+        hist, queue = self._losses.history, self._losses
         total = self.total_steps
         stops = phase.converged is not None or phase.tol is not None
         every = 1 if self.optimizer == "lbfgs" or stops else self.loss_every
         cb_every = self.callback_every if self.callback is not None else 0
-        # losses queued on the device, read every `read_every` steps (every step off sync-free)
         read_every = config.SYNC_EVERY if self.sync_free and not stops else 1
-        pending: list = []
         with pyro.validation_enabled(False), heap_reuse(), scratch():
             for t in range(phase.n_iter):
                 if phase.final_learning_rate is not None:
@@ -403,14 +357,14 @@ class MAPFit:
                           or (cb_every and step % cb_every == 0))
                 with nullcontext() if record else values_deferred():
                     # between records: the gradient, a partial loss
-                    pending.append((step, record, step_fn(kwargs)))
+                    queue.put(step, record, step_fn(kwargs))
                 self._n_steps = step
                 if t == 0:  # the first step's cache-building temporaries: back to the system
                     release_free()
                 called = self.callback is not None and step % self.callback_every == 0
                 if (step % read_every == 0 or t == phase.n_iter - 1 or called
                         or (self.verbose and total and step == total)):
-                    loss = self._read_losses(pending)
+                    loss = queue.read()
                 if self.verbose and total and (step % 50 == 0 or step == total):
                     self._bar.set_postfix(loss=f"{hist[-1]:.4g}", phase=phase.name)
                     self._bar.update(50 if step % 50 == 0 else total % 50)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -13,6 +14,8 @@ from typing import Any
 import numpy as np
 import pyro
 import torch
+from pyro.infer import Trace_ELBO
+from pyro.infer.util import is_identically_zero
 
 from ..optim import SGD, Adam, GainsMomentum
 
@@ -104,6 +107,65 @@ class MAPResult:
 #: :func:`_rescue_collapsed_columns`); it is re-centred and scaled back to ``_RESCUE_SPREAD``
 COLLAPSE_FLOOR = 1e-8
 _RESCUE_SPREAD = 1e-4
+
+
+class LossQueue:
+    """The losses of a MAP fit's steps, queued as tensors where they were computed and read on
+    the host together (one transfer) when :meth:`read` is called: every step on a CPU, every
+    ``probdr.config.SYNC_EVERY`` steps in the sync-free mode of accelerators. ``history`` and
+    ``steps`` hold the recorded losses and their step numbers (from 1)."""
+
+    def __init__(self, desc: str = "MAP"):
+        self.desc = desc
+        self.history: list[float] = []
+        self.steps: list[int] = []
+        self._pending: list = []
+
+    def put(self, step: int, record: bool, loss: torch.Tensor) -> None:
+        self._pending.append((step, record, loss))
+
+    def read(self) -> float:
+        """Record the queued losses marked for recording and raise at the first non-finite
+        one, naming its step; returns the last value."""
+        values = torch.stack([p[2] for p in self._pending]).tolist()
+        for (step, record, _), value in zip(self._pending, values, strict=True):
+            if record:
+                self.history.append(value)
+                self.steps.append(step)
+            if not math.isfinite(value):
+                raise FloatingPointError(
+                    f"{self.desc}: the loss became non-finite at step {step - 1}; lower the "
+                    "learning rate or use dtype='float64'.")
+        self._pending.clear()
+        return values[-1]
+
+
+class SyncFreeELBO(Trace_ELBO):
+    """``Trace_ELBO`` whose differentiable loss never reads a value on the host.
+
+    ``Trace_ELBO.differentiable_loss`` returns ``loss + (surrogate - surrogate.item())``, with
+    ``loss`` summed from ``.item()`` of every site and a NaN check (``bool``): several host
+    synchronisations per step. With reparametrised guides (every guide of the MAP driver) the
+    surrogate *is* the loss: this returns it, the same autograd graph and, to the last bit of
+    float32 rounding, the same value."""
+
+    def differentiable_loss(self, model, guide, *args, **kwargs):
+        loss = 0.0
+        for model_trace, guide_trace in self._get_traces(model, guide, args, kwargs):
+            elbo = 0.0
+            for site in model_trace.nodes.values():
+                if site["type"] == "sample":
+                    elbo = elbo + site["log_prob_sum"]
+            for site in guide_trace.nodes.values():
+                if site["type"] != "sample":
+                    continue
+                _, score, entropy = site["score_parts"]
+                if not is_identically_zero(score):
+                    raise ValueError("the sync-free MAP loss needs reparametrised guide sites.")
+                if not is_identically_zero(entropy):
+                    elbo = elbo - entropy.sum()
+            loss = loss - elbo / self.num_particles
+        return loss
 
 
 def _column_spread(Z: torch.Tensor) -> torch.Tensor:
