@@ -53,13 +53,33 @@ def test_report_is_printed_and_written(dry_run):
     assert json.loads(stdout[: stdout.rindex("}") + 1])["fits"].keys() == report["fits"].keys()
 
 
-def test_a_step_without_budget_is_skipped_not_run():
+@pytest.fixture(scope="module")
+def device_check():
     sys.path.insert(0, os.path.dirname(SCRIPT))
     try:
         import device_check
     finally:
         sys.path.pop(0)
+    return device_check
 
+
+def test_device_knn_accuracy_is_the_metric(device_check):
+    """The blocked on-device 5-NN accuracy of the check is probdr.metrics.knn_accuracy (here on
+    the CPU; votes with ties, blocks that do not divide n; distances without ties, whose order
+    torch.topk leaves open)."""
+    import numpy as np
+    import torch
+
+    from probdr import metrics
+
+    rng = np.random.default_rng(3)
+    Z = rng.normal(size=(1500, 2))
+    y = rng.integers(0, 7, 1500)
+    got = device_check._knn_accuracy_on_device(torch.tensor(Z), y, 5, block=256)
+    assert got == metrics.knn_accuracy(Z, y, 5)
+
+
+def test_a_step_without_budget_is_skipped_not_run(device_check):
     class Args:
         device, quick = "cpu", True
 

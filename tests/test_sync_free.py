@@ -66,11 +66,15 @@ def _fit_counting(name, kw, X, monkeypatch, skip=2):
     return est, hook.calls, steps[0]
 
 
+DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
+
+
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("case", sorted(CASES))
-def test_no_host_synchronisation_inside_the_loop(case, X300, sync_free, monkeypatch):
+def test_no_host_synchronisation_inside_the_loop(case, device, X300, sync_free, monkeypatch):
     sync_free(True)
     name, kw = CASES[case]
-    est, calls, steps = _fit_counting(name, kw, X300[0], monkeypatch)
+    est, calls, steps = _fit_counting(name, dict(kw, device=device), X300[0], monkeypatch)
     assert steps == 30
     assert dict(calls) == {}
     assert np.isfinite(est.embedding_).all()
@@ -81,7 +85,7 @@ def test_the_hook_sees_the_cpu_loops_reads(X300, sync_free, monkeypatch):
     its edges by ``nonzero``: the hook counts them, so an empty count above means something."""
     sync_free(False)
     name, kw = CASES["UMAP"]
-    _, calls, steps = _fit_counting(name, kw, X300[0], monkeypatch)
+    _, calls, steps = _fit_counting(name, dict(kw, device="cpu"), X300[0], monkeypatch)
     names = {k[0] for k in calls}
     assert {"item", "nonzero", "__bool__"} <= names
     assert sum(calls.values()) >= 3 * (steps - 2)
@@ -98,7 +102,7 @@ def test_same_fit_bit_for_bit_where_only_bookkeeping_changes(case, X300, sync_fr
     fits = {}
     for on in (False, True):
         sync_free(on)
-        fits[on] = getattr(probdr, name)(random_state=0, **kw).fit(X300[0])
+        fits[on] = getattr(probdr, name)(random_state=0, device="cpu", **kw).fit(X300[0])
     np.testing.assert_array_equal(fits[True].embedding_, fits[False].embedding_)
     np.testing.assert_array_equal(fits[True].loss_steps_, fits[False].loss_steps_)
     np.testing.assert_allclose(fits[True].loss_history_, fits[False].loss_history_, rtol=1e-6)
@@ -127,7 +131,8 @@ def test_fixed_grid_fit_matches_the_fitted_grid_fit(X300, sync_free):
     fits = {}
     for on in (False, True):
         sync_free(on)
-        fits[on] = getattr(probdr, name)(random_state=0, **dict(kw, n_iter=60)).fit(X300[0])
+        fits[on] = getattr(probdr, name)(random_state=0, device="cpu",
+                                         **dict(kw, n_iter=60)).fit(X300[0])
     np.testing.assert_allclose(fits[True].loss_history_, fits[False].loss_history_, rtol=1e-3)
     a, b = fits[True].embedding_, fits[False].embedding_
     assert np.abs(a - b).max() < 1e-2 * np.abs(b).max()
@@ -140,7 +145,7 @@ def test_masked_negative_sampling_same_quality(digits, sync_free):
     q = {}
     for on in (False, True):
         sync_free(on)
-        Z = probdr.UMAP(random_state=0, n_epochs=200).fit_transform(X)
+        Z = probdr.UMAP(random_state=0, n_epochs=200, device="cpu").fit_transform(X)
         q[on] = (metrics.trustworthiness(X, Z, 15), metrics.knn_accuracy(Z, y, 5))
     assert abs(q[True][0] - q[False][0]) < 0.01
     assert abs(q[True][1] - q[False][1]) < 0.03
@@ -154,7 +159,7 @@ def test_non_finite_loss_reported_at_its_step(X300, sync_free):
     for on in (False, True):
         sync_free(on)
         est = probdr.TSNE(random_state=0, n_iter=80, early_exaggeration_iter=10,
-                          learning_rate=1e38)
+                          learning_rate=1e38, device="cpu")
         with pytest.raises(FloatingPointError) as err:
             est.fit(X300[0])
         msgs[on] = str(err.value)
