@@ -33,6 +33,7 @@ import argparse
 import json
 import os
 import platform
+import signal
 import subprocess
 import sys
 import tempfile
@@ -271,21 +272,38 @@ def device_tests(budget, device, cap, out_dir) -> dict:
     if budget.left() < cap + 60:
         return {"status": "skipped", "why": f"{budget.left():.0f} s of the budget left"}
     xml = os.path.join(out_dir, "device_tests.xml")
-    cmd = [sys.executable, "-m", "pytest", "-q", "-m", "not slow", f"--junitxml={xml}", "tests/test_devices.py", "tests/test_sync_free.py",
+    cmd = [sys.executable, "-m", "pytest", "-q", "-m", "not slow", f"--junitxml={xml}",
+           "tests/test_devices.py", "tests/test_sync_free.py",
            "tests/test_ann.py", "-k", f"not test_ann or {device.split(':')[0]}"]
+    try:  # four workers where pytest-xdist is installed (the GPU is shared, the CPUs are many)
+        import xdist  # noqa: F401
+
+        cmd += ["-n", "4"]
+    except ImportError:
+        pass
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            cwd=ROOT)
+    timed_out = False
     try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=cap, cwd=ROOT)
-    except subprocess.TimeoutExpired:
-        return {"status": "timeout", "why": f"stopped after {cap:.0f} s"}
+        output = proc.communicate(timeout=cap)[0]
+    except subprocess.TimeoutExpired:  # interrupted, pytest still writes the results so far
+        timed_out = True
+        proc.send_signal(signal.SIGINT)
+        try:
+            output = proc.communicate(timeout=20)[0]
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            output = proc.communicate()[0]
     if not os.path.exists(xml):
-        return {"status": "failed", "why": (proc.stdout + proc.stderr).strip()[-300:]}
+        return {"status": "timeout" if timed_out else "failed", "why": output.strip()[-300:]}
     suite = ET.parse(xml).getroot()
     suite = suite if suite.tag == "testsuite" else suite.find("testsuite")
     counts = {k: int(suite.get(k, 0)) for k in ("tests", "failures", "errors", "skipped")}
     failed = [f"{c.get('classname')}::{c.get('name')}" for c in suite.iter("testcase")
               if c.find("failure") is not None or c.find("error") is not None]
     counts["passed"] = counts["tests"] - counts["failures"] - counts["errors"] - counts["skipped"]
-    return {"status": "ok" if proc.returncode == 0 else "failed", **counts, "failed": failed[:20]}
+    status = "timeout" if timed_out else ("ok" if proc.returncode == 0 else "failed")
+    return {"status": status, **counts, "failed": failed[:20]}
 
 
 def _fits_plan(args):

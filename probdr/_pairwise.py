@@ -77,8 +77,8 @@ def _block(Z, s, e, kernel, log_pi, direct):
         k[idx, idx + s] = 0.0
         return k, dk
     f = kernel.log_k(d2)
-    if log_pi is not None:
-        f = f + log_pi[s:e].to(f.dtype)
+    if log_pi is not None:  # (n, n), or a scalar: the same on every pair
+        f = f + (log_pi if log_pi.ndim == 0 else log_pi[s:e]).to(f.dtype)
     f[idx, idx + s] = float("-inf")
     dk = kernel.dlog_k(d2)
     dk[idx, idx + s] = 0.0

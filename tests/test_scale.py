@@ -379,3 +379,62 @@ def test_heap_reuse_changes_no_result():
         assert _alloc._depth == 0
     finally:
         config.set_heap_reuse(old)
+
+
+@pytest.mark.parametrize("log_pi", ["dense", "scalar"])
+def test_latent_edge_prior_keeps_the_per_pair_gradient_clip(log_pi):
+    """UMAP and LargeVis clip each pair's gradient at 4 (umap-learn); a latent edge prior
+    re-weights the kernel (``KernelWeights.with_log_prior``) and must keep that clip: with a
+    prior of 0 (pi = 1) the gradients equal those without a prior, and stay within the clip."""
+    from probdr.kernels import UMAPKernel
+    from probdr.laws.weights import KernelWeights
+
+    g = torch.Generator().manual_seed(0)
+    Z = (torch.randn(40, 2, generator=g, dtype=torch.float64) * 1e-3).requires_grad_()
+    r, c = torch.triu_indices(40, 40, 1)
+    lp = torch.zeros(40, 40, dtype=torch.float64) if log_pi == "dense" else torch.tensor(0.0)
+    base = KernelWeights(Z, UMAPKernel(odds=True), pair_grad_clip=4.0)
+    grads = []
+    for w in (base, base.with_log_prior(lp)):
+        assert w.pair_grad_clip == 4.0
+        (gz,) = torch.autograd.grad(w.log_at(r, c).sum(), Z)
+        grads.append(gz)
+    torch.testing.assert_close(grads[1], grads[0])
+    unclipped = KernelWeights(Z, UMAPKernel(odds=True))
+    (gu,) = torch.autograd.grad(unclipped.log_at(r, c).sum(), Z)
+    assert gu.abs().max() > 100 * grads[0].abs().max()  # the clip acts on these pairs
+
+
+@pytest.mark.parametrize("prior, changes", [("D", False), ("E", False), ("B", True)])
+@pytest.mark.parametrize("normaliser", ["exact", "sampled"])
+def test_scalar_latent_edge_prior_is_proposition_1(prior, changes, normaliser):
+    """A constant edge prior pi multiplies every kernel weight: the D and E posteriors normalise
+    it away (Proposition 1), the B posterior does not. A scalar is a documented edge prior; it
+    reaches the edge sums and the all-pairs normalisers without indexing."""
+    from probdr.kernels import StudentKernel
+    from probdr.laws.graph import get_prior
+    from probdr.laws.weights import KernelWeights
+
+    if normaliser == "sampled" and prior == "E":
+        pytest.skip("the E law's normaliser is exact or FFT")
+    g = torch.Generator().manual_seed(1)
+    Z = torch.randn(30, 2, generator=g, dtype=torch.float64)
+    W = (torch.rand(30, 30, generator=g, dtype=torch.float64) < 0.1).double()
+    W.fill_diagonal_(0)
+    if prior == "D":
+        W = torch.nn.functional.one_hot(torch.tensor([(i + 1 + i % 7) % 30 for i in range(30)]),
+                                        30).double()
+    if prior == "E":
+        W = W * 0 + torch.nn.functional.one_hot(torch.arange(30) % 29 + 1, 30).double()
+        W.fill_diagonal_(0)
+    law = get_prior(prior)
+    values = []
+    for lp in (None, torch.tensor(3.0, dtype=torch.float64).log()):
+        torch.manual_seed(0)  # the same Monte Carlo partners for "sampled"
+        K = KernelWeights(Z, StudentKernel(), lp, normaliser=normaliser, n_samples=8)
+        values.append(law.posterior(K).log_prob(W))
+    assert torch.isfinite(values[1])
+    if changes:
+        assert not torch.isclose(values[0], values[1], rtol=1e-6)
+    else:
+        torch.testing.assert_close(values[1], values[0], rtol=1e-10, atol=1e-10)

@@ -221,7 +221,7 @@ class KernelWeights(Weights):
         # on kNN graphs); the edge prior, constant in Z, is added by autograd
         out = edge_log_kernel_sum(self.Z, rows, cols, v, self.kernel, self.pair_grad_clip)
         if self.log_pi is not None:
-            lp = self.log_pi[rows, cols].to(out.dtype)
+            lp = self._log_pi_at(rows, cols).to(out.dtype)
             out = out + torch.where(v > 0, v.to(out.dtype) * lp, torch.zeros_like(lp)).sum()
         return out
 
@@ -229,8 +229,12 @@ class KernelWeights(Weights):
         # fused gather / kernel with a hand-written, deterministic gradient
         lw = edge_log_kernel(self.Z, rows, cols, self.kernel, self.pair_grad_clip)
         if self.log_pi is not None:
-            lw = lw + self.log_pi[rows, cols].to(lw.dtype)
+            lw = lw + self._log_pi_at(rows, cols).to(lw.dtype)
         return lw
+
+    def _log_pi_at(self, rows, cols):
+        """The edge prior at the pairs (a scalar prior is the same on every pair)."""
+        return self.log_pi if self.log_pi.ndim == 0 else self.log_pi[rows, cols]
 
     def dense(self):
         check_dense(self.n, "the dense latent kernel matrix",
@@ -358,7 +362,7 @@ class KernelWeights(Weights):
             return self
         lp = _as_dense_log_pi(log_pi, self.n, self.Z)
         return KernelWeights(self.Z, self.kernel, lp if self.log_pi is None else self.log_pi + lp,
-                             self.normaliser, self.n_samples, shard=self.shard)
+                             self.normaliser, self.n_samples, self.pair_grad_clip, self.shard)
 
 
 def _as_dense_log_pi(log_pi, n, like):
