@@ -25,10 +25,21 @@ def _used_edges(W, steps, seed):
     tr = poutine.trace(poutine.condition(graph_coupling_model, data={"Z": Z})).get_trace(
         W, get_prior("B"), get_kernel("umap_odds", a=1.6, b=0.9), 2,
         repulsion="negative_sampling", epoch_steps=steps)
-    return tr.nodes["W_Z_edges"]["value"].numel(), tr.nodes["W_Z_negatives"]["value"].numel()
+    return tuple(_sites_used(tr.nodes[name]) for name in ("W_Z_edges", "W_Z_negatives"))
 
 
-def test_each_step_uses_its_share_of_the_edges():
+def _sites_used(node) -> int:
+    """The observations a site uses: all of them, or, at fixed shapes (sync-free mode), those
+    its 0/1 mask keeps."""
+    mask = node["mask"]
+    return int(mask.sum()) if isinstance(mask, torch.Tensor) else node["value"].numel()
+
+
+@pytest.mark.parametrize("sync_free", [False, True])
+def test_each_step_uses_its_share_of_the_edges(sync_free, monkeypatch):
+    """The edges of a step are drawn with probability v / (max v * steps): selected on the CPU,
+    weighted 0/1 at fixed shapes in sync-free mode (accelerators); the same law in both."""
+    monkeypatch.setattr(probdr.config, "_sync_free", sync_free)
     n, k = 300, 10
     g = torch.Generator().manual_seed(0)
     rows = torch.arange(n).repeat_interleave(k)
