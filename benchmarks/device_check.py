@@ -20,7 +20,10 @@ when the budget (``--budget`` seconds, default 540) would not hold it:
    at ``--n-mid`` points (TorchDR's TSNE without FAISS or KeOps is dense, O(n^2) memory);
    probdr UMAP at ``--n-big`` (5M) if time is left. Each: wall time, peak
    ``torch.cuda.max_memory_allocated``, trustworthiness@15 on a 3,000-point sample, 5-NN
-   accuracy.
+   accuracy;
+6. between the fits, t-SNE's edge sums at ``--n`` points x 64 neighbours: probdr's edge-list path
+   (the one a GPU takes) against the same sums in plain operations compiled by torch.compile,
+   compared and timed -- whether a compiled pass would pay on the GPU.
 
 Writes ``device_check.json`` and ``device_check.md`` to ``--out`` (default ``$OUT``, else the
 current folder) and prints both. ``benchmarks/DEVICE.md`` says how to run it on a GPU machine
@@ -217,7 +220,70 @@ def child_data(args) -> dict:
     return {"n": args.n, "wall_s": wall}
 
 
-CHILDREN = {"fit": child_fit, "agree": child_agree, "data": child_data}
+def edge_pass(Z, rows, cols, v):
+    r"""t-SNE's attraction :math:`\sum_e v_e \log k(\|z_{r_e} - z_{c_e}\|^2)` (Cauchy kernel)
+    and its gradient in plain torch operations: what ``torch.compile`` may fuse into a few
+    kernels on a GPU, the candidate against probdr's edge-list path there."""
+    import torch
+
+    d = Z.index_select(0, rows) - Z.index_select(0, cols)
+    d2 = (d * d).sum(1)
+    value = (v * -torch.log1p(d2)).sum()
+    coef = (-2.0 * v / (1.0 + d2))[:, None] * d
+    grad = torch.zeros_like(Z).index_add_(0, rows, coef).index_add_(0, cols, -coef)
+    return value, grad
+
+
+def _median_time(fn, device, repeat=10) -> float:
+    fn()  # warm: caches, compilation
+    times = []
+    for _ in range(repeat):
+        _sync(device)
+        t0 = time.perf_counter()
+        fn()
+        _sync(device)
+        times.append(time.perf_counter() - t0)
+    return float(np.median(times))
+
+
+def child_edges(args) -> dict:
+    """The edge sums of a t-SNE-sized graph (``--n`` points, 64 neighbours each, 2-D): probdr's
+    edge-list path (its value and gradient) against :func:`edge_pass` compiled by torch.compile,
+    the numbers compared and each timed (median of 10 after a warm-up)."""
+    import torch
+
+    from probdr._pairwise import edge_log_kernel_sum
+    from probdr.kernels import StudentKernel
+
+    dev, n, k = torch.device(args.device), args.n, 64
+    gen = torch.Generator(dev).manual_seed(0)
+    Z = torch.randn(n, 2, generator=gen, device=dev) * 10
+    rows = torch.arange(n, device=dev).repeat_interleave(k)
+    cols = (rows + torch.randint(1, n, rows.shape, generator=gen, device=dev)) % n
+    v = torch.rand(rows.shape, generator=gen, device=dev)
+    kernel = StudentKernel()
+
+    def probdr_path():
+        Zr = Z.detach().requires_grad_()
+        val = edge_log_kernel_sum(Zr, rows, cols, v, kernel)
+        (g,) = torch.autograd.grad(val, Zr)
+        return val.detach(), g
+
+    compiled = torch.compile(edge_pass, dynamic=False) if not args.quick else edge_pass
+    ref_val, ref_grad = probdr_path()
+    out = {"edges": rows.numel(), "compiled": not args.quick}
+    try:
+        val, grad = compiled(Z, rows, cols, v)
+        out["value_rel_err"] = float((val - ref_val).abs() / ref_val.abs())
+        out["grad_rel_err"] = float((grad - ref_grad).norm() / ref_grad.norm())
+        out["probdr_s"] = _median_time(probdr_path, dev)
+        out["compiled_s"] = _median_time(lambda: compiled(Z, rows, cols, v), dev)
+    except Exception as err:  # noqa: BLE001 - the compiler's failure is the result
+        out["error"] = f"{type(err).__name__}: {err}".splitlines()[0][:300]
+    return out
+
+
+CHILDREN = {"fit": child_fit, "agree": child_agree, "data": child_data, "edges": child_edges}
 
 
 # --------------------------------------------------------------------------------------------
@@ -307,12 +373,15 @@ def device_tests(budget, device, cap, out_dir) -> dict:
 
 
 def _fits_plan(args):
-    """(key, lib, method, n, kwargs, cap) in the order they run."""
+    """(key, lib, method, n, kwargs, cap) in the order they run; ``lib=None``: the edge sums
+    compared with their compiled candidate (:func:`child_edges`)."""
     plan = [("probdr-umap", "probdr", "umap", args.n, {}, 150),
             ("probdr-tsne", "probdr", "tsne", args.n, {}, 150)]
     if not args.no_torchdr:
-        plan += [("torchdr-umap", "torchdr", "umap", args.n, {}, 120),
-                 ("probdr-tsne-mid", "probdr", "tsne", args.n_mid, {}, 60),
+        plan += [("torchdr-umap", "torchdr", "umap", args.n, {}, 120)]
+    plan.append(("edge-pass", None, None, args.n, {}, 120))  # a measurement, not a fit
+    if not args.no_torchdr:
+        plan += [("probdr-tsne-mid", "probdr", "tsne", args.n_mid, {}, 60),
                  ("torchdr-tsne-mid", "torchdr", "tsne", args.n_mid, {}, 120),
                  ("torchdr-umap-compiled", "torchdr", "umap", args.n, {"compile": True}, 150)]
     if args.n_big:
@@ -333,6 +402,10 @@ def run(args) -> dict:
     print(f"tests: {report['tests']}", file=sys.stderr, flush=True)
     fits, data, tmp = {}, {}, tempfile.mkdtemp(prefix="probdr-device-")
     for key, lib, method, n, kw, cap in _fits_plan(args):
+        if lib is None:
+            report["edge_pass"] = _run_child("edges", budget, cap, ["--n", str(n)], args)
+            print(f"{key}: {report['edge_pass']}", file=sys.stderr, flush=True)
+            continue
         if n not in data:  # generated on the device when a fit first needs it
             paths = [os.path.join(tmp, f"X{n}.npy"), os.path.join(tmp, f"y{n}.npy")]
             data[n] = _run_child("data", budget, 120, ["--n", str(n), "--data", paths[0],
@@ -384,6 +457,15 @@ def markdown(report) -> str:
                          f"{a['host_syncs_per_fit'] if a['host_syncs_per_fit'] >= 0 else 'n/a'} |")
     else:
         lines.append(f"| agreement {ag['status']}: {ag.get('why', '')} | | | | | | |")
+    e = report.get("edge_pass", {"status": "skipped", "why": "not in the plan"})
+    if e["status"] == "ok" and "error" not in e:
+        lines += ["", f"Edge sums of {e['edges']:,} pairs (t-SNE's attraction, value and "
+                  f"gradient): probdr's edge-list path {1e3 * e['probdr_s']:.1f} ms, plain "
+                  f"operations{' compiled by torch.compile' if e['compiled'] else ''} "
+                  f"{1e3 * e['compiled_s']:.1f} ms (relative differences: value "
+                  f"{e['value_rel_err']:.1e}, gradient {e['grad_rel_err']:.1e})."]
+    else:
+        lines += ["", f"Edge sums: {e['status']}: {e.get('why', e.get('error', ''))}"]
     t = report["tests"]
     lines += ["", "Device tests: " + (f"{t['passed']} passed, {t['failures'] + t['errors']} "
                                       f"failed, {t['skipped']} skipped"

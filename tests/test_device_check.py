@@ -34,6 +34,9 @@ def test_dry_run_fits_and_measures(dry_run):
         assert fit["wall_s"] > 0 and fit["peak_gib"] > 0
         assert 0.8 < fit["trust15"] <= 1 and 0.3 < fit["knn5"] <= 1
     assert report["data"]["400"]["status"] == "ok"
+    edges = report["edge_pass"]  # uncompiled in the dry run: the same sums, another code
+    assert edges["status"] == "ok" and edges["edges"] == 400 * 64
+    assert edges["value_rel_err"] < 1e-5 and edges["grad_rel_err"] < 1e-5
 
 
 def test_dry_run_agreement_and_repeatability(dry_run):
