@@ -361,3 +361,43 @@ def test_sea_blocked_evaluation_equals_dense(exclude_self):
     assert blocked[3] is None and dense[3].shape == (300, 300)
     for a, b in zip(dense[:3], blocked[:3], strict=True):
         torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-12)
+
+
+def test_sea_newton_stops_when_it_stalls():
+    """280 points on a line at perplexity 5 (the fuzz case that kept TSNEkhorn busy for minutes):
+    the Newton ascent makes no progress; it stops after STALL_ITER iterations without a 1% fall
+    of the violation, warns and names the stall, and keeps the duals of the smallest violation
+    seen (here the first iterate's, the ascent never improving on it by 1%)."""
+    from probdr.ot import sea
+
+    r = np.random.default_rng(2879)
+    X = r.normal(size=(280, 1)) @ r.normal(size=(1, 2))
+    seen = []
+    newton = sea._sea_newton
+
+    def recording(*args):
+        violations = args[-1]
+        out = newton(*args[:-1], lambda g, gg, gl: seen.append(violations(g, gg, gl)) or seen[-1])
+        return out
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(sea, "_sea_newton", recording)
+        with pytest.warns(SEAConvergenceWarning, match="stalled.*larger tol or perplexity"):
+            P, info = symmetric_entropic(X, 5, exclude_self=True, return_info=True)
+    assert not info["converged"] and "stalled" in info["message"]
+    assert info["n_iter"] <= sea.STALL_ITER + 20  # not max_iter (3000)
+    best = min(max(v) for v in seen)
+    assert max(info["entropy_violation"], info["marginal_violation"]) == pytest.approx(best)
+    assert np.isfinite(P).all()
+
+
+def test_tsnekhorn_on_collinear_points_finishes_with_a_warning():
+    """The fuzz case itself, through the estimator: a finite embedding and the SEA's warning."""
+    r = np.random.default_rng(2879)
+    X = r.normal(size=(280, 1)) @ r.normal(size=(1, 2))
+    from probdr import TSNEkhorn
+
+    with pytest.warns(SEAConvergenceWarning, match="stalled"):
+        Z = TSNEkhorn(perplexity=5, n_iter=30, early_exaggeration_iter=10,
+                      random_state=0).fit_transform(X)
+    assert np.isfinite(Z).all() and Z.shape == (280, 2)
