@@ -438,3 +438,16 @@ def test_scalar_latent_edge_prior_is_proposition_1(prior, changes, normaliser):
         assert not torch.isclose(values[0], values[1], rtol=1e-6)
     else:
         torch.testing.assert_close(values[1], values[0], rtol=1e-10, atol=1e-10)
+
+
+def test_scalar_edge_prior_on_an_edge_list():
+    """A scalar edge prior on sparse (edge-list) weights adds log pi to every edge, as the
+    dense (n, n) prior of the same value does (it raised IndexError)."""
+    from probdr.laws.weights import SparseWeights
+
+    r, c = torch.tensor([0, 1, 2, 2]), torch.tensor([1, 2, 0, 1])
+    w = SparseWeights(r, c, torch.tensor([0.5, -1.0, 2.0, 0.0], dtype=torch.float64), 3)
+    lp = torch.tensor(2.0, dtype=torch.float64).log()
+    scalar, dense = w.with_log_prior(lp), w.with_log_prior(lp.expand(3, 3).clone())
+    torch.testing.assert_close(scalar.values, dense.values)
+    torch.testing.assert_close(scalar.values, w.values + lp)

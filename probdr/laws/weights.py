@@ -168,8 +168,9 @@ class SparseWeights(Weights):
             lp = log_pi.log_at(self.rows, self.cols).to(self.values.dtype)
         elif isinstance(log_pi, torch.Tensor) and log_pi.is_sparse:
             lp = _sparse_lookup(log_pi.coalesce(), self.rows, self.cols, self.n)
-        else:
-            lp = _as_dense_log_pi(log_pi, self.n, self.values)[self.rows, self.cols]
+        else:  # (n, n), or a scalar: the same on every pair
+            lp = _as_dense_log_pi(log_pi, self.n, self.values)
+            lp = lp if lp.ndim == 0 else lp[self.rows, self.cols]
         return SparseWeights(self.rows, self.cols, self.values + lp, self.n)
 
     def to_sparse(self, values=None):
