@@ -15,11 +15,12 @@ when the budget (``--budget`` seconds, default 540) would not hold it:
 3. the device tests: ``tests/test_devices.py``, ``tests/test_sync_free.py`` and every test
    parametrised over devices, ``-m "not slow"``;
 4. deformed MNIST generated on the device (``probdr.datasets.mnist_deformed(device=...)``);
-5. probdr UMAP and TSNE at ``--n`` points (default 1M), TorchDR's UMAP at its defaults and with
-   ``compile=True`` (torch back end: FAISS and KeOps are absent), and TSNE of both libraries
-   at ``--n-mid`` points (TorchDR's TSNE without FAISS or KeOps is dense, O(n^2) memory);
-   probdr UMAP at ``--n-big`` (5M) if time is left. Each: wall time, peak
-   ``torch.cuda.max_memory_allocated``, trustworthiness@15 on a 3,000-point sample, 5-NN
+5. probdr UMAP and TSNE at ``--n`` points (default 1M; ``--methods`` picks them); TorchDR's
+   UMAP beside them only where FAISS is installed (TorchDR's affinities without FAISS or KeOps
+   are dense, n x n: 3.7 TB at 1M); UMAP and TSNE of both libraries at ``--n-mid`` points
+   (default 50,000, where the dense affinities fit), and TorchDR's UMAP with
+   ``compile=True`` there; probdr UMAP at ``--n-big`` (5M) if time is left. Each: wall time,
+   peak ``torch.cuda.max_memory_allocated``, trustworthiness@15 on a 3,000-point sample, 5-NN
    accuracy;
 6. between the fits, t-SNE's edge sums at ``--n`` points x 64 neighbours: probdr's edge-list path
    (the one a GPU takes) against the same sums in plain operations compiled by torch.compile,
@@ -124,7 +125,8 @@ def _fit(lib, method, X, device, seed, quick=False, **kw):
     import torchdr
 
     cls = {"tsne": torchdr.TSNE, "umap": torchdr.UMAP}[method]
-    out = cls(device=str(device), backend=None, random_state=seed, **kw).fit_transform(X)
+    kw = {"backend": None, **kw}
+    out = cls(device=str(device), random_state=seed, **kw).fit_transform(X)
     return out
 
 
@@ -372,19 +374,32 @@ def device_tests(budget, device, cap, out_dir) -> dict:
     return {"status": status, **counts, "failed": failed[:20]}
 
 
+def _has_faiss() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("faiss") is not None
+
+
 def _fits_plan(args):
     """(key, lib, method, n, kwargs, cap) in the order they run; ``lib=None``: the edge sums
-    compared with their compiled candidate (:func:`child_edges`)."""
-    plan = [("probdr-umap", "probdr", "umap", args.n, {}, 150),
-            ("probdr-tsne", "probdr", "tsne", args.n, {}, 150)]
-    if not args.no_torchdr:
-        plan += [("torchdr-umap", "torchdr", "umap", args.n, {}, 120)]
-    plan.append(("edge-pass", None, None, args.n, {}, 120))  # a measurement, not a fit
-    if not args.no_torchdr:
-        plan += [("probdr-tsne-mid", "probdr", "tsne", args.n_mid, {}, 60),
-                 ("torchdr-tsne-mid", "torchdr", "tsne", args.n_mid, {}, 120),
-                 ("torchdr-umap-compiled", "torchdr", "umap", args.n, {"compile": True}, 150)]
-    if args.n_big:
+    compared with their compiled candidate (:func:`child_edges`). TorchDR's affinities without
+    FAISS (or KeOps) are dense, n x n: at 1M points that is 3.7 TB, so without FAISS TorchDR runs
+    at ``--n-mid`` only, beside probdr at the same size."""
+    methods = [m for m in args.methods.split(",") if m]
+    plan = [(f"probdr-{m}", "probdr", m, args.n, {}, 150) for m in methods]
+    torchdr = not args.no_torchdr
+    if torchdr and _has_faiss():
+        plan += [("torchdr-umap", "torchdr", "umap", args.n, {"backend": "faiss"}, 120)]
+    if args.edge_pass:
+        plan.append(("edge-pass", None, None, args.n, {}, 120))  # a measurement, not a fit
+    if torchdr and args.n_mid:
+        for m in methods:
+            plan += [(f"probdr-{m}-mid", "probdr", m, args.n_mid, {}, 60),
+                     (f"torchdr-{m}-mid", "torchdr", m, args.n_mid, {}, 120)]
+        if "umap" in methods:
+            plan.append(("torchdr-umap-compiled-mid", "torchdr", "umap", args.n_mid,
+                         {"compile": True}, 150))
+    if args.n_big and "umap" in methods:
         plan.append(("probdr-umap-big", "probdr", "umap", args.n_big, {}, 240))
     return plan
 
@@ -478,11 +493,14 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--n", type=int, default=1_000_000, help="points of the main fits")
-    ap.add_argument("--n-mid", type=int, default=50_000, help="points of the TSNE comparison")
+    ap.add_argument("--n-mid", type=int, default=50_000, help="points of the comparison with TorchDR's dense affinities")
     ap.add_argument("--n-big", type=int, default=5_000_000, help="UMAP if time is left; 0: none")
     ap.add_argument("--budget", type=float, default=540.0, help="seconds for the whole check")
     ap.add_argument("--agree-n", type=int, default=1797, help="digits in the agreement check")
     ap.add_argument("--no-torchdr", action="store_true", help="probdr only")
+    ap.add_argument("--methods", default="umap,tsne", help="comma list of umap, tsne")
+    ap.add_argument("--no-edge-pass", dest="edge_pass", action="store_false",
+                    help="skip the edge sums against torch.compile")
     ap.add_argument("--no-tests", action="store_true", help="skip the device tests")
     ap.add_argument("--quick", action="store_true", help="short schedules (the CI's dry run)")
     ap.add_argument("--out", default=os.environ.get("OUT") or ".", help="folder for the results")

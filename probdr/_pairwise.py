@@ -29,6 +29,7 @@ import torch.nn.functional as F
 from . import _edge_layout
 from ._alloc import buffer
 from ._utils import tensor_cache
+from .config import sync_free_for
 
 CACHE_BYTES = 2**30
 BLOCK_BYTES = 2**27
@@ -56,8 +57,6 @@ def pairwise_sq_distances(A: torch.Tensor, B: torch.Tensor | None = None) -> tor
         for k in range(A.shape[1]):
             d2.addr_(A[:, k].contiguous(), B[:, k].contiguous(), alpha=-2.0)
     return d2.clamp_min_(0.0)
-
-
 
 
 def _blocks(n: int, itemsize: int, rows: tuple[int, int] | None = None):
@@ -281,7 +280,7 @@ def _row_parts(rows: torch.Tensor, n: int):
         return None
 
     def compute():
-        starts = torch.zeros(n + 1, dtype=torch.int64)
+        starts = torch.zeros(n + 1, dtype=torch.int64, device="cpu")  # host bookkeeping
         torch.cumsum(lengths.cpu(), 0, out=starts[1:])
         m = int(starts[-1])
         cut_rows = [0] + [int(torch.searchsorted(starts, e, side="left")) for _, e in
@@ -504,7 +503,11 @@ def _all_positive(v: torch.Tensor) -> bool:
 
 def _segments(rows: torch.Tensor, n: int):
     """Row counts when ``rows`` is sorted (then scatters become segment sums), else None; cached
-    on the index tensor, which the graph caches keep alive across steps."""
+    on the index tensor. None off the CPU in sync-free mode: on CUDA ``segment_reduce`` reads
+    its lengths on the host at each call (measured on an H200), ``index_add_`` does not."""
+    if rows.device.type != "cpu" and sync_free_for(rows.device):
+        return None
+
     def compute():
         ok = rows.numel() > 0 and bool((rows[1:] >= rows[:-1]).all())
         return torch.bincount(rows, minlength=n) if ok else None

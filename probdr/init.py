@@ -220,7 +220,8 @@ def cc_means(X: torch.Tensor, membership: torch.Tensor) -> torch.Tensor:
     r""":math:`U_{[R]}U_{[R]}^\top X` for one partition: row :math:`i` replaced by the mean of
     :math:`X` over :math:`i`'s component. ``membership``: ``(n,)`` labels ``0..R-1``."""
     R = int(membership.max()) + 1
-    sums = torch.zeros(R, X.shape[1], dtype=X.dtype).index_add_(0, membership, X)
+    membership = membership.to(X.device)
+    sums = torch.zeros(R, X.shape[1], dtype=X.dtype, device=X.device).index_add_(0, membership, X)
     counts = torch.bincount(membership, minlength=R).to(X.dtype)
     return (sums / counts[:, None])[membership]
 

@@ -35,6 +35,11 @@ _SYNC_FUNCS = {torch.Tensor.item, torch.Tensor.__bool__, torch.Tensor.__float__,
                torch.Tensor.unique, torch.unique, torch.masked_select, torch.Tensor.masked_select}
 
 
+def _on_device(kwargs, *names) -> bool:
+    return any(isinstance((kwargs or {}).get(k), torch.Tensor) and kwargs[k].device.type != "cpu"
+               for k in names)
+
+
 def _is_bool_tensor(x) -> bool:
     return isinstance(x, torch.Tensor) and x.dtype == torch.bool
 
@@ -42,7 +47,8 @@ def _is_bool_tensor(x) -> bool:
 class HostSyncs(TorchFunctionMode):
     """Counts, while ``active``, the torch calls that would synchronise the host with a CUDA
     device: reading a value (``item``, ``bool``, ``float``, ``tolist``, ``cpu``, ``numpy``) or
-    computing a shape from the data (``nonzero``, ``unique``, boolean-mask indexing). On a CPU
+    computing a shape from the data (``nonzero``, ``unique``, boolean-mask indexing), or summing
+    segments whose lengths live on the device (``segment_reduce``). On a CPU
     they cost nothing, so this is how a CPU-only machine checks that a loop would not stall a
     GPU. ``calls`` maps ``(name, file:line)`` to a count."""
 
@@ -54,6 +60,8 @@ class HostSyncs(TorchFunctionMode):
     def __torch_function__(self, func, types, args=(), kwargs=None):
         if self.active:
             name = getattr(func, "__name__", str(func)) if func in _SYNC_FUNCS else None
+            if func is torch.segment_reduce and _on_device(kwargs, "lengths", "offsets"):
+                name = "segment_reduce"  # CUDA reads the segment lengths on the host
             if func is torch.Tensor.__getitem__:
                 key = args[1] if isinstance(args[1], tuple) else (args[1],)
                 name = "boolean index" if any(_is_bool_tensor(k) for k in key) else None

@@ -88,3 +88,22 @@ def test_a_step_without_budget_is_skipped_not_run(device_check):
 
     r = device_check._run_child("agree", device_check.Budget(5), 100, [], Args())
     assert r["status"] == "skipped" and "budget" in r["why"]
+
+
+def test_torchdr_runs_where_its_dense_affinities_fit(device_check, monkeypatch):
+    """Without FAISS, TorchDR's affinities are n x n (3.7 TB at 1M): the plan puts TorchDR at
+    --n-mid only, each beside probdr at the same size; with FAISS it also runs at --n."""
+    args = device_check.main.__globals__["argparse"].Namespace(
+        n=1_000_000, n_mid=50_000, n_big=0, no_torchdr=False, methods="umap,tsne",
+        edge_pass=True)
+    monkeypatch.setattr(device_check, "_has_faiss", lambda: False)
+    plan = {key: (lib, n) for key, lib, _, n, _, _ in device_check._fits_plan(args)}
+    assert all(n == 50_000 for key, (lib, n) in plan.items() if lib == "torchdr")
+    for key in ("torchdr-umap-mid", "torchdr-tsne-mid", "torchdr-umap-compiled-mid"):
+        assert key in plan
+    assert plan["probdr-umap-mid"] == ("probdr", 50_000)
+    monkeypatch.setattr(device_check, "_has_faiss", lambda: True)
+    plan = {key: (lib, n) for key, lib, _, n, _, _ in device_check._fits_plan(args)}
+    assert plan["torchdr-umap"] == ("torchdr", 1_000_000)
+    args.methods = "tsne"
+    assert [k for k, *_ in device_check._fits_plan(args) if "umap" in k] == ["torchdr-umap"]

@@ -251,7 +251,8 @@ class DREstimator(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimat
         self.n_samples_ = n
         if self._keeps_training_data and self._keeps_data_now():
             self._X_fit = Xt if sp.issparse(Xt) else Xt.cpu().numpy()
-        self._after_fit()
+        with fit_environment(self):
+            self._after_fit()
         return self
 
     def _callback(self):

@@ -133,8 +133,8 @@ class ccPCA(DREstimator):
         # |C| m_l(j) / (|C| + 1) and of 1 / (|C| + 1)
         X = torch.as_tensor(self._X_fit)
         A = torch.zeros_like(X)
-        B = torch.zeros(X.shape[0], dtype=X.dtype)
-        memberships = self.component_stats_.memberships
+        B = torch.zeros(X.shape[0], dtype=X.dtype, device=X.device)
+        memberships = self.component_stats_.memberships.to(X.device)
         for memb in memberships:
             size = torch.bincount(memb).to(X.dtype)[memb]
             A += cc_means(X, memb) * (size / (size + 1))[:, None]
