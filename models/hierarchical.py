@@ -146,9 +146,9 @@ def hierarchical_coupling_model(X: torch.Tensor, input_law, latent_prior, kernel
     ----------
     X : tensor (n, p)
         Data (column-centred).
-    input_law : probdr.graphs.GraphLaw
+    input_law : probdr.laws.GraphLaw
         Posterior of the input graph, :math:`\mathbb P_{\mathcal P_X}(\cdot; K_X)`.
-    latent_prior : probdr.graphs.GraphPrior
+    latent_prior : probdr.laws.GraphPrior
         Latent graph prior (its ``posterior(KernelWeights(Z, kernel))`` is the law of
         :math:`W_Z \mid Z`); the pair must be a defined coupling (spec Table 1).
     kernel : probdr.kernels.Kernel

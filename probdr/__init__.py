@@ -7,6 +7,7 @@ and Wishart laws (:mod:`probdr.laws`) -> the input side (:mod:`probdr.input`) ->
 """
 
 import sys as _sys
+import types as _types
 
 from . import (
     config,
@@ -37,20 +38,43 @@ from .estimators import (
     WishartPCA,
     ccPCA,
 )
-from .input import affinities, neighbors
+from .input import affinities
 from .input.graph import build_input_graph
-from .laws import edge_priors as priors
 from .serialize import load
 
-#: the graph laws and priors, under their earlier module name
-graphs = laws
-#: the plots of the Bayesian workflow, under their earlier module name
-plotting_bayes = plotting
-# the earlier module names stay importable (``from probdr.graphs import GraphLaw``)
-for _old, _module in {"graphs": laws, "priors": priors, "neighbors": neighbors,
-                      "affinities": affinities, "plotting_bayes": plotting}.items():
-    _sys.modules[f"{__name__}.{_old}"] = _module
-del _old, _module
+_sys.modules[f"{__name__}.affinities"] = affinities  # ``import probdr.affinities``
+
+#: names of 0.1.0 that moved: ``old -> new module``; importable for one more release, with a
+#: ``DeprecationWarning`` naming the new path at each use (``probdr.graphs.GraphLaw``, ``from
+#: probdr.priors import from_labels``, ``import probdr.neighbors``)
+MOVED = {"graphs": "probdr.laws", "priors": "probdr.laws.edge_priors",
+         "neighbors": "probdr.input.neighbors", "plotting_bayes": "probdr.plotting",
+         "posterior_graphs": "probdr.laws.components"}
+
+
+class _MovedModule(_types.ModuleType):
+    """The old name of a moved module: every attribute read warns and is read from the new one."""
+
+    def __init__(self, old: str, new: str):
+        super().__init__(f"{__name__}.{old}", f"Moved to {new}; this name will be removed.")
+        self.__moved_to__ = new
+
+    def __getattr__(self, attr):
+        import importlib
+        import warnings
+
+        if attr.startswith("__"):
+            raise AttributeError(attr)
+        warnings.warn(f"{self.__name__} moved to {self.__moved_to__}; use "
+                      f"{self.__moved_to__}.{attr} (the old name will be removed in the next "
+                      "release).", DeprecationWarning, stacklevel=2)
+        return getattr(importlib.import_module(self.__moved_to__), attr)
+
+
+for _old, _new in MOVED.items():
+    _sys.modules[f"{__name__}.{_old}"] = globals()[_old] = _MovedModule(_old, _new)
+del _old, _new
+
 
 __version__ = "0.1.0"
 
@@ -58,7 +82,6 @@ __all__ = [
     "load", "GraphCoupling", "SNE", "TSNE", "LargeVis", "UMAP", "build_input_graph",
     "WishartPCA", "ccPCA", "LaplacianWishart", "WishartEigenmaps",
     "SNEkhorn", "TSNEkhorn", "DistR", "GWMDS", "ProbDR",
-    "affinities", "config", "datasets", "diagnostics", "graphs", "kernels", "metrics",
-    "neighbors", "plotting_bayes", "priors", "estimators", "infer", "input", "laws", "ot",
-    "plotting",
+    "affinities", "config", "datasets", "diagnostics", "kernels", "metrics",
+    "estimators", "infer", "input", "laws", "ot", "plotting",
 ]

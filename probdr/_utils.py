@@ -25,11 +25,18 @@ def check_array(
     name: str = "X",
     min_samples: int = 2,
     min_features: int = 1,
-    dtype: torch.dtype = torch.float64,
+    dtype: torch.dtype | None = torch.float64,
+    nonnegative: bool = False,
+    square: bool = False,
+    shape: str = "(n_samples, n_features)",
 ) -> torch.Tensor:
-    """Validate a 2-D finite numeric array and return it as a contiguous torch tensor.
+    """Validate a 2-D finite numeric array (numpy, torch or a nested list) and return it as a
+    contiguous torch tensor of ``dtype`` (``None``: a floating tensor keeps its dtype, and its
+    device; other input becomes float64). ``nonnegative``: no entry below 0 (distances);
+    ``square``: ``(n, n)``.
 
-    Raises ``ValueError`` with a message naming the problem (shape, emptiness, NaN/inf).
+    Raises ``TypeError`` (not numeric) or ``ValueError`` (shape, emptiness, NaN/inf, negative
+    entries) with a message that names the argument, before any work.
     """
     if isinstance(X, torch.Tensor):
         if X.is_complex():
@@ -47,22 +54,55 @@ def check_array(
             raise TypeError(f"{name} must be numeric, got dtype {arr.dtype}.")
         T = torch.from_numpy(np.ascontiguousarray(arr))
     if T.ndim != 2:
-        raise ValueError(
-            f"{name} must be a 2-D array of shape (n_samples, n_features), got {T.ndim}-D "
-            f"input of shape {tuple(T.shape)}. Reshape 1-D data with X.reshape(-1, 1)."
-        )
+        hint = " Reshape 1-D data with X.reshape(-1, 1)." if name == "X" and T.ndim == 1 else ""
+        raise ValueError(f"{name} must be a 2-D array of shape {shape}, got {T.ndim}-D input of "
+                         f"shape {tuple(T.shape)}.{hint}")
     n, p = T.shape
     if n == 0 or p == 0:
         raise ValueError(f"{name} is empty: shape {tuple(T.shape)}.")
+    if square and n != p:
+        raise ValueError(f"{name} must be square (n, n), got shape {tuple(T.shape)}.")
     if n < min_samples:
         raise ValueError(f"{name} has {n} samples; at least {min_samples} are needed.")
     if p < min_features:
         raise ValueError(f"{name} has {p} features; at least {min_features} are needed.")
+    if dtype is None:
+        dtype = T.dtype if T.is_floating_point() else torch.float64
     T = T.to(dtype)
     if not torch.isfinite(T).all():
         bad = (~torch.isfinite(T)).sum().item()
         raise ValueError(f"{name} contains {bad} NaN or infinite value(s); remove or impute them.")
+    if nonnegative and bool((T < 0).any()):
+        raise ValueError(f"{name} has negative entries (min {T.min().item():.3g}); it must hold "
+                         "squared distances or weights, all >= 0.")
     return T.contiguous()
+
+
+def check_number(x: Any, name: str, *, integer: bool = False, low: float | None = None,
+                 high: float | None = None, low_open: bool = False,
+                 high_open: bool = False) -> int | float:
+    """A real (or, with ``integer``, an integral) finite number in the given range, as a Python
+    number: numpy scalars and 0-dim arrays are numbers too, booleans and strings are not.
+    ``TypeError`` for a wrong type, ``ValueError`` out of range, each naming ``name``."""
+    import numbers
+
+    if isinstance(x, (np.ndarray, torch.Tensor)) and x.ndim == 0:
+        x = x.item()
+    kind = numbers.Integral if integer else numbers.Real
+    if isinstance(x, (bool, np.bool_)) or not isinstance(x, kind):
+        raise TypeError(f"{name} must be {'an integer' if integer else 'a real number'}, got "
+                        f"{x!r} of type {type(x).__name__}.")
+    x = int(x) if integer else float(x)
+    if not np.isfinite(x):
+        raise ValueError(f"{name} must be finite, got {x!r}.")
+    below = low is not None and (x <= low if low_open else x < low)
+    above = high is not None and (x >= high if high_open else x > high)
+    if below or above:
+        lo = "" if low is None else f"{'(' if low_open else '['}{low}, "
+        hi = "inf)" if high is None else f"{high}{')' if high_open else ']'}"
+        lo = lo or "(-inf, "
+        raise ValueError(f"{name} must lie in {lo}{hi}, got {x!r}.")
+    return x
 
 
 def as_output(Z: torch.Tensor, like: Any) -> Any:

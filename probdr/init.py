@@ -278,7 +278,7 @@ def ccpca_embedding(
     ----------
     X : tensor (n, p), float64
         Data.
-    graph_law : probdr.graphs.GraphLaw
+    graph_law : probdr.laws.GraphLaw
         Posterior law of the input graph, :math:`\mathbb P_{\mathcal P_X}(\cdot; K_X)` (B, D, E or
         the symmetrised B~), with ``.sample(sample_shape)``.
     n_components : int

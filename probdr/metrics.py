@@ -12,7 +12,7 @@ import numpy as np
 import torch
 
 from ._pairwise import pairwise_sq_distances
-from ._utils import check_array
+from ._utils import check_array, check_number
 from .input.neighbors import knn
 
 __all__ = ["trustworthiness", "knn_accuracy", "rnx", "qnx"]
@@ -38,7 +38,13 @@ def trustworthiness(X, Z, k: int = 15, sample_size: int | None = None,
 
     Xt, Zt = _pair(X, Z)
     n = Xt.shape[0]
-    if not 1 <= k < n / 2:
+    k = check_number(k, "k", integer=True, low=1)
+    if sample_size is not None:
+        sample_size = check_number(sample_size, "sample_size", integer=True, low=1)
+        if min(sample_size, n) <= 2 * k:
+            raise ValueError(f"sample_size={sample_size} is too small for k={k}: trustworthiness "
+                             f"needs more than 2k = {2 * k} points.")
+    if not k < n / 2:
         raise ValueError(f"k must lie in [1, n/2) = [1, {n / 2}), got {k}.")
     if sample_size is not None and sample_size < n:
         idx = np.random.default_rng(random_state).choice(n, sample_size, replace=False)
@@ -53,8 +59,7 @@ def knn_accuracy(Z, y, k: int = 5) -> float:
     y = np.asarray(y)
     if y.ndim != 1 or y.shape[0] != Zt.shape[0]:
         raise ValueError(f"y must be 1-D with {Zt.shape[0]} labels, got shape {y.shape}.")
-    if not 1 <= k < Zt.shape[0]:
-        raise ValueError(f"k must lie in [1, n-1], got {k}.")
+    k = check_number(k, "k", integer=True, low=1, high=Zt.shape[0] - 1)
     classes, yi = np.unique(y, return_inverse=True)
     idx, _ = knn(Zt, k, method="exact" if Zt.shape[0] <= 50_000 else "auto")
     votes = np.zeros((Zt.shape[0], len(classes)), dtype=np.int64)

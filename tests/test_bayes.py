@@ -34,7 +34,7 @@ import torch
 from pyro import poutine
 
 import probdr
-from probdr import diagnostics, priors
+from probdr import diagnostics
 from probdr.infer.posterior import (
     MCMC_MAX_PARAMS,
     Posterior,
@@ -44,6 +44,7 @@ from probdr.infer.posterior import (
 )
 from probdr.input.graph import build_input_graph
 from probdr.kernels import get_kernel
+from probdr.laws import edge_priors as priors
 from probdr.laws.components import laplacian
 from probdr.laws.graph import get_prior
 from probdr.laws.weights import KernelWeights

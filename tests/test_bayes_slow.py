@@ -19,8 +19,9 @@ import pytest
 import torch
 
 import probdr
-from probdr import diagnostics, priors
+from probdr import diagnostics
 from probdr.infer.posterior import fit_posterior
+from probdr.laws import edge_priors as priors
 
 pytestmark = [pytest.mark.slow,
               pytest.mark.filterwarnings("ignore::FutureWarning", "ignore::UserWarning")]

@@ -353,7 +353,7 @@ def test_pruned_cell_search_is_exact(data):
 
 
 def test_knn_auto_is_exact_below_the_threshold():
-    from probdr import neighbors
+    from probdr.input import neighbors
 
     assert neighbors.EXACT_KNN_MAX_N >= 20_000
     X = torch.randn(6000, 10, generator=torch.Generator().manual_seed(2), dtype=torch.float64)

@@ -107,7 +107,7 @@ class GraphCoupling(InputKindsMixin, ContinueMixin, NewPointsMixin, DREstimator)
         standard deviation (openTSNE's 1e-4); ``"umap"`` maps it to the box [0, 10] with 1e-4
         noise, as umap-learn does.
     neighbors : {"auto", "exact", "approximate", "pynndescent"}
-        Input-graph neighbours (:func:`probdr.neighbors.knn`): ``"auto"`` is exact up to
+        Input-graph neighbours (:func:`probdr.input.neighbors.knn`): ``"auto"`` is exact up to
         100,000 points (brute force, then a pruned cell search), the torch approximate search beyond.
     inference : {"map", "svi", "mcmc"}
         MAP (the classical methods), or a posterior over Z by SVI or NUTS, started from the MAP

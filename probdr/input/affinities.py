@@ -7,9 +7,11 @@ r"""Input affinities: bandwidth calibration on neighbour lists.
   ``local_connectivity``: :math:`v_{j|i} = \exp(-\max(0, d_{ij} - \rho_i)/\sigma_i)`.
 * :func:`binary_knn` -- 0/1 neighbour weights.
 
-All functions take neighbour lists ``(indices, sq_distances)`` of shape ``(n, k)`` (self
-excluded), as returned by :func:`probdr.neighbors.knn`, and return per-edge values of the same
-shape, so they work on dense (k = n - 1) and sparse graphs alike.
+All functions take the squared distances of neighbour lists, shape ``(n, k)`` (self
+excluded), as returned by :func:`probdr.input.neighbors.knn`, numpy or torch, and return torch
+per-edge values of the same shape, so they work on dense (k = n - 1) and sparse graphs alike.
+A 1-D, empty, non-finite or negative ``sq_dist`` and out-of-range parameters raise ``ValueError``
+or ``TypeError`` naming the argument, before any work.
 """
 
 from __future__ import annotations
@@ -18,14 +20,19 @@ import math
 
 import torch
 
+from .._utils import check_array, check_number
 from ..ot.entropic import bisect_log_beta
+from ..ot.sea import symmetric_entropic as _ot_symmetric_entropic
+from ..ot.sinkhorn import sinkhorn_affinity as _ot_sinkhorn_affinity
 
 __all__ = ["entropic_bandwidths", "entropic_affinity", "umap_membership", "binary_knn",
            "perplexity_of_rows"]
 
 
 def perplexity_of_rows(P: torch.Tensor) -> torch.Tensor:
-    """Shannon perplexity :math:`\\exp(-\\sum_j P_{ij} \\log P_{ij})` of each row."""
+    """Shannon perplexity :math:`\\exp(-\\sum_j P_{ij} \\log P_{ij})` of each row of the
+    row-stochastic ``P`` (numpy or torch, ``(n, k)``, entries >= 0)."""
+    P = check_array(P, name="P", min_samples=1, dtype=None, nonnegative=True)
     return torch.exp(-torch.special.xlogy(P, P).sum(-1))
 
 
@@ -40,14 +47,21 @@ def entropic_bandwidths(
     The entropy is a decreasing function of :math:`\beta`, so bisection always converges; rows whose
     target cannot be reached (fewer distinct distances than the perplexity) get the closest value.
     """
+    sq_dist = _check_sq_dist(sq_dist)
     n, k = sq_dist.shape
-    if not 1.0 <= perplexity <= k:
-        raise ValueError(f"perplexity must lie in [1, {k}] (number of neighbours), got {perplexity}.")
+    perplexity = check_number(perplexity, "perplexity", low=1.0, high=k)
+    tol = check_number(tol, "tol", low=0.0, low_open=True)
+    max_iter = check_number(max_iter, "max_iter", integer=True, low=1)
     # every row's bisection runs the same number of halvings (one bracket width for all rows), so
     # blocks of rows give the numbers of one pass over all rows, with (block, k) temporaries
     bs = max(1, BISECTION_BLOCK // k)
     return torch.cat([_row_bandwidths(sq_dist[s:s + bs], perplexity, tol, max_iter)
                       for s in range(0, n, bs)]) if n else sq_dist.new_zeros(0, dtype=torch.float64)
+
+
+def _check_sq_dist(sq_dist):
+    return check_array(sq_dist, name="sq_dist", min_samples=1, dtype=None, nonnegative=True,
+                       shape="(n_points, n_neighbors)")
 
 
 #: entries of the cost rows per block of the bandwidth bisection (float64: 8 MiB)
@@ -77,6 +91,7 @@ def _row_bandwidths(sq_dist, perplexity, tol, max_iter):
 
 def entropic_affinity(sq_dist: torch.Tensor, perplexity: float, **kw) -> torch.Tensor:
     """Row-stochastic entropic affinities :math:`P^D_{ij}` on the given neighbour lists."""
+    sq_dist = _check_sq_dist(sq_dist)
     eps = entropic_bandwidths(sq_dist, perplexity, **kw)
     logits = -(sq_dist.to(torch.float64) - sq_dist.to(torch.float64).min(1, keepdim=True).values)
     return torch.softmax(logits / eps[:, None], dim=1)
@@ -99,9 +114,14 @@ def umap_membership(
     hold ``n_neighbors - 1`` others). :math:`\sigma_i` is floored at ``min_k_dist_scale`` times
     the mean neighbour distance.
     """
-    d = sq_dist.to(torch.float64).clamp_min(0).sqrt()
+    d = _check_sq_dist(sq_dist).to(torch.float64).sqrt()
     n, k = d.shape
     n_neighbors = k + 1 if n_neighbors is None else n_neighbors
+    n_neighbors = check_number(n_neighbors, "n_neighbors", integer=True, low=2)
+    local_connectivity = check_number(local_connectivity, "local_connectivity", low=0.0, high=k)
+    n_iter = check_number(n_iter, "n_iter", integer=True, low=1)
+    tol = check_number(tol, "tol", low=0.0, low_open=True)
+    min_k_dist_scale = check_number(min_k_dist_scale, "min_k_dist_scale", low=0.0)
     target = math.log2(n_neighbors)
     # rho: local_connectivity-th smallest non-zero distance, interpolated
     pos = d > 0
@@ -109,7 +129,7 @@ def umap_membership(
     n_nz = pos.sum(1)
     index = int(math.floor(local_connectivity))
     interp = local_connectivity - index
-    rho = torch.zeros(n, dtype=torch.float64)
+    rho = torch.zeros(n, dtype=torch.float64, device=d.device)
     enough = n_nz >= local_connectivity
     if index > 0:
         base = nz[:, index - 1]
@@ -123,9 +143,9 @@ def umap_membership(
     if few.any():  # fewer positive distances than local_connectivity: the largest one
         rho = torch.where(few, torch.where(pos, d, torch.zeros_like(d)).max(1).values, rho)
 
-    lo = torch.zeros(n, dtype=torch.float64)
-    hi = torch.full((n,), float("inf"), dtype=torch.float64)
-    mid = torch.ones(n, dtype=torch.float64)
+    lo = torch.zeros(n, dtype=torch.float64, device=d.device)
+    hi = torch.full((n,), float("inf"), dtype=torch.float64, device=d.device)
+    mid = torch.ones(n, dtype=torch.float64, device=d.device)
     excess = (d - rho[:, None]).clamp_min(0)
     for _ in range(n_iter):
         psum = torch.exp(-excess / mid[:, None]).sum(1)
@@ -148,5 +168,24 @@ def umap_membership(
 
 def binary_knn(sq_dist: torch.Tensor) -> torch.Tensor:
     """Binary kNN weights: 1 on every listed neighbour."""
-    return torch.ones_like(sq_dist, dtype=torch.float64)
+    return torch.ones_like(_check_sq_dist(sq_dist), dtype=torch.float64)
 
+
+def _moved(func, new: str):
+    """``func`` under its name of 0.1.0 here, warning that it moved to ``new``."""
+    import functools
+    import warnings
+
+    @functools.wraps(func)
+    def old(*args, **kwargs):
+        warnings.warn(f"probdr.affinities.{func.__name__} moved to {new}.{func.__name__} (the old "
+                      "name will be removed in the next release).", DeprecationWarning,
+                      stacklevel=2)
+        return func(*args, **kwargs)
+    return old
+
+
+#: moved to :mod:`probdr.ot`; importable from here, with a ``DeprecationWarning``, for one more
+#: release
+symmetric_entropic = _moved(_ot_symmetric_entropic, "probdr.ot")
+sinkhorn_affinity = _moved(_ot_sinkhorn_affinity, "probdr.ot.sinkhorn")

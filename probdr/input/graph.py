@@ -21,6 +21,7 @@ import numpy as np
 import torch
 
 from .._distributed import all_gather_rows, broadcast_, process_group_rows
+from .._utils import check_array
 from ..kernels import GaussianKernel
 from ..laws.graph import GraphLaw, GraphPrior, NEdgeGraph, NEdgePrior, get_prior
 from ..laws.weights import MAX_LOGIT, DenseWeights, SparseWeights
@@ -157,6 +158,8 @@ def build_input_graph(
     """
     if affinity == "precomputed":
         return precomputed_input_graph(X, prior_x, edge_prior=edge_prior)
+    if not isinstance(X, torch.Tensor) and not hasattr(X, "tocsr"):  # numpy or a list
+        X = check_array(X, name="X", dtype=None)
     n = X.shape[0]
     kind = _prior_kind(prior_x)
     symmetrize = kind in ("B~",)

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from .._utils import check_array, check_number
 from ..config import check_dense
 from .graph import GraphLaw
 from .weights import _coo
@@ -74,8 +75,13 @@ def draw_graphs(law: GraphLaw, n_samples: int, generator: torch.Generator | None
                 chunk_size: int | None = None):
     """Yield batches of posterior draws, each a ``(b, n, n)`` tensor (sparse COO for sparse
     weights, dense otherwise), ``n_samples`` draws in all, in chunks bounding memory."""
-    if not (isinstance(n_samples, (int, np.integer)) and n_samples >= 1):
-        raise ValueError(f"n_samples must be a positive integer, got {n_samples!r}.")
+    _check_law(law)
+    n_samples = check_number(n_samples, "n_samples", integer=True, low=1)
+    if chunk_size is not None:
+        chunk_size = check_number(chunk_size, "chunk_size", integer=True, low=1)
+    if generator is not None and not isinstance(generator, torch.Generator):
+        raise TypeError(f"generator must be a torch.Generator or None, got "
+                        f"{type(generator).__name__}.")
     chunk = chunk_size or _chunk_size(law, n_samples)
     with rng_from(generator):
         done = 0
@@ -83,6 +89,25 @@ def draw_graphs(law: GraphLaw, n_samples: int, generator: torch.Generator | None
             b = min(chunk, n_samples - done)
             yield law.sample((b,))
             done += b
+
+
+def _check_law(law) -> None:
+    if not isinstance(law, GraphLaw):
+        raise TypeError(f"law must be a graph law (probdr.laws.GraphLaw, e.g. an estimator's "
+                        f"input_graph_ or a prior's posterior), got {type(law).__name__}.")
+
+
+def _check_batch(W):
+    """``W`` as a torch ``(b, n, n)`` batch (a ``(n, n)`` graph is a batch of one)."""
+    if not isinstance(W, torch.Tensor):
+        W = torch.as_tensor(check_array(W, name="W", min_samples=1, square=True)
+                            if np.ndim(W) == 2 else np.asarray(W, dtype=np.float64))
+    if W.ndim not in (2, 3) or W.shape[-1] != W.shape[-2] or W.shape[-1] == 0:
+        raise ValueError(f"W must be a graph (n, n) or a batch of graphs (b, n, n) with n >= 1, "
+                         f"got shape {tuple(W.shape)}.")
+    if W.ndim == 2:
+        W = W.unsqueeze(0) if not W.is_sparse else torch.stack([W])
+    return W
 
 
 def _edges_of_batch(W: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -103,8 +128,7 @@ def batch_memberships(W: torch.Tensor) -> torch.Tensor:
     import scipy.sparse as sp
     from scipy.sparse.csgraph import connected_components
 
-    if W.ndim == 2:
-        W = W.unsqueeze(0) if not W.is_sparse else torch.stack([W])
+    W = _check_batch(W)
     nb, n = W.shape[0], W.shape[-1]
     b, r, c = (t.cpu().numpy() for t in _edges_of_batch(W))
     N = nb * n
@@ -191,10 +215,21 @@ class ComponentStatistics:
 
 
 def component_statistics(memberships: torch.Tensor) -> ComponentStatistics:
-    """Statistics of CC labels ``(N, n)`` (as returned by :func:`sample_memberships`)."""
-    memberships = torch.as_tensor(memberships, dtype=torch.long)
-    if memberships.ndim == 1:
-        memberships = memberships[None]
+    """Statistics of CC labels ``(N, n)`` (as returned by :func:`sample_memberships`): labels
+    ``>= 0``, one row per draw (``labels[None]`` for a single draw)."""
+    m = memberships
+    if not isinstance(m, torch.Tensor):
+        m = np.asarray(m)
+        if m.dtype.kind not in "iu" and m.size:
+            raise TypeError(f"memberships must hold integer labels, got dtype {m.dtype}.")
+    elif m.is_floating_point() or m.is_complex():
+        raise TypeError(f"memberships must hold integer labels, got dtype {m.dtype}.")
+    memberships = torch.as_tensor(m).to(torch.long)
+    if memberships.ndim != 2 or 0 in memberships.shape:
+        raise ValueError("memberships must be (n_draws, n_nodes) labels with both sizes >= 1 "
+                         f"(labels[None] for one draw), got shape {tuple(memberships.shape)}.")
+    if bool((memberships < 0).any()):
+        raise ValueError("memberships must be labels >= 0, got negative entries.")
     sizes = [torch.sort(torch.bincount(m), descending=True).values for m in memberships]
     ncomp = torch.tensor([s.numel() for s in sizes])
     return ComponentStatistics(memberships, ncomp, sizes)

@@ -28,7 +28,7 @@ and the edge prior :math:`\pi_{ij} = e^{f_i + f_j}` given by the Sinkhorn potent
   iterations.
 
 So the doubly stochastic law is the E law re-weighted by the Sinkhorn edge prior: a new
-:class:`~probdr.graphs.GraphPrior` (kind ``"DS"``) whose ``posterior`` runs symmetric Sinkhorn
+:class:`~probdr.laws.GraphPrior` (kind ``"DS"``) whose ``posterior`` runs symmetric Sinkhorn
 (warm-started from the previous call) and hands the potentials to the E law. The input graph is
 the E law whose mean is :math:`\mathbf P^{se}` (SEA with the diagonal excluded, since graphs have
 no self-loops; the thesis keeps the self-loop).

@@ -39,7 +39,7 @@ The objects here are *edge-prior objects*: anything with
 ``dense(n) -> Tensor``
     the full ``(n, n)`` matrix of :math:`\log \pi` (diagonal arbitrary: it is always masked).
 
-:mod:`probdr.graphs` calls ``log_at`` on sparse (kNN) graphs and ``dense`` only when the law is
+:mod:`probdr.laws` calls ``log_at`` on sparse (kNN) graphs and ``dense`` only when the law is
 dense anyway (the exact latent law), so an edge prior never costs :math:`n^2` memory unless a
 dense law needs it. Priors multiply (their logs add): ``from_labels(y) * from_graph(g)``.
 
@@ -284,7 +284,7 @@ def from_labels(y, strength: float = 1.0, *, unknown: int = -1) -> LabelPrior:
     Examples
     --------
     >>> y_half = np.where(np.arange(len(y)) % 2 == 0, y, -1)   # doctest: +SKIP
-    >>> probdr.TSNE(edge_prior=probdr.priors.from_labels(y_half, strength=2.0)).fit(X)  # doctest: +SKIP
+    >>> probdr.TSNE(edge_prior=probdr.laws.edge_priors.from_labels(y_half, strength=2.0)).fit(X)  # doctest: +SKIP
     """
     return LabelPrior(y, strength=strength, unknown=unknown)
 
@@ -365,11 +365,34 @@ def from_graph(g, weight: float = 2.0, *, off_weight: float = 1.0,
 
 
 def check_edge_prior(prior, n: int, name: str = "edge_prior") -> None:
-    """Raise a clear ``ValueError`` if an edge-prior object is not defined on ``n`` nodes."""
-    m = getattr(prior, "n", None)
-    if hasattr(prior, "log_at") and m is not None and int(m) != int(n):
-        raise ValueError(f"{name} is defined on {m} nodes but the data have {n} samples: build "
-                         "the prior from the same samples as the data.")
+    r"""Raise a clear error unless ``prior`` is an edge prior :math:`\pi` on ``n`` nodes: None,
+    an :class:`EdgePrior` (``log_at``) built on ``n`` nodes, a number :math:`> 0`, or an
+    ``(n, n)`` array (numpy, dense or sparse torch) of finite weights :math:`\ge 0`."""
+    if prior is None:
+        return
+    if hasattr(prior, "log_at"):
+        m = getattr(prior, "n", None)
+        if m is not None and int(m) != int(n):
+            raise ValueError(f"{name} is defined on {m} nodes but the data have {n} samples: "
+                             "build the prior from the same samples as the data.")
+        return
+    if isinstance(prior, torch.Tensor) and prior.is_sparse:
+        shape, values = tuple(prior.shape), prior.coalesce().values()
+    else:
+        try:
+            values = torch.as_tensor(np.asarray(prior, dtype=np.float64)
+                                     if not isinstance(prior, torch.Tensor) else prior)
+        except (TypeError, ValueError):
+            raise TypeError(f"{name} must be None, an edge prior (probdr.laws.edge_priors), a "
+                            f"number or an (n, n) array of weights; got {prior!r:.80}.") from None
+        shape = tuple(values.shape)
+    if shape not in ((), (n, n)):
+        raise ValueError(f"{name} must be a number or an ({n}, {n}) array, got shape {shape}.")
+    if not bool(torch.isfinite(values).all()) or bool((values < 0).any()):
+        raise ValueError(f"{name} must hold finite weights >= 0 (a prior probability ratio per "
+                         "pair); it has NaN, inf or negative entries.")
+    if shape == () and float(values) == 0.0:
+        raise ValueError(f"{name}=0 forbids every edge; give a positive number.")
 
 
 def check_support(prior, graph, name: str = "latent_edge_prior") -> None:

@@ -352,7 +352,7 @@ class GraphPrior:
     edge_prior : None, array-like (n, n), torch sparse, or an edge-prior object
         :math:`\pi`; ``None`` means all ones. Sparse entries that are absent mean :math:`\pi=1`
         (neutral). Zeros forbid edges. An object with ``log_at(rows, cols)`` and ``dense(n)``
-        (returning :math:`\log\pi`) is evaluated only where needed (see ``probdr.priors``).
+        (returning :math:`\log\pi`) is evaluated only where needed (see ``probdr.laws.edge_priors``).
     """
 
     kind = "?"
