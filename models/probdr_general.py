@@ -22,14 +22,26 @@ log-density is
     \qquad \Lambda = S^{-1},
 
 so the model only needs the **precision** :math:`\Lambda` (passed as such: the kNN Laplacian is
-never inverted) and its :math:`Z`-dependent part
+never inverted; :math:`\log|S| = -\log|\Lambda|`). Writing
+:math:`\mathrm{tr}(\Psi\Lambda) = \mathrm{tr}(Z_c^\top\Lambda Z_c) + \alpha\langle HKH,
+\Lambda\rangle + \gamma\,\mathrm{tr}\Lambda`, the log-density splits into its :math:`Z`-dependent
+part
 
-.. math:: \ell(Z) = \tfrac\nu2\log|\Psi(Z)| - \tfrac12\mathrm{tr}\big(\Psi(Z)\Lambda\big)
+.. math:: \ell(Z) = \tfrac\nu2\log|\Psi(Z)| - \tfrac12\mathrm{tr}(Z_c^\top\Lambda Z_c)
+    - \tfrac\alpha2\langle HK(Z)H, \Lambda\rangle
 
-enters as a ``pyro.factor`` (:func:`latent_loglik`), without the :math:`Z`-independent
-:math:`-\tfrac\gamma2\mathrm{tr}\Lambda` (large when :math:`S` is nearly singular: it would
-swamp the optimiser's relative stopping rule) and without the terms in :math:`S` alone, which
-do not exist for a singular Laplacian.
+and the rest, :math:`-\tfrac\gamma2\mathrm{tr}\Lambda + \tfrac{\nu+n+1}2\log|\Lambda| -
+\tfrac{\nu n}2\log 2 - \log\Gamma_n(\tfrac\nu2)`. :func:`latent_loglik` returns the whole
+log-density by default, a function of :math:`Z`, :math:`\gamma`, :math:`\alpha` and :math:`\nu`
+(any of which may be a tensor with a gradient), so that one's own Pyro program can put priors on
+:math:`\gamma`, :math:`\alpha` or :math:`\nu` and add ``pyro.factor("S", latent_loglik(...))``.
+``terms="z"`` returns :math:`\ell(Z)` alone, which is what the MAP over :math:`Z` with the other
+parameters fixed needs (:func:`probdr_general_model`): it leaves out
+:math:`-\tfrac\gamma2\mathrm{tr}\Lambda` (large when :math:`S` is nearly singular: it would swamp
+the optimiser's relative stopping rule) and the terms in :math:`\nu` and :math:`S`, and
+:math:`\log|\Lambda|` does not exist for a singular Laplacian. (Learning :math:`\gamma` with
+:math:`\ell` alone is wrong: without :math:`-\tfrac\gamma2\mathrm{tr}\Lambda` the factor grows
+without bound in :math:`\gamma`.)
 
 Closed form at :math:`\alpha = 0`
 ---------------------------------
@@ -84,6 +96,7 @@ latent variable models*. JMLR 2005 (dual PPCA).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 import pyro
@@ -99,6 +112,7 @@ __all__ = [
     "kernel_matrix",
     "latent_scale",
     "latent_loglik",
+    "precision_logdet",
     "centred_precision_eigh",
     "closed_form",
     "probdr_general_model",
@@ -154,25 +168,67 @@ def latent_scale(Z: torch.Tensor, gamma: float, alpha: float = 0.0, kernel="stud
     return Psi
 
 
-def latent_loglik(Z: torch.Tensor, precision: torch.Tensor, nu: float, gamma: float,
-                  alpha: float = 0.0, kernel="student", jitter: float = 1e-10,
-                  factor: torch.Tensor | None = None) -> torch.Tensor:
-    r""":math:`\ell(Z) = \tfrac\nu2\log|\Psi(Z)| - \tfrac12\mathrm{tr}(\Psi(Z)\Lambda)
-    + \tfrac\gamma2\mathrm{tr}\Lambda`, the :math:`Z`-dependent inverse Wishart log-density of
-    eq. (1) (see the module docstring);
-    ``precision`` is :math:`\Lambda = S^{-1}` (dense, symmetric). ``Z`` is centred here.
+def _is_zero(alpha) -> bool:
+    """``alpha == 0`` and not a tensor that needs a gradient (the alpha = 0 shortcut drops the
+    kernel, and with it the derivative in ``alpha``)."""
+    if torch.is_tensor(alpha) and alpha.requires_grad:
+        return False
+    return float(alpha) == 0.0
 
-    :math:`\alpha = 0`: determinant lemma and :math:`\mathrm{tr}(Z_c^\top\Lambda Z_c)`;
-    :math:`\alpha > 0`: dense Cholesky of :math:`\Psi` (``jitter`` times :math:`\gamma` is added
-    to the diagonal if it is numerically indefinite). ``factor``: optionally :math:`W` with
-    :math:`\Lambda = W^\top W` (e.g. :math:`\mathrm{diag}(s+\epsilon)^{-1/2}V^\top` for a
-    covariance :math:`S = V\mathrm{diag}(s)V^\top`); the quadratic term is then
-    :math:`\|WZ_c\|_F^2`, which does not lose digits when :math:`\Lambda` is ill-conditioned
-    (a nearly singular sample covariance), as :math:`\mathrm{tr}(Z_c^\top\Lambda Z_c)` does."""
+
+def precision_logdet(precision: torch.Tensor) -> torch.Tensor:
+    r""":math:`\log|\Lambda| = -\log|S|` by a Cholesky factorisation of the dense precision
+    (one :math:`O(n^3)` pass).
+
+    Raises ``ValueError`` when :math:`\Lambda` is singular to working precision: the
+    factorisation fails, or a pivot :math:`c_{ii}^2` is at most :math:`n\,\epsilon_{\rm mach}
+    \max_i\Lambda_{ii}` (a kNN Laplacian without a ridge passes the factorisation with a
+    round-off pivot, and ``slogdet`` returns a finite, meaningless value for it). Every
+    :math:`c_{ii}^2 \ge \lambda_{\min}(\Lambda)`, so a precision whose smallest eigenvalue is
+    above that level is never refused."""
+    n = precision.shape[0]
+    P = 0.5 * (precision + precision.T)
+    C, info = torch.linalg.cholesky_ex(P)
+    pivots = torch.diagonal(C).square()
+    tol = n * torch.finfo(P.dtype).eps * P.diagonal().abs().max()
+    if int(info) != 0 or not bool((pivots > tol).all()):
+        raise ValueError(
+            "the precision is singular (or not positive definite) to working precision, so "
+            "log|S| = -log|precision| and the whole inverse Wishart density do not exist (e.g. "
+            "a kNN Laplacian without a ridge). Add a ridge (Laplacian + eps * I), pass "
+            "logdet_precision= yourself (any constant will do when nu is fixed), or ask for "
+            "terms='z'.")
+    return torch.log(pivots).sum()
+
+
+def _check_nu(nu, n: int) -> None:
+    if torch.is_tensor(nu):
+        nu = nu.detach()
+    if not float(nu) > n - 1:
+        raise ValueError(f"the inverse Wishart density needs nu > n - 1 = {n - 1}, got "
+                         f"nu = {float(nu)!r}.")
+
+
+def _constant_terms(precision, nu, gamma, n, factor, logdet_precision) -> torch.Tensor:
+    r"""The terms of the log-density that do not depend on :math:`Z`:
+    :math:`-\tfrac\gamma2\mathrm{tr}\Lambda + \tfrac{\nu+n+1}2\log|\Lambda|
+    - \tfrac{\nu n}2\log 2 - \log\Gamma_n(\tfrac\nu2)`."""
+    _check_nu(nu, n)
+    trace = factor.square().sum() if factor is not None else torch.diagonal(precision).sum()
+    if logdet_precision is None:
+        logdet_precision = precision_logdet(precision)
+    half_nu = torch.as_tensor(nu, dtype=precision.dtype, device=precision.device) / 2
+    return (-0.5 * gamma * trace + 0.5 * (nu + n + 1) * logdet_precision
+            - half_nu * n * math.log(2.0) - torch.special.multigammaln(half_nu, n))
+
+
+def _latent_terms(Z, precision, nu, gamma, alpha, kernel, jitter, factor) -> torch.Tensor:
+    r""":math:`\ell(Z) = \tfrac\nu2\log|\Psi(Z)| - \tfrac12\mathrm{tr}(Z_c^\top\Lambda Z_c)
+    - \tfrac\alpha2\langle HKH, \Lambda\rangle`: the log-density's terms in :math:`Z`."""
     Zc = Z - Z.mean(0, keepdim=True)
     quad = ((factor @ Zc).square().sum() if factor is not None
             else (Zc * (precision @ Zc)).sum())
-    if alpha == 0.0:
+    if _is_zero(alpha):
         logdet = gram_logdet(Zc, gamma)
         trace = quad
         return 0.5 * nu * logdet - 0.5 * trace
@@ -184,9 +240,82 @@ def latent_loglik(Z: torch.Tensor, precision: torch.Tensor, nu: float, gamma: fl
         C = torch.linalg.cholesky(Psi + jitter * gamma * torch.eye(n, dtype=Z.dtype,
                                                                    device=Z.device))
     logdet = 2.0 * torch.log(torch.diagonal(C)).sum()
-    # tr(Psi Lambda) = tr(Zc^T Lambda Zc) + alpha <HKH, Lambda> (+ gamma tr(Lambda), dropped)
+    # tr(Psi Lambda) = tr(Zc^T Lambda Zc) + alpha <HKH, Lambda> + gamma tr(Lambda) (elsewhere)
     trace = quad + alpha * (K * precision).sum()
     return 0.5 * nu * logdet - 0.5 * trace
+
+
+#: the choices of ``terms`` in :func:`latent_loglik`
+TERMS = ("all", "z")
+
+
+def latent_loglik(Z: torch.Tensor, precision: torch.Tensor, nu: float | torch.Tensor,
+                  gamma: float | torch.Tensor, alpha: float | torch.Tensor = 0.0,
+                  kernel="student", jitter: float = 1e-10, factor: torch.Tensor | None = None,
+                  terms: str = "all", logdet_precision: float | torch.Tensor | None = None
+                  ) -> torch.Tensor:
+    r"""The inverse Wishart log-density :math:`\log p(S \mid Z)` of eq. (1) (see the module
+    docstring), whole by default:
+
+    .. math::
+        \log p(S\mid Z) = \underbrace{\tfrac\nu2\log|\Psi(Z)| - \tfrac12\mathrm{tr}(Z_c^\top
+        \Lambda Z_c) - \tfrac\alpha2\langle HK(Z)H, \Lambda\rangle}_{\ell(Z)}
+        - \tfrac\gamma2\mathrm{tr}\Lambda + \tfrac{\nu+n+1}2\log|\Lambda|
+        - \tfrac{\nu n}2\log 2 - \log\Gamma_n(\tfrac\nu2),
+
+    scipy's ``invwishart.logpdf(S, df=nu, scale=Psi(Z))`` with :math:`S = \Lambda^{-1}`, a
+    function of every parameter one can learn: ``Z``, ``gamma``, ``alpha`` and ``nu`` may carry
+    gradients (floats or 0-dim tensors), so a Pyro program can put priors on them and add
+    ``pyro.factor("S", latent_loglik(...))``.
+
+    Parameters
+    ----------
+    Z : tensor (n, q)
+        The embedding; it is centred here (only :math:`Z_c = HZ` enters).
+    precision : tensor (n, n)
+        :math:`\Lambda = S^{-1}`, dense and symmetric.
+    nu : float or tensor
+        Degrees of freedom, :math:`\nu > n - 1` (checked when ``terms="all"``).
+    gamma : float or tensor
+        :math:`\gamma > 0`.
+    alpha : float or tensor
+        Weight :math:`\alpha \ge 0` of the double-centred kernel.
+    kernel : str or callable
+        :math:`k(d^2)`, see :func:`kernel_matrix`.
+    jitter : float
+        :math:`\alpha > 0` factors :math:`\Psi` by a dense Cholesky; ``jitter`` times
+        :math:`\gamma` is added to its diagonal if it is numerically indefinite.
+    factor : tensor (r, n), optional
+        :math:`W` with :math:`\Lambda = W^\top W` (e.g. :math:`\mathrm{diag}(s+\epsilon)^{-1/2}
+        V^\top` for a covariance :math:`S = V\mathrm{diag}(s)V^\top`); the quadratic term is then
+        :math:`\|WZ_c\|_F^2`, which does not lose digits when :math:`\Lambda` is ill-conditioned
+        (a nearly singular sample covariance), as :math:`\mathrm{tr}(Z_c^\top\Lambda Z_c)` does,
+        and :math:`\mathrm{tr}\Lambda = \|W\|_F^2`.
+    terms : {"all", "z"}
+        ``"all"`` (default): the whole log-density. ``"z"``: only :math:`\ell(Z)`, the terms
+        that depend on :math:`Z`, for an optimisation over :math:`Z` alone with ``gamma``,
+        ``alpha`` and ``nu`` fixed (what :func:`probdr_general_model` and
+        :class:`probdr.estimators.probdr.ProbDR` use). It leaves out
+        :math:`-\tfrac\gamma2\mathrm{tr}\Lambda` (large for a nearly singular :math:`S`) and
+        the terms in :math:`\nu` and :math:`S`, and needs no :math:`\log|\Lambda|`; it is
+        **wrong** as a function of ``gamma`` or ``nu``: do not learn them with it.
+    logdet_precision : float or tensor, optional
+        :math:`\log|\Lambda|`; computed by :func:`precision_logdet` when not given (one dense
+        :math:`O(n^3)` Cholesky per call: compute it once and pass it inside an optimisation
+        loop). A singular :math:`\Lambda` (a kNN Laplacian without a ridge) has no
+        :math:`\log|\Lambda|` and no density: :func:`precision_logdet` raises ``ValueError``.
+        With ``nu`` fixed the term is a constant, so any value (e.g. ``0.0``) gives the
+        density up to a constant, still correct in ``Z``, ``gamma`` and ``alpha``.
+
+    Cost: :math:`\alpha = 0` uses the determinant lemma and :math:`\mathrm{tr}(Z_c^\top
+    \Lambda Z_c)` (:math:`O(n^2q)`); :math:`\alpha > 0` a dense Cholesky of :math:`\Psi`.
+    """
+    if terms not in TERMS:
+        raise ValueError(f"terms must be one of {TERMS}, got {terms!r}.")
+    ell = _latent_terms(Z, precision, nu, gamma, alpha, kernel, jitter, factor)
+    if terms == "z":
+        return ell
+    return ell + _constant_terms(precision, nu, gamma, Z.shape[0], factor, logdet_precision)
 
 
 def centred_precision_eigh(precision: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -224,7 +353,10 @@ def probdr_general_model(precision: torch.Tensor, n_components: int, nu: float, 
                          factor: torch.Tensor | None = None):
     r"""Pyro model of eq. (1): ``Z ~ ImproperUniform`` (flat prior, shape (n, q)) and the
     inverse Wishart likelihood of :math:`S = \Lambda^{-1}` given :math:`\Psi(HZ)` as
-    ``pyro.factor("S", latent_loglik(...))`` (its :math:`Z`-dependent terms).
+    ``pyro.factor("S", latent_loglik(..., terms="z"))``: only its :math:`Z`-dependent terms,
+    for MAP over :math:`Z` with the other parameters fixed (to learn ``gamma``, ``alpha`` or
+    ``nu``, write a program with the whole density, ``terms="all"``: see the module
+    docstring).
 
     Parameters
     ----------
@@ -246,5 +378,6 @@ def probdr_general_model(precision: torch.Tensor, n_components: int, nu: float, 
     """
     n = precision.shape[0]
     Z = pyro.sample("Z", dist.ImproperUniform(constraints.real, (), (n, n_components)))
-    pyro.factor("S", latent_loglik(Z, precision, nu, gamma, alpha, kernel, factor=factor))
+    pyro.factor("S", latent_loglik(Z, precision, nu, gamma, alpha, kernel, factor=factor,
+                                   terms="z"))
     return Z

@@ -72,12 +72,14 @@ def mvdigamma(a: torch.Tensor | float, n: int) -> torch.Tensor:
 
 def gram_logdet(Z: torch.Tensor, beta: float = 1.0, jitter: float = 0.0) -> torch.Tensor:
     r""":math:`\log|\beta I_n + ZZ^\top| = n\log\beta + \log|I_q + Z^\top Z/\beta|` (determinant
-    lemma): :math:`O(nq^2)`, no :math:`n\times n` matrix. Differentiable in ``Z``."""
+    lemma): :math:`O(nq^2)`, no :math:`n\times n` matrix. Differentiable in ``Z``, and in
+    ``beta`` when it is a tensor."""
     n, q = Z.shape
     G = Z.T @ Z / beta
     G = G + torch.eye(q, dtype=Z.dtype) * (1.0 + jitter)
     L = torch.linalg.cholesky(G)
-    return n * math.log(beta) + 2.0 * torch.log(torch.diagonal(L)).sum()
+    log_beta = torch.log(beta) if torch.is_tensor(beta) else math.log(beta)
+    return n * log_beta + 2.0 * torch.log(torch.diagonal(L)).sum()
 
 
 # --------------------------------------------------------------------------------------------
