@@ -78,6 +78,15 @@ def check_array(
     return T.contiguous()
 
 
+def check_data(X: Any, name: str = "X", min_samples: int = 2) -> Any:
+    """Data rows for a function of the modelling layer: a dense array (numpy, torch or a list)
+    is checked by :func:`check_array` and returned as a tensor of its own floating dtype and
+    device; a sparse matrix (scipy or torch) is passed through for the caller's sparse path."""
+    if hasattr(X, "tocsr") or getattr(X, "is_sparse", False):
+        return X
+    return check_array(X, name=name, min_samples=min_samples, dtype=None)
+
+
 def check_number(x: Any, name: str, *, integer: bool = False, low: float | None = None,
                  high: float | None = None, low_open: bool = False,
                  high_open: bool = False) -> int | float:

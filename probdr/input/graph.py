@@ -21,7 +21,7 @@ import numpy as np
 import torch
 
 from .._distributed import all_gather_rows, broadcast_, process_group_rows
-from .._utils import check_array
+from .._utils import check_array, check_data, check_number
 from ..kernels import GaussianKernel
 from ..laws.graph import GraphLaw, GraphPrior, NEdgeGraph, NEdgePrior, get_prior
 from ..laws.weights import MAX_LOGIT, DenseWeights, SparseWeights
@@ -158,8 +158,7 @@ def build_input_graph(
     """
     if affinity == "precomputed":
         return precomputed_input_graph(X, prior_x, edge_prior=edge_prior)
-    if not isinstance(X, torch.Tensor) and not hasattr(X, "tocsr"):  # numpy or a list
-        X = check_array(X, name="X", dtype=None)
+    X = check_data(X)
     n = X.shape[0]
     kind = _prior_kind(prior_x)
     symmetrize = kind in ("B~",)
@@ -288,9 +287,11 @@ def dense_cost(X, metric="euclidean", metric_params=None) -> torch.Tensor:
     from ..config import check_dense
     from .distances import pairwise_distances
 
+    precomputed = isinstance(metric, str) and metric == "precomputed"
+    X = X if precomputed else check_data(X, min_samples=1)
     n = X.shape[0]
     check_dense(n, "the all-pairs cost matrix", "Use a neighbour-graph method (TSNE, UMAP).")
-    if isinstance(metric, str) and metric == "precomputed":
+    if precomputed:
         if is_sparse(X):
             raise ValueError("this method needs all pairwise distances: a sparse precomputed "
                              "distance matrix holds neighbours only; pass a dense (n, n) matrix.")
@@ -313,7 +314,9 @@ def knn_laplacian(X, n_neighbors: int = 15, *, neighbors: str = "auto",
     r"""Laplacian of the symmetrised binary kNN graph, :math:`A = \mathbb 1[A^{kNN} +
     A^{kNN\top} \ge 1]` (``n_neighbors`` neighbours per point, self excluded), as [004] builds
     Laplacian eigenmaps' graph; ``metric`` as in :func:`neighbor_lists`."""
+    X = check_data(X)
     n = X.shape[0]
+    n_neighbors = check_number(n_neighbors, "n_neighbors", integer=True, low=1)
     if not 1 <= n_neighbors <= n - 1:
         raise ValueError(f"n_neighbors={n_neighbors} must lie in [1, n - 1] = [1, {n - 1}] "
                          f"for n={n} samples.")
@@ -327,7 +330,7 @@ def euclidean_distance_matrix(X) -> np.ndarray:
     """Pairwise Euclidean distances (float64, zero diagonal)."""
     from scipy.spatial.distance import cdist
 
-    X = np.asarray(X.detach().cpu() if isinstance(X, torch.Tensor) else X, dtype=np.float64)
+    X = check_array(X, name="X", min_samples=1).cpu().numpy()
     D = cdist(X, X)
     np.fill_diagonal(D, 0.0)
     return D
@@ -349,10 +352,12 @@ def geodesic_distances(X, n_neighbors: int | None = None, *, metric="euclidean",
         X = dense_cost(X, metric, metric_params).sqrt().cpu().numpy()
         graph_kw = {"metric": "precomputed"}
     else:
-        X = np.asarray(X.detach().cpu() if isinstance(X, torch.Tensor) else X, dtype=np.float64)
+        X = check_array(X, name="X").cpu().numpy()
         graph_kw = {}
     n = X.shape[0]
     auto = n_neighbors is None
+    if not auto:
+        check_number(n_neighbors, "n_neighbors", integer=True, low=1)
     k = 5 if auto else int(n_neighbors)
     k = min(k, n - 1)
     while True:

@@ -18,6 +18,7 @@ import torch
 
 from .._alloc import heap_reuse
 from .._pairwise import pairwise_sq_distances
+from .._utils import check_data, check_number
 from .ivf import _centroid_d2, _kmeans, _nearest, knn_ivf, rerank
 
 __all__ = ["knn", "knn_approximate", "knn_brute", "knn_exact", "knn_ivf", "knn_pruned",
@@ -283,8 +284,11 @@ def knn(X: torch.Tensor, k: int, method: str = "auto", random_state: int = 0):
     cell search), ``"approximate"`` (:func:`knn_approximate`, the inverted-file search in torch),
     ``"pynndescent"`` (:func:`knn_pynndescent`, needs the optional pynndescent), or ``"auto"``
     (exact up to ``EXACT_KNN_MAX_N`` = 100,000 points, the torch approximate search above).
+    ``X``: ``(n, p)`` finite rows, numpy or torch.
     """
+    X = check_data(X)
     n = X.shape[0]
+    k = check_number(k, "k", integer=True)
     if not 1 <= k <= n - 1:
         raise ValueError(f"k must lie in [1, n-1] = [1, {n - 1}], got {k}.")
     if method == "auto":

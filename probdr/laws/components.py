@@ -110,6 +110,15 @@ def _check_batch(W):
     return W
 
 
+def _check_graph(W) -> torch.Tensor:
+    """A square ``(n, n)`` graph of finite weights: a torch sparse tensor is passed through."""
+    if isinstance(W, torch.Tensor) and W.is_sparse:
+        if W.ndim != 2 or W.shape[0] != W.shape[1]:
+            raise ValueError(f"W must be a square (n, n) graph, got shape {tuple(W.shape)}.")
+        return W
+    return check_array(W, name="W", min_samples=1, square=True, dtype=None, shape="(n, n)")
+
+
 def _edges_of_batch(W: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(draw, row, col) indices of the non-zero entries of a (b, n, n) batch."""
     if W.is_sparse:
@@ -264,7 +273,8 @@ def monte_carlo_edge_mean(law: GraphLaw, n_samples: int,
 # --------------------------------------------------------------------------------------------
 def laplacian(W: torch.Tensor, symmetrize: bool = True) -> torch.Tensor:
     r"""Graph Laplacian :math:`L(\bar W)` of Definition 1, with :math:`\bar W = W + W^\top` when
-    ``symmetrize``. Dense or sparse in, same out."""
+    ``symmetrize``. Dense or sparse in, same out (numpy in: a dense tensor)."""
+    W = _check_graph(W)
     if W.is_sparse:
         W = W.coalesce()
         A = (W + W.t()).coalesce() if symmetrize else W
@@ -286,6 +296,8 @@ def connected_components(W) -> tuple[int, torch.Tensor]:
     """
     import igraph as ig
 
+    if not hasattr(W, "tocsr"):
+        W = _check_graph(W)
     if isinstance(W, torch.Tensor):
         if W.is_sparse:
             W = W.coalesce()

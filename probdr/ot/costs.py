@@ -51,8 +51,9 @@ def check_cost(C: Any, name: str = "C") -> torch.Tensor:
 
 
 def upper_pairs(D: Any) -> np.ndarray:
-    """Entries of the strict upper triangle of a square matrix (the pairs :math:`i < j`)."""
-    D = np.asarray(D.detach().cpu() if isinstance(D, torch.Tensor) else D, dtype=np.float64)
+    """Entries of the strict upper triangle of a square, finite matrix (the pairs
+    :math:`i < j`)."""
+    D = check_array(D, name="D", min_samples=2, square=True).cpu().numpy()
     iu = np.triu_indices(D.shape[0], k=1)
     return D[iu]
 
