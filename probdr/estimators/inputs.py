@@ -152,8 +152,9 @@ class ContinueMixin:
         graphs) go on as in one longer run, and so does the schedule:
 
         * a fit stopped before the end of its schedule (by a callback) first runs the rest of
-          it, as planned: ``fit`` of ``N`` steps stopped after ``a``, then ``optimize(N - a)``,
-          is bitwise the uninterrupted fit (also for UMAP's and LargeVis's decaying rate);
+          it, as planned: ``fit`` of ``N`` steps stopped after ``a``, then ``optimize(N - a)``
+          (with ``callbacks=None``: optimize runs the callbacks too, counting from 1), is
+          bitwise the uninterrupted fit (also for UMAP's and LargeVis's decaying rate);
         * past the end, the last phase goes on. A constant learning rate stays (t-SNE,
           GraphCoupling: ``fit`` of ``a`` steps then ``optimize(b)`` is bitwise a fit of
           ``a + b``). A linear decay to 0 (UMAP, LargeVis) cannot go on past 0: it is stretched,
