@@ -442,9 +442,7 @@ class GraphCoupling(InputKindsMixin, ContinueMixin, NewPointsMixin, DREstimator)
         self.n_iter_ = res.n_iter
         self.n_rescued_ = res.n_rescued
         self.stopped_by_callback_ = res.stopped
-        self._optimizer_state = res.optimizer_state
-        last = phases[-1]
-        self._last_step = (float(last.learning_rate), float(last.momentum))
+        self._keep_map_state(res, phases)
         if self.inference == "map":
             return res.Z
         from ..infer.posterior import fit_posterior

@@ -11,6 +11,7 @@ import torch
 from sklearn.utils import check_scalar
 
 from ..infer import Phase, run_map
+from ..infer.schedule import continue_schedule
 from ..init import initialize
 from ..laws.graph import GraphLaw
 from ..models.coupling import graph_coupling_model
@@ -113,42 +114,82 @@ class InputKindsMixin:
 class ContinueMixin:
     """``optimize``: more MAP steps from the fitted state."""
 
+    def _keep_map_state(self, res, phases: list[Phase]) -> None:
+        """What ``optimize`` continues, kept right after the MAP fit: the optimiser's state,
+        the schedule and torch's random stream (negative samples, sampled graphs)."""
+        self._optimizer_state = res.optimizer_state
+        self._schedule = list(phases)
+        self._stream = res.stream
+
+    def _continuation(self, n_iter, learning_rate, momentum, exaggeration) -> list[Phase]:
+        """The phases of ``optimize``: the schedule continued (``continue_schedule``), with the
+        given values in place of the schedule's."""
+        schedule = getattr(self, "_schedule", None)
+        if schedule is None:  # saved before the schedule was kept: its last rate, constant
+            lr, mom = self._last_step
+            schedule = [Phase(0, lr, mom, name="main")]
+        phases = continue_schedule(schedule, int(self.n_iter_), int(n_iter))
+        for ph in phases:
+            ph.name = f"optimize ({ph.name})"
+            if learning_rate is not None:
+                ph.learning_rate, ph.final_learning_rate = learning_rate, None
+            if momentum is not None:
+                ph.momentum = momentum
+            if exaggeration is not None:
+                ph.model_kwargs = {} if exaggeration == 1.0 else {"exaggeration": exaggeration}
+            check_scalar(ph.learning_rate, "learning_rate", Real, min_val=0,
+                         include_boundaries="neither")
+            check_scalar(ph.momentum, "momentum", Real, min_val=0, max_val=1,
+                         include_boundaries="left")
+        return phases
+
     @in_fit_environment
     def optimize(self, n_iter: int, *, learning_rate: float | None = None,
-                 momentum: float | None = None, exaggeration: float = 1.0):
+                 momentum: float | None = None, exaggeration: float | None = None):
         """Continue optimising the fitted embedding for ``n_iter`` more steps (openTSNE's
-        ``optimize``), with the optimiser's state (gains, velocity, moments) kept from the
-        previous ``fit`` or ``optimize``: a fit of ``a`` steps followed by ``optimize(b)`` is a
-        fit of ``a + b`` steps (same learning rate and momentum, no decay). ``learning_rate``,
-        ``momentum`` (default: those of the last phase) and ``exaggeration`` set this run's
-        schedule. Updates ``embedding_``, ``loss_history_`` and ``loss_steps_`` (appended) and
-        ``n_iter_``; the callbacks run as in ``fit``. Returns ``self``."""
+        ``optimize``), from where the previous ``fit`` or ``optimize`` stopped: the optimiser's
+        state (gains, velocity, moments) and torch's random stream (negative samples, sampled
+        graphs) go on as in one longer run, and so does the schedule:
+
+        * a fit stopped before the end of its schedule (by a callback) first runs the rest of
+          it, as planned: ``fit`` of ``N`` steps stopped after ``a``, then ``optimize(N - a)``
+          (with ``callbacks=None``: optimize runs the callbacks too, counting from 1), is
+          bitwise the uninterrupted fit (also for UMAP's and LargeVis's decaying rate);
+        * past the end, the last phase goes on. A constant learning rate stays (t-SNE,
+          GraphCoupling: ``fit`` of ``a`` steps then ``optimize(b)`` is bitwise a fit of
+          ``a + b``). A linear decay to 0 (UMAP, LargeVis) cannot go on past 0: it is stretched,
+          the new steps taking the rates that a decay planned ``a + b`` steps long gives its
+          steps ``a`` to ``a + b - 1``, from ``lr0 * b / (a + b)`` down towards 0. Only the
+          first ``a`` steps' rates then differ from a fit of ``a + b`` steps.
+
+        ``learning_rate`` (held constant), ``momentum`` and ``exaggeration`` replace the
+        schedule's in every new step. Updates ``embedding_``, ``loss_history_`` and
+        ``loss_steps_`` (appended) and ``n_iter_``; the callbacks run as in ``fit``. Returns
+        ``self``."""
         from ..infer.map import fit_callbacks
         from .base import isolated_random_state
 
         self._check_fitted()
         check_scalar(n_iter, "n_iter", Integral, min_val=1)
-        check_scalar(exaggeration, "exaggeration", Real, min_val=0, include_boundaries="neither")
+        if exaggeration is not None:
+            check_scalar(exaggeration, "exaggeration", Real, min_val=0,
+                         include_boundaries="neither")
         if self.inference != "map":
             raise ValueError("optimize continues a MAP fit; with inference="
                              f"{self.inference!r} refit the estimator instead.")
-        lr, mom = self._last_step
-        lr = lr if learning_rate is None else learning_rate
-        mom = mom if momentum is None else momentum
-        check_scalar(lr, "learning_rate", Real, min_val=0, include_boundaries="neither")
-        check_scalar(mom, "momentum", Real, min_val=0, max_val=1, include_boundaries="left")
+        phases = self._continuation(n_iter, learning_rate, momentum, exaggeration)
         n = self.embedding_.shape[0]
         _, scale, clip = self._phases(n)
-        phase = Phase(int(n_iter), float(lr), float(mom), name="optimize",
-                      model_kwargs={} if exaggeration == 1.0 else {"exaggeration": exaggeration})
         Z0 = torch.as_tensor(self.embedding_).to(self._fit_dtype)
-        seed = (self.random_state_ + int(self.n_iter_)) % (2**32)
+        seed = (self.random_state_ + int(self.n_iter_)) % (2**32)  # for files without _stream
         with isolated_random_state(seed), fit_callbacks(self._callback(), self.callbacks_every):
-            res = run_map(graph_coupling_model, self.model_kwargs_, Z0, [phase],
+            res = run_map(graph_coupling_model, self.model_kwargs_, Z0, phases,
                           optimizer=self.optimizer, loss_scale=scale, grad_clip=clip,
                           observe=self._observe(), verbose=self.verbose,
                           desc=f"{type(self).__name__}.optimize",
-                          optimizer_state=self._optimizer_state)
+                          optimizer_state=self._optimizer_state,
+                          stream=getattr(self, "_stream", None))
+        self._stream = res.stream
         if not torch.isfinite(res.Z).all():
             raise FloatingPointError(f"{type(self).__name__}.optimize produced a non-finite "
                                      "embedding; lower the learning rate.")
@@ -160,5 +201,4 @@ class ContinueMixin:
         self.n_iter_ = int(self.n_iter_) + res.n_iter
         self.stopped_by_callback_ = res.stopped
         self._optimizer_state = res.optimizer_state
-        self._last_step = (float(lr), float(mom))
         return self

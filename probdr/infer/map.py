@@ -50,6 +50,8 @@ from .schedule import (
     _reparam_guide,
     _rescue_collapsed_columns,
     fit_callbacks,
+    random_stream,
+    set_random_stream,
 )
 
 __all__ = ["Phase", "MAPResult", "MAPFit", "RelativeChange", "run_map", "map_estimate",
@@ -345,7 +347,7 @@ class MAPFit:
         with pyro.validation_enabled(False), heap_reuse(), scratch():
             for t in range(phase.n_iter):
                 if phase.final_learning_rate is not None:
-                    frac = t / max(phase.n_iter, 1)
+                    frac = (phase.decay_start + t) / max(phase.decay_steps or phase.n_iter, 1)
                     lr = phase.learning_rate + frac * (phase.final_learning_rate
                                                        - phase.learning_rate)
                     for g in self.opt.param_groups:
@@ -405,6 +407,7 @@ def run_map(
     desc: str = "MAP",
     optimizer_state: list | None = None,
     loss_every: int | None = None,
+    stream: list | None = None,
 ) -> MAPResult:
     """Maximise the model's log joint over its latent sites by a schedule of phases
     (:class:`MAPFit`, in a private Pyro parameter store).
@@ -434,6 +437,9 @@ def run_map(
         Continue from an earlier fit's optimiser state (:attr:`MAPResult.optimizer_state`).
     loss_every : int, optional
         Record the loss every ``loss_every``-th step of a phase, as in :class:`MAPFit`.
+    stream : list, optional
+        torch's random state to draw the steps from (set after the guide's setup, which runs
+        the model once): an earlier fit's :attr:`MAPResult.stream`, to continue its draws.
 
     Returns
     -------
@@ -448,10 +454,13 @@ def run_map(
         if observe is not None:
             base_kwargs["W_X"] = observe()
         fit.setup(base_kwargs)
+        if stream is not None:
+            set_random_stream(stream, fit.params[0].device)
         for phase in phases:
             fit.run(phase, base_kwargs, keep_state=optimizer == "gains", observe=observe)
             if fit.stopped:
                 break
+        end_stream = random_stream(fit.params[0].device)
         values = fit.values(base_kwargs)
         state = fit.export_state()
     Z = values.get("Z")
@@ -467,7 +476,7 @@ def run_map(
     return MAPResult(Z=Z, loss_history=fit.history, loss_steps=fit.loss_steps,
                      n_iter=fit.n_steps,
                      n_rescued=fit.n_rescued, values=values, optimizer_state=state,
-                     stopped=fit.stopped)
+                     stopped=fit.stopped, stream=end_stream)
 
 
 def map_estimate(

@@ -8,7 +8,7 @@ import contextlib
 import contextvars
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -20,7 +20,7 @@ from pyro.infer.util import is_identically_zero
 from ..optim import SGD, Adam, GainsMomentum
 
 __all__ = ["OPTIMIZERS", "fit_callbacks", "RelativeChange", "Phase", "MAPResult",
-           "COLLAPSE_FLOOR"]
+           "COLLAPSE_FLOOR", "continue_schedule", "random_stream", "set_random_stream"]
 
 #: the optimisers of the driver (see :class:`MAPFit`)
 OPTIMIZERS = ("gains", "sgd", "adam", "lbfgs")
@@ -69,6 +69,11 @@ class Phase:
     momentum: float = 0.0
     #: learning rate at the end of the phase (linear decay); ``None`` keeps it constant
     final_learning_rate: float | None = None
+    #: the linear decay's length in steps (``None``: ``n_iter``) and the position in it of the
+    #: phase's first step: the phase's step ``t`` runs at the decay's step ``decay_start + t``
+    #: (a phase that continues or prolongs another: :func:`continue_schedule`)
+    decay_steps: int | None = None
+    decay_start: int = 0
     model_kwargs: dict[str, Any] = field(default_factory=dict)
     name: str = "optimise"
     #: stop the phase early once the relative loss variation
@@ -81,6 +86,49 @@ class Phase:
     #: another stopping rule, ``converged(previous_loss, loss) -> bool``, checked after every
     #: step from the second on (e.g. :class:`RelativeChange`); it replaces the ``tol`` rule
     converged: Callable[[float, float], bool] | None = None
+
+
+def continue_schedule(phases: list[Phase], done: int, n_iter: int) -> list[Phase]:
+    """The phases of the next ``n_iter`` steps of the schedule ``phases`` after ``done`` steps.
+
+    First the rest of the schedule as planned: an unfinished phase goes on where it stopped, a
+    linear decay at the rates of the uninterrupted schedule, so that a schedule stopped after
+    ``done`` steps and continued is the uninterrupted one, step for step. Past the schedule's
+    end its last phase is prolonged: a constant learning rate goes on; a linear decay is
+    stretched to the new end, its new steps taking the rates that the same decay planned
+    ``done + n_iter`` steps long gives them (a decay from ``lr0`` to 0 over a phase of ``a``
+    steps, prolonged by ``b``, restarts at ``lr0 * b / (a + b)`` and decays to 0 again).
+    """
+    out, start, left = [], 0, int(n_iter)
+    for i, ph in enumerate(phases):
+        last = i == len(phases) - 1
+        pos, length = done - start, ph.decay_steps or ph.n_iter
+        start += ph.n_iter
+        if left <= 0 or (pos >= ph.n_iter and not last):
+            continue
+        steps = left if last else min(left, ph.n_iter - pos)
+        at = ph.decay_start + pos  # the decay's step of the new phase's first step
+        if last:
+            length = max(length, at + steps)
+        out.append(replace(ph, n_iter=steps, decay_steps=length, decay_start=at))
+        left, done = left - steps, done + steps
+    return out
+
+
+def random_stream(device) -> list[torch.Tensor]:
+    """torch's global random state on ``device``: the CPU generator's, and on CUDA the device's
+    too (the state a MAP fit's random draws -- negative samples, sampled graphs -- come from)."""
+    state = [torch.get_rng_state()]
+    if torch.device(device).type == "cuda":
+        state.append(torch.cuda.get_rng_state(device))
+    return state
+
+
+def set_random_stream(state: list, device) -> None:
+    """Set torch's global random state from :func:`random_stream`."""
+    torch.set_rng_state(torch.as_tensor(state[0], dtype=torch.uint8).cpu())
+    if len(state) > 1 and torch.device(device).type == "cuda":
+        torch.cuda.set_rng_state(torch.as_tensor(state[1], dtype=torch.uint8).cpu(), device)
 
 
 @dataclass
@@ -101,6 +149,8 @@ class MAPResult:
     stopped: bool = False
     #: the step (from 1) of each entry of ``loss_history``
     loss_steps: np.ndarray | None = None
+    #: torch's random state after the last step (:func:`random_stream`), to continue the fit
+    stream: list | None = None
 
 
 #: a column of Z whose spread (RMS about its mean) falls below this has collapsed (see
