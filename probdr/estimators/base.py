@@ -22,6 +22,7 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 
 from .._utils import as_output, device_context, resolve_device, resolve_dtype
 from ..infer.map import fit_callbacks
+from .params import check_init, constraints_for
 
 __all__ = ["DREstimator", "resolve_seed", "resolve_n_jobs", "thread_limit", "fit_environment",
            "isolated_random_state", "set_init_params"]
@@ -135,6 +136,18 @@ def isolated_random_state(seed: int):
             random.setstate(py_state)
 
 
+def _check_magnitude(X) -> None:
+    """Refuse data whose Gram and distance sums come within a factor 1e6 of float64's largest
+    number (entries near 1e150), which would end in a failed Cholesky or a NaN far from the
+    cause."""
+    if not isinstance(X, torch.Tensor) or X.numel() == 0 or X.is_sparse:
+        return
+    top = float(X.abs().max())
+    if not top * top * X.shape[0] * X.shape[1] < np.finfo(np.float64).max / 1e6:
+        raise ValueError(f"X has entries up to {top:.3g}: its squared distances come too close "
+                         "to float64's limit. Rescale X (for example with sklearn's StandardScaler).")
+
+
 class DREstimator(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
     """Base class of the probdr estimators.
 
@@ -156,6 +169,13 @@ class DREstimator(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimat
     _accepts_sparse = False
     #: ``fit(X, y)`` uses the labels (``_fit(X, y)``); other estimators ignore ``y``
     _uses_labels = False
+    #: constraints that differ from the shared table (:data:`probdr.estimators.params.PARAMETERS`)
+    _constraint_overrides: dict = {}
+    _parameter_constraints: dict = {}
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        cls._parameter_constraints = constraints_for(cls)
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
@@ -225,12 +245,15 @@ class DREstimator(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimat
         """Fit the model to ``X`` of shape ``(n_samples, n_features)``. ``y``: labels, used by
         the estimators that support supervision (the graph-coupling family, ``target_weight``);
         ignored by the others."""
+        self._validate_params()  # every parameter's type and range, before any work
+        check_init(getattr(self, "init", None))
         resolve_n_jobs(getattr(self, "n_jobs", None))  # a bad value fails before any work
         self.device_ = resolve_device(getattr(self, "device", "cpu"))  # so does a bad device
         Xt = self._validate_X(X)
         from ..laws.graph import GraphLaw
 
         n, p = (Xt.n, Xt.n) if isinstance(Xt, GraphLaw) else Xt.shape  # a law: n nodes
+        _check_magnitude(Xt)
         self._check_n_components(p)
         self._fit_dtype = resolve_dtype(getattr(self, "dtype", "float64"))
         self._check_params(n, p)

@@ -11,12 +11,11 @@ returns the exact cross-entropy (Van Assel et al. 2022, §3.1), whatever the opt
 
 from __future__ import annotations
 
-from numbers import Integral, Real
+from numbers import Real
 from typing import Any
 
 import numpy as np
 import torch
-from sklearn.utils import check_scalar
 
 from .._utils import generator
 from ..infer import Phase, run_map
@@ -30,6 +29,7 @@ from ..models.coupling import graph_coupling_model
 from .base import DREstimator, set_init_params
 from .inputs import ContinueMixin, InputKindsMixin
 from .out_of_sample import NewPointsMixin, attraction_mass, auto_coupling_weight
+from .params import POSITIVE, StrOptions
 
 __all__ = ["GraphCoupling", "auto_coupling_weight"]
 
@@ -173,6 +173,8 @@ class GraphCoupling(InputKindsMixin, ContinueMixin, NewPointsMixin, DREstimator)
     """
 
     _defaults_kernel: dict[str, Any] = {}
+    _constraint_overrides = {"learning_rate": [POSITIVE, StrOptions({"auto"})],
+                             "coupling_weight": [POSITIVE, StrOptions({"auto"})]}
     _keeps_training_data = True
     _accepts_sparse = True
     _uses_labels = True
@@ -303,18 +305,7 @@ class GraphCoupling(InputKindsMixin, ContinueMixin, NewPointsMixin, DREstimator)
                              "(UMAP, LargeVis); use repulsion='exact' with D or E.")
         if self.inference not in ("map", "svi", "mcmc"):
             raise ValueError(f"inference must be 'map', 'svi' or 'mcmc', got {self.inference!r}.")
-        if not (isinstance(self.coupling_weight, str) and self.coupling_weight == "auto"):
-            check_scalar(self.coupling_weight, "coupling_weight", Real, min_val=0,
-                         include_boundaries="neither")
-        check_scalar(self.early_exaggeration, "early_exaggeration", Real, min_val=0,
-                     include_boundaries="neither")
-        check_scalar(self.early_exaggeration_iter, "early_exaggeration_iter", Integral, min_val=0)
-        for name in ("momentum", "early_momentum"):
-            check_scalar(getattr(self, name), name, Real, min_val=0, max_val=1,
-                         include_boundaries="left")
-        check_scalar(self.negative_samples, "negative_samples", Integral, min_val=1)
-        check_scalar(self.negative_weight, "negative_weight", Real, min_val=0,
-                     include_boundaries="neither")
+        # types and ranges of the parameters: the shared table (params.py), checked in fit
         if self.observe not in ("mean", "sample"):
             raise ValueError(f"observe must be 'mean' or 'sample', got {self.observe!r}.")
         n_iter = self._n_iter(n)
@@ -330,14 +321,6 @@ class GraphCoupling(InputKindsMixin, ContinueMixin, NewPointsMixin, DREstimator)
                              f"{self.neighbors!r}.")
         if self.optimizer not in ("gains", "sgd", "adam"):
             raise ValueError(f"optimizer must be 'gains', 'sgd' or 'adam', got {self.optimizer!r}.")
-        if self.grad_clip is not None and not self.grad_clip > 0:
-            raise ValueError(f"grad_clip must be positive or None, got {self.grad_clip!r}.")
-        if not (self.init_scale == "umap" or (isinstance(self.init_scale, Real)
-                                              and self.init_scale > 0)):
-            raise ValueError(f"init_scale must be positive or 'umap', got {self.init_scale!r}.")
-        if self.learning_rate != "auto" and not (
-                isinstance(self.learning_rate, Real) and self.learning_rate > 0):
-            raise ValueError(f"learning_rate must be 'auto' or positive, got {self.learning_rate!r}.")
         self._make_kernel()  # raises on a bad kernel name
         from ..laws.edge_priors import check_edge_prior
 

@@ -26,6 +26,7 @@ the clustering ``labels_`` (:math:`\arg\max_k T_{ik}`). Prototypes that receive 
 from __future__ import annotations
 
 import warnings
+from numbers import Real
 
 import numpy as np
 import torch
@@ -175,7 +176,7 @@ class DistR(DREstimator):
             raise ValueError(f"solver must be 'cg' or 'md', got {self.solver!r}.")
         if self.affinity_in == "sea":
             hi = n - 1
-            if not (isinstance(self.perplexity, (int, float)) and 1 < self.perplexity <= hi):
+            if not (isinstance(self.perplexity, Real) and 1 < self.perplexity <= hi):
                 raise ValueError(f"perplexity must lie in (1, n - 1] = (1, {hi}], got "
                                  f"{self.perplexity!r}.")
         for name in ("n_outer", "z_steps", "srgw_max_iter"):

@@ -29,10 +29,10 @@ from __future__ import annotations
 
 import math
 
-import numpy as np
 import torch
 
 from ..infer.posterior import check_inference, fit_posterior
+from .params import POSITIVE
 
 __all__ = ["PosteriorInference", "DEFAULT_Z_PRIOR_RMS_FACTOR", "isotropic_gaussian"]
 
@@ -40,11 +40,6 @@ __all__ = ["PosteriorInference", "DEFAULT_Z_PRIOR_RMS_FACTOR", "isotropic_gaussi
 #: RMS of the MAP embedding (see the module docstring)
 DEFAULT_Z_PRIOR_RMS_FACTOR = 10.0
 INFERENCES = ("map", "svi", "mcmc")
-
-def _positive_number(v) -> bool:
-    return (isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, bool)
-            and math.isfinite(v) and v > 0)
-
 
 def isotropic_gaussian(scale: float, n: int, q: int, dtype=torch.float64):
     r""":math:`Z_{ia} \sim \mathcal N(0, s^2)` i.i.d., one distribution of event shape (n, q)."""
@@ -91,18 +86,13 @@ class PosteriorInference:
 
     def _check_inference(self, n: int, q: int) -> None:
         """Validate the posterior settings (before any heavy work)."""
-        if self.inference not in INFERENCES:
-            raise ValueError(f"inference must be one of {INFERENCES}, got {self.inference!r}.")
-        if not _positive_number(self.coupling_weight):
-            raise ValueError(f"coupling_weight must be a positive number, got "
-                             f"{self.coupling_weight!r}.")
-        zp = self.z_prior
+        zp = self.z_prior  # inference and coupling_weight: the parameter table
         if isinstance(zp, torch.distributions.Distribution):
             if tuple(zp.batch_shape) != () or tuple(zp.event_shape) != (n, q):
                 raise ValueError(f"z_prior must be a distribution of event shape ({n}, {q}) and "
                                  f"no batch shape, got event shape {tuple(zp.event_shape)}, "
                                  f"batch shape {tuple(zp.batch_shape)}.")
-        elif zp is not None and not _positive_number(zp):
+        elif zp is not None and not POSITIVE.is_satisfied_by(zp):
             raise ValueError(f"z_prior must be None, a positive scale (isotropic Gaussian) or a "
                              f"distribution over (n, q), got {zp!r}.")
         params = self.inference_params

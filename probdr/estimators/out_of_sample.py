@@ -23,7 +23,7 @@ import numpy as np
 import torch
 
 from .._fft import CauchyField
-from .._utils import generator
+from .._utils import check_number, generator
 from ..infer.map import Phase, run_map
 from ..input.graph import _prior_kind, new_point_rows, query_lists
 from ..input.neighbors import knn_query
@@ -51,9 +51,7 @@ TARGET_ACCEPT = 0.35
 
 
 def _check_n_iter(n_iter) -> None:
-    if not (isinstance(n_iter, (int, np.integer)) and not isinstance(n_iter, bool)
-            and n_iter >= 0):
-        raise ValueError(f"n_iter must be a non-negative integer, got {n_iter!r}.")
+    check_number(n_iter, "n_iter", integer=True, low=0)
 
 
 def _batches(m: int, n: int, chains: int = 1):

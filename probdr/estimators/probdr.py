@@ -16,9 +16,6 @@ Probabilistic Perspective on UMAP and t-SNE*. AABI 2025, eqs. (1), (2), (5) and 
 
 from __future__ import annotations
 
-import math
-import numbers
-
 import numpy as np
 import torch
 
@@ -29,6 +26,7 @@ from ..laws.wishart import probdr_epsilon, theorem2_solution
 from ..models.probdr_general import KERNELS, closed_form, probdr_general_model
 from .base import DREstimator, set_init_params
 from .out_of_sample import GraphRowMixin, LinearMapMixin, transform_only_if
+from .params import Int, StrOptions
 from .wishart import _principal_axes as _rotate_to_axes
 
 __all__ = ["ProbDR"]
@@ -38,22 +36,6 @@ COVARIANCES = ("laplacian", "sample")
 
 def _is_sample(cov) -> bool:
     return isinstance(cov, str) and cov == "sample"
-
-
-def _is_real(v) -> bool:
-    return (isinstance(v, numbers.Real) and not isinstance(v, (bool, np.bool_))
-            and math.isfinite(float(v)))
-
-
-def _check_int(name: str, v, low: int = 1) -> None:
-    if not (isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_))
-            and v >= low):
-        raise ValueError(f"{name} must be an integer >= {low}, got {v!r}.")
-
-
-def _check_choice(name: str, v, choices) -> None:
-    if not (isinstance(v, str) and v in choices):
-        raise ValueError(f"{name} must be one of {choices}, got {v!r}.")
 
 
 def _principal_axes(Z: torch.Tensor) -> torch.Tensor:
@@ -180,6 +162,15 @@ class ProbDR(GraphRowMixin, DREstimator):
 
     _lbfgs_tol = 1e-13
 
+    _constraint_overrides = {
+        "n_iter": [Int(1), None], "n_neighbors": [Int(1)],
+        "covariance": [StrOptions(set(COVARIANCES)), "array-like"],
+        "kernel": [StrOptions(set(KERNELS)), callable],
+        "solver": [StrOptions({"map", "closed_form"})],
+        "optimizer": [StrOptions({"auto", "lbfgs", "adam"})],
+        "init": [StrOptions({"pca", "eigen", "random"}), "array-like"],
+        "neighbors": [StrOptions({"auto", "exact", "approximate", "pynndescent"})]}
+
     def __init__(self, n_components: int = 2, covariance="laplacian",
                  random_state: int | None = None, *, alpha: float = 0.5, kernel="student",
                  gamma: float | None = None, nu: float | None = None, n_neighbors: int = 15,
@@ -201,7 +192,6 @@ class ProbDR(GraphRowMixin, DREstimator):
 
         check_metric(self.metric, self.metric_params, n_features=p)
         q = self.n_components
-        _check_int("max_n", self.max_n)
         if n > self.max_n:
             raise ValueError(
                 f"ProbDR works with dense n x n matrices (the precision, and the latent kernel's "
@@ -211,9 +201,7 @@ class ProbDR(GraphRowMixin, DREstimator):
             raise ValueError(f"n_components={q} must be at most n - 1 = {n - 1} (the centred "
                              "embedding has rank <= n - 1).")
         cov = self.covariance
-        if isinstance(cov, str):
-            _check_choice("covariance", cov, COVARIANCES)
-        else:
+        if not isinstance(cov, str):
             S = np.asarray(cov)
             if S.dtype.kind not in "biuf" or S.shape != (n, n):
                 raise ValueError(f"covariance must be 'laplacian', 'sample' or a real array of "
@@ -224,47 +212,21 @@ class ProbDR(GraphRowMixin, DREstimator):
                 raise ValueError("covariance contains non-finite values.")
             if not np.allclose(S, S.T, rtol=1e-10, atol=1e-12 * max(np.abs(S).max(), 1e-300)):
                 raise ValueError("covariance must be a symmetric matrix.")
-        if not (_is_real(self.alpha) and self.alpha >= 0):
-            raise ValueError(f"alpha must be a finite number >= 0, got {self.alpha!r}.")
-        if not (callable(self.kernel) or (isinstance(self.kernel, str)
-                                          and self.kernel in KERNELS)):
-            raise ValueError(f"kernel must be one of {tuple(KERNELS)} or a callable of the "
-                             f"squared distances, got {self.kernel!r}.")
-        _check_int("n_neighbors", self.n_neighbors)
-        _check_int("n_neg", self.n_neg)
         if isinstance(cov, str) and cov == "laplacian":
             if self.n_neighbors > n - 1:
                 raise ValueError(f"n_neighbors={self.n_neighbors} is too large for n={n} "
                                  f"samples: the kNN graph needs n_neighbors <= n - 1 = {n - 1}.")
-            _check_choice("neighbors", self.neighbors, ("auto", "exact", "approximate", "pynndescent"))
-        if self.gamma is not None and not (_is_real(self.gamma) and self.gamma > 0):
-            raise ValueError(f"gamma must be a finite positive number or None, got "
-                             f"{self.gamma!r}.")
-        if self.nu is not None and not (_is_real(self.nu) and self.nu > n - 1):
+        if self.nu is not None and not self.nu > n - 1:
             raise ValueError(f"nu must be a finite number > n - 1 = {n - 1} (inverse Wishart "
                              f"degrees of freedom) or None, got {self.nu!r}.")
-        if self.ridge is not None and not (_is_real(self.ridge) and self.ridge >= 0):
-            raise ValueError(f"ridge must be a finite number >= 0 or None, got {self.ridge!r}.")
-        if not (_is_real(self.precision_scale) and self.precision_scale > 0):
-            raise ValueError(f"precision_scale must be a finite positive number, got "
-                             f"{self.precision_scale!r}.")
-        _check_choice("solver", self.solver, ("map", "closed_form"))
         if self.solver == "closed_form" and self.alpha != 0:
             raise ValueError(f"solver='closed_form' needs alpha=0 (the kernel term has no closed "
                              f"form), got alpha={self.alpha!r}.")
-        _check_choice("optimizer", self.optimizer, ("auto", "lbfgs", "adam"))
-        if isinstance(self.init, str):
-            _check_choice("init", self.init, ("pca", "eigen", "random"))
-        else:
+        if not isinstance(self.init, str):
             Z0 = np.asarray(self.init)
             if Z0.dtype.kind not in "biuf" or Z0.shape != (n, q) or not np.isfinite(Z0).all():
                 raise ValueError(f"init must be 'pca', 'eigen', 'random' or a finite array of "
                                  f"shape ({n}, {q}), got {self.init!r:.60}.")
-        if self.n_iter is not None:
-            _check_int("n_iter", self.n_iter)
-        if not (_is_real(self.learning_rate) and self.learning_rate > 0):
-            raise ValueError(f"learning_rate must be a finite positive number, got "
-                             f"{self.learning_rate!r}.")
 
     # -- new points -----------------------------------------------------------------------------
     def _after_fit(self) -> None:

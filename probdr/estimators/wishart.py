@@ -53,6 +53,7 @@ from ..models.wishart_pca import coupling_gamma, default_dofs, whitening, wishar
 from .base import DREstimator, set_init_params
 from .inference import PosteriorInference
 from .out_of_sample import GraphRowMixin, LinearMapMixin
+from .params import StrOptions
 
 __all__ = ["WishartPCA", "WishartEigenmaps", "LaplacianWishart"]
 
@@ -69,19 +70,12 @@ def _principal_axes(Z: torch.Tensor) -> torch.Tensor:
     return Z * s
 
 
-def _check_int(name: str, v, low: int = 1) -> None:
-    if not (isinstance(v, (int, np.integer)) and not isinstance(v, bool) and v >= low):
-        raise ValueError(f"{name} must be an integer >= {low}, got {v!r}.")
-
-
-def _check_choice(name: str, v, choices) -> None:
-    if v not in choices:
-        raise ValueError(f"{name} must be one of {choices}, got {v!r}.")
-
-
 # ------------------------------------------------------------------------------------------------
 # Theorem 2
 # ------------------------------------------------------------------------------------------------
+SOLVERS = StrOptions({"map", "closed_form"})
+
+
 class WishartPCA(LinearMapMixin, PosteriorInference, DREstimator):
     r"""PCA as a Wishart precision coupling (Van Assel et al. 2022, Theorem 2).
 
@@ -150,6 +144,8 @@ class WishartPCA(LinearMapMixin, PosteriorInference, DREstimator):
 
     _components_at_most_features = True
 
+    _constraint_overrides = {"solver": [SOLVERS], "optimizer": [StrOptions({"lbfgs", "adam"})]}
+
     def __init__(self, n_components: int = 2, nu_x: float | None = None,
                  nu_z: float | None = None, random_state: int | None = None, *,
                  solver: str = "map", optimizer: str = "lbfgs", n_iter: int = 1000,
@@ -160,11 +156,6 @@ class WishartPCA(LinearMapMixin, PosteriorInference, DREstimator):
         set_init_params(self, locals())
 
     def _check_params(self, n: int, p: int) -> None:
-        _check_choice("solver", self.solver, ("map", "closed_form"))
-        _check_choice("optimizer", self.optimizer, ("lbfgs", "adam"))
-        _check_int("n_iter", self.n_iter)
-        if not self.learning_rate > 0:
-            raise ValueError(f"learning_rate must be positive, got {self.learning_rate!r}.")
         default_dofs(n, p, self.n_components, self.nu_x, self.nu_z)
         self._check_inference(n, self.n_components)
         if self.solver == "closed_form" and self.z_prior is not None:
@@ -207,7 +198,6 @@ class _LaplacianEstimator(GraphRowMixin, PosteriorInference, DREstimator):
     """Shared pieces: the symmetrised kNN Laplacian and its checks."""
 
     def _check_neighbors(self, n: int, p: int | None = None) -> None:
-        _check_int("n_neighbors", self.n_neighbors)
         if p is not None:
             self._check_metric_param(p)
         if self.n_neighbors > n - 1:
@@ -284,6 +274,8 @@ class WishartEigenmaps(_LaplacianEstimator):
         :class:`probdr.estimators.inference.PosteriorInference`.
     """
 
+    _constraint_overrides = {"solver": [SOLVERS]}
+
     def __init__(self, n_components: int = 2, n_neighbors: int = 15,
                  random_state: int | None = None, *, beta: float = 1e-3,
                  ridge: float | None = None, solver: str = "map", n_iter: int = 2000,
@@ -295,10 +287,6 @@ class WishartEigenmaps(_LaplacianEstimator):
 
     def _check_params(self, n: int, p: int) -> None:
         self._check_neighbors(n, p)
-        _check_choice("solver", self.solver, ("map", "closed_form"))
-        _check_int("n_iter", self.n_iter)
-        if not self.beta > 0:
-            raise ValueError(f"beta must be positive, got {self.beta!r}.")
         if self.ridge is not None and not self.ridge >= 0:
             raise ValueError(f"ridge must be >= 0 or None, got {self.ridge!r}.")
         if self.n_components > n - 2:
@@ -409,6 +397,9 @@ class LaplacianWishart(_LaplacianEstimator):
     iterate.
     """
 
+    _constraint_overrides = {"model": [StrOptions({"wishart", "bernoulli", "cne"})],
+                             "init": [StrOptions({"pca", "eigenmaps", "random"}), "array-like"]}
+
     def __init__(self, n_components: int = 2, n_neighbors: int = 15,
                  random_state: int | None = None, *, n_neg: int = 5,
                  eps_tilde: float | None = None, nu: float | None = None, model: str = "wishart",
@@ -425,11 +416,6 @@ class LaplacianWishart(_LaplacianEstimator):
 
     def _check_params(self, n: int, p: int) -> None:
         self._check_neighbors(n, p)
-        _check_choice("model", self.model, ("wishart", "bernoulli", "cne"))
-        _check_int("n_iter", self.n_iter)
-        _check_int("n_neg", self.n_neg)
-        if not self.learning_rate > 0:
-            raise ValueError(f"learning_rate must be positive, got {self.learning_rate!r}.")
         if n > self.max_n:
             raise ValueError(
                 f"LaplacianWishart works with dense n x n matrices (O(n^3) per step); n={n} "
@@ -444,8 +430,6 @@ class LaplacianWishart(_LaplacianEstimator):
                 "or pass a smaller eps_tilde.")
         if self.nu is not None and not self.nu > n - 1:
             raise ValueError(f"nu must exceed n - 1 = {n - 1}, got {self.nu!r}.")
-        if isinstance(self.init, str):
-            _check_choice("init", self.init, ("pca", "eigenmaps", "random"))
         self._check_inference(n, self.n_components)
 
     def _init(self, X: torch.Tensor, L: KNNLaplacian, gen: torch.Generator) -> torch.Tensor:
