@@ -4,45 +4,78 @@ Layout, one way from bottom to top: solvers (:mod:`probdr.ot`, kernels, pairwise
 and Wishart laws (:mod:`probdr.laws`) -> the input side (:mod:`probdr.input`) -> the Pyro models
 (:mod:`probdr.models`) -> inference (:mod:`probdr.infer`) -> estimators
 (:mod:`probdr.estimators`) -> diagnostics, metrics, plots and the command line.
+
+``import probdr`` imports torch, Pyro and scikit-learn (the estimators subclass its
+``BaseEstimator``); plotting (matplotlib), ArviZ, igraph, POT and anndata are imported by the
+functions that use them. In the process of the ``probdr`` command (its console script, or
+``python -m probdr.cli``) the package imports none of its layers: the command parses and checks
+its arguments with the standard library, then imports what the fit needs.
 """
 
 import sys as _sys
 import types as _types
 
-from . import (
-    config,
-    datasets,
-    diagnostics,
-    estimators,
-    infer,
-    input,
-    kernels,
-    laws,
-    metrics,
-    ot,
-    plotting,
-)
-from .estimators import (
-    GWMDS,
-    SNE,
-    TSNE,
-    UMAP,
-    DistR,
-    GraphCoupling,
-    LaplacianWishart,
-    LargeVis,
-    ProbDR,
-    SNEkhorn,
-    TSNEkhorn,
-    WishartEigenmaps,
-    WishartPCA,
-    ccPCA,
-)
-from .input import affinities
-from .input.graph import build_input_graph
-from .serialize import load
+from ._version import __version__ as __version__
 
-_sys.modules[f"{__name__}.affinities"] = affinities  # ``import probdr.affinities``
+
+def _started_as_the_command() -> bool:
+    """Whether this process is the ``probdr`` command: its console script (``sys.argv[0]`` is
+    ``probdr``, ``probdr.exe`` or ``probdr-script.py`` while the package is imported), or
+    ``python [options] -m probdr.cli`` (``torchrun -m probdr.cli``, the ranks of ``--nproc``)."""
+    import os
+
+    script = os.path.basename(_sys.argv[0]) if _sys.argv else ""
+    if script in ("probdr", "probdr.exe", "probdr-script.py", "probdr-script.pyw"):
+        return True
+    args = iter(getattr(_sys, "orig_argv", [])[1:])  # the interpreter's own options first
+    for arg in args:
+        if arg in ("-X", "-W", "--check-hash-based-pycs"):
+            next(args, None)  # an option's value
+        elif arg.startswith("-m"):
+            return (arg[2:] or next(args, "")) == "probdr.cli"
+        elif arg in ("-c", "-", "--") or not arg.startswith("-"):
+            return False  # a command string, standard input or a script
+    return False
+
+
+# The command parses its arguments and checks its paths with the standard library alone, then
+# imports the layers it uses (so ``probdr --help`` answers at once); everywhere else ``import
+# probdr`` gives the whole public API below.
+if not _started_as_the_command():
+    from . import (
+        config,
+        datasets,
+        diagnostics,
+        estimators,
+        infer,
+        input,
+        kernels,
+        laws,
+        metrics,
+        ot,
+        plotting,
+    )
+    from .estimators import (
+        GWMDS,
+        SNE,
+        TSNE,
+        UMAP,
+        DistR,
+        GraphCoupling,
+        LaplacianWishart,
+        LargeVis,
+        ProbDR,
+        SNEkhorn,
+        TSNEkhorn,
+        WishartEigenmaps,
+        WishartPCA,
+        ccPCA,
+    )
+    from .input import affinities
+    from .input.graph import build_input_graph
+    from .serialize import load
+
+    _sys.modules[f"{__name__}.affinities"] = affinities  # ``import probdr.affinities``
 
 #: names of 0.1.0 that moved: ``old -> new module``; importable for one more release, with a
 #: ``DeprecationWarning`` naming the new path at each use (``probdr.graphs.GraphLaw``, ``from
@@ -75,8 +108,6 @@ for _old, _new in MOVED.items():
     _sys.modules[f"{__name__}.{_old}"] = globals()[_old] = _MovedModule(_old, _new)
 del _old, _new
 
-
-__version__ = "0.1.0"
 
 __all__ = [
     "load", "GraphCoupling", "SNE", "TSNE", "LargeVis", "UMAP", "build_input_graph",

@@ -3,6 +3,12 @@
 with or without a header row; ``.h5ad``) or a bundled data set, fits an embedding, writes it and a
 plot, and prints one JSON report on standard output; progress bars, notes and warnings go to
 standard error. Every path is checked before the fit (exit code 2). See ``docs/cli.md``.
+
+The module imports only the standard library (and :mod:`probdr.cli_files`, which does too): the
+argument parser and the checks of the options and paths run before numpy, torch, scikit-learn
+or Pyro are imported, so ``probdr --help``, ``--version`` and bad arguments answer at once; the
+fit imports what it needs after them. Run as the ``probdr`` command (or ``python -m probdr.cli``),
+``import probdr`` does not import the estimators either (see :mod:`probdr`).
 """
 
 from __future__ import annotations
@@ -15,8 +21,7 @@ import sys
 import time
 from typing import Any
 
-import numpy as np
-
+from ._version import __version__
 from .cli_files import (  # noqa: F401
     BUNDLED,
     DATA_SUFFIXES,
@@ -31,7 +36,6 @@ from .cli_files import (  # noqa: F401
     load_data,
     write_embedding,
 )
-from .plotting import plot_uncertainty
 
 METHODS = ("sne", "tsne", "largevis", "umap", "tsnekhorn", "snekhorn")
 #: the methods fitted data-parallel over the processes of ``--nproc`` (the graph couplings)
@@ -155,13 +159,14 @@ def _rank() -> int:
 
 
 def _embed(args) -> dict[str, Any] | None:
+    _check_options(args)  # before the heavy imports (main has checked already)
+    import numpy as np
     import scipy.sparse as sp
 
     from . import metrics, plotting
 
     quiet = args.quiet or _rank() != 0
     note = (lambda m: None) if quiet else (lambda m: print(f"probdr: {m}", file=sys.stderr))
-    _check_options(args)
     X, labels, info = load_data(args)
     est = _make(args.method, args)
     n, p = int(X.shape[0]), info.pop("p")
@@ -227,6 +232,7 @@ def _metric_param(text: str) -> tuple[str, Any]:
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="probdr", description="Dimensionality reduction as "
                                 "probabilistic programs on Pyro.")
+    p.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     e = p.add_subparsers(dest="command", required=True).add_parser(
         "embed", help="fit an embedding of a data file, print a JSON report, write it and a plot",
         description="Fit an embedding of a data file or a bundled data set. Standard output "
@@ -277,10 +283,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv=None) -> int:
+    """Run the ``probdr`` command; returns its exit code (2 on bad input). The arguments, options
+    and paths are checked with the standard library alone, before anything heavy is imported."""
     args = build_parser().parse_args(argv)
     try:
+        _check_options(args)  # bad input fails here, before torch loads or any process starts
         if args.nproc > 1 and "TORCHELASTIC_RUN_ID" not in os.environ:
-            _check_options(args)  # bad input fails here, before any process starts
             return _launch(args.nproc, sys.argv[1:] if argv is None else list(argv))
         with _process_group():
             return embed(args)
@@ -395,6 +403,10 @@ def run_bayes_outputs(est, args: argparse.Namespace, y=None, *,
     prints one JSON document), and is printed as JSON otherwise. Returns it (empty for MAP)."""
     if getattr(args, "inference", "map") == "map":
         return {}
+    import numpy as np
+
+    from .plotting import plot_uncertainty
+
     post, diag = est.posterior_, est.posterior_.diagnostics
     sd = post.point_std()
     summary: dict[str, Any] = {"inference": post.method, "draws": int(post.samples.shape[0]),

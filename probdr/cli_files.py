@@ -1,15 +1,19 @@
 """Reading the data files of ``probdr embed`` and writing its embeddings: ``.npy``; ``.csv``,
 ``.tsv``, whitespace ``.txt`` (compressed too), with the header row detected; ``.h5ad``; the
-labels (a column, an ``obs`` column or a file)."""
+labels (a column, an ``obs`` column or a file). The module imports only the standard library:
+numpy, pandas and anndata are imported by the functions that read and write, so the command
+checks its paths before loading them."""
 
 from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-
-import numpy as np
+from typing import TYPE_CHECKING
 
 from .datasets import NAMES as BUNDLED
+
+if TYPE_CHECKING:
+    import numpy as np
 
 #: delimited text formats and their separators (compressed ones, ``.csv.gz`` etc., read too)
 TABLES = {".csv": ",", ".tsv": "\t", ".txt": r"\s+"}
@@ -66,6 +70,8 @@ class Labels:
 
     @classmethod
     def from_raw(cls, raw, source: str, minus_one_unknown: bool = False) -> Labels:
+        import numpy as np
+
         arr = np.asarray(raw, dtype=object)
         arr = arr.ravel() if arr.ndim == 2 and 1 in arr.shape else arr
         if arr.ndim != 1:
@@ -84,6 +90,8 @@ class Labels:
     n_classes = property(lambda self: int(self.codes.max()) + 1)
 
     def for_plot(self) -> np.ndarray:
+        import numpy as np
+
         return self.names if self.known.all() else np.array(
             [str(v) if c >= 0 else UNLABELLED for v, c in zip(self.names, self.codes,
                                                               strict=True)], dtype=object)
@@ -99,6 +107,8 @@ def _pandas():
 
 def _read_table(path: str, header: str, spec: str | None, minus_one: bool):
     """A delimited table: numeric feature columns and, optionally, the label column ``spec``."""
+    import numpy as np
+
     pd = _pandas()
     sep = TABLES[_suffix(path, compressed=True)]
     kw = dict(sep=sep, skipinitialspace=sep != r"\s+")
@@ -169,6 +179,7 @@ def _read_h5ad(path: str, use_rep: str | None, spec: str | None, minus_one: bool
         import anndata
     except ImportError as exc:
         raise ImportError("reading .h5ad files needs anndata: pip install anndata") from exc
+    import numpy as np
     import scipy.sparse as sp
 
     try:
@@ -197,6 +208,7 @@ def _read_h5ad(path: str, use_rep: str | None, spec: str | None, minus_one: bool
 def load_data(args):
     """``--data`` with ``--labels``, ``--use-rep``, ``--pca``: ``(X, labels or None, info)``;
     ``X`` is an array, or scipy sparse from an ``.h5ad``."""
+    import numpy as np
     import scipy.sparse as sp
 
     from . import datasets
@@ -244,6 +256,8 @@ def load_data(args):
 def write_embedding(path: str, Z: np.ndarray, labels: Labels | None = None) -> None:
     """Write ``Z`` to exactly ``path``: ``.npy``, or ``.csv`` / ``.tsv`` with a header ``z1, z2,
     ...`` and a ``label`` column when labels are given."""
+    import numpy as np
+
     suffix = _suffix(path)
     if suffix not in OUT_SUFFIXES:
         raise ValueError(f"cannot write the embedding as {suffix!r}; use .npy, .csv or .tsv.")

