@@ -36,10 +36,12 @@ import contextlib
 import pyro
 import pyro.distributions as dist
 import torch
+import torch.nn.functional as F
 from pyro import poutine
 from torch.distributions import constraints
 
 from probdr._distributed import current_shard
+from probdr._utils import one_thread
 from probdr._utils import tensor_cache as _cached
 from probdr.config import sync_free_for
 from probdr.laws.graph import GraphPrior, _edge_terms
@@ -164,7 +166,7 @@ def _negative_sampling_likelihood(law, W_X, m, gamma, n, epoch_steps: int = 1):
         mask = neg_mask = contextlib.nullcontext()
         neg_rows = rows.repeat_interleave(m)  # sorted like rows: a segment sum in the backward
     with pyro.plate("edges", rows.numel()), poutine.scale(scale=vmax), mask:
-        pyro.sample("W_Z_edges", dist.Bernoulli(logits=weights.log_at(rows, cols),
+        pyro.sample("W_Z_edges", _EdgeBernoulli(logits=weights.log_at(rows, cols),
                                                 validate_args=False),
                     obs=torch.ones(rows.numel(), dtype=v.dtype, device=v.device))
     # uniform over the other n - 1 nodes: never the node itself
@@ -172,9 +174,36 @@ def _negative_sampling_likelihood(law, W_X, m, gamma, n, epoch_steps: int = 1):
                                          generator=gen)) % n
     with (pyro.plate("negatives", neg_rows.numel()), poutine.scale(scale=gamma * vmax),
           neg_mask):
-        pyro.sample("W_Z_negatives", dist.Bernoulli(logits=weights.log_at(neg_rows, neg_cols),
+        pyro.sample("W_Z_negatives", _EdgeBernoulli(logits=weights.log_at(neg_rows, neg_cols),
                                                     validate_args=False),
                     obs=torch.zeros(neg_rows.numel(), dtype=v.dtype, device=v.device))
+
+
+class _BernoulliLogProb(torch.autograd.Function):
+    r"""``Bernoulli(logits).log_prob(value)`` with torch's gradient :math:`(y - \sigma(x)) g`,
+    the same numbers, the sigmoid taken on one thread: its vector loop and its scalar tail
+    (the last elements of each thread's chunk) round differently, so on several threads the
+    gradient's last bits would depend on the thread count."""
+
+    @staticmethod
+    def forward(ctx, logits, value):
+        ctx.save_for_backward(logits, value)
+        return -F.binary_cross_entropy_with_logits(logits, value, reduction="none")
+
+    @staticmethod
+    def backward(ctx, g):
+        logits, value = ctx.saved_tensors
+        with one_thread():
+            s = torch.sigmoid(logits)
+        return s.sub_(value).mul_(g.neg()), None
+
+
+class _EdgeBernoulli(dist.Bernoulli):
+    """The Bernoulli law of the sampled edges, its log-prob by :class:`_BernoulliLogProb`."""
+
+    def log_prob(self, value):
+        logits, value = torch.broadcast_tensors(self.logits, value)
+        return _BernoulliLogProb.apply(logits, value)
 
 
 def _ns_edges(W_X, dtype):

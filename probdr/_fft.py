@@ -17,10 +17,12 @@ from __future__ import annotations
 
 import math
 import warnings
+from contextlib import nullcontext
 
 import torch
 
 from . import config
+from ._utils import one_thread
 
 #: default grid spacing: the Cauchy kernel varies on a unit scale; the gradient's relative error
 #: scales as spacing^4 (measured against the exact sum: about 2.7% at 1/2, 0.7% at 1/3, 0.25% at
@@ -29,6 +31,11 @@ from . import config
 GRID_SPACING = 0.5
 #: the grid never exceeds this many nodes per side (spacing grows instead)
 MAX_GRID = 1024
+#: grids of at most this many nodes per side are transformed on one thread: MKL's batched
+#: inverse FFT of the smallest grid (16, padded to 32) rounds differently on 1 and on 2 or 4
+#: threads, and a transform this small is faster on one thread anyway (measured: every ladder
+#: size from 18 to 1125 gave the same bits on 1, 2 and 4 threads)
+ONE_THREAD_GRID = 64
 
 
 def _lagrange_weights(t: torch.Tensor) -> torch.Tensor:
@@ -156,9 +163,21 @@ class Grid2D:
     def convolve(self, grids: torch.Tensor, kernels_fft: torch.Tensor) -> torch.Tensor:
         """Circular convolution on the zero-padded (2G, 2G) grid; returns (C, G, G)."""
         G = self.G
-        F = torch.fft.rfft2(grids, s=(2 * G, 2 * G))
-        out = torch.fft.irfft2(F * kernels_fft, s=(2 * G, 2 * G))
+        with _fft_threads(G):
+            F = torch.fft.rfft2(grids, s=(2 * G, 2 * G))
+            with one_thread():  # complex products: see _fft_threads
+                F = F * kernels_fft
+            out = torch.fft.irfft2(F, s=(2 * G, 2 * G))
         return out[..., :G, :G]
+
+
+def _fft_threads(G: int):
+    """The threads of the transforms of a (2G, 2G) padded grid: one on small CPU grids
+    (:data:`ONE_THREAD_GRID`), torch's otherwise. The complex products of the spectra run on one
+    thread at every size: torch's vectorised complex product rounds differently from its scalar
+    loop, which takes the last elements of each thread's chunk, so on several threads the
+    chunk edges (a function of the thread count) change the last bits."""
+    return one_thread() if G <= ONE_THREAD_GRID else nullcontext()
 
 
 def _cauchy_grids(grid: Grid2D, Z: torch.Tensor, c: torch.Tensor, reduce=None) -> torch.Tensor:
@@ -176,9 +195,11 @@ def _cauchy_grids(grid: Grid2D, Z: torch.Tensor, c: torch.Tensor, reduce=None) -
     kw = grid.kernel_fft(lambda d2: -torch.log1p(d2), Z.dtype, key="cauchy")
     kw2 = grid.kernel_fft(lambda d2: -2.0 * torch.log1p(d2), Z.dtype, key="cauchy2")
     G = grid.G
-    F = torch.fft.rfft2(g, s=(2 * G, 2 * G))
-    prods = torch.cat([F[:1] * kw, F * kw2])
-    return torch.fft.irfft2(prods, s=(2 * G, 2 * G))[..., :G, :G]
+    with _fft_threads(G):
+        F = torch.fft.rfft2(g, s=(2 * G, 2 * G))
+        with one_thread():  # complex products: see _fft_threads
+            prods = torch.cat([F[:1] * kw, F * kw2])
+        return torch.fft.irfft2(prods, s=(2 * G, 2 * G))[..., :G, :G]
 
 
 class _CauchyLogTotalFFT(torch.autograd.Function):

@@ -28,7 +28,7 @@ import torch.nn.functional as F
 
 from . import _edge_layout
 from ._alloc import buffer
-from ._utils import tensor_cache
+from ._utils import fixed_sum, one_thread, tensor_cache
 from .config import sync_free_for
 
 CACHE_BYTES = 2**30
@@ -52,9 +52,10 @@ def pairwise_sq_distances(A: torch.Tensor, B: torch.Tensor | None = None) -> tor
     b2 = (B * B).sum(1)
     if A.shape[1] > 3:
         d2 = torch.addmm(a2 + b2, A, B.T, alpha=-2.0)
-    else:
-        d2 = a2 + b2
-        for k in range(A.shape[1]):
+        return d2.clamp_min_(0.0)
+    d2 = a2 + b2
+    with one_thread():  # addr_'s vector loop fuses a multiply-add, its scalar tail does not
+        for k in range(A.shape[1]):  # (split at the threads' chunk edges: other last bits)
             d2.addr_(A[:, k].contiguous(), B[:, k].contiguous(), alpha=-2.0)
     return d2.clamp_min_(0.0)
 
@@ -213,9 +214,8 @@ def pair_reduce(Z: torch.Tensor, mode: str, kernel, log_pi: torch.Tensor | None 
 def _run(tasks, device, m: int) -> None:
     """Run the callables (passes over an edge list of length ``m``), on up to
     ``torch.get_num_threads()`` threads when there are several, the list is long and the device
-    is a CPU (``n_jobs`` sets the threads). Each writes its own buffer, allocated beforehand on
-    the calling thread (a worker's large allocations would be fresh pages from its own arena at
-    every step)."""
+    is a CPU. Each writes its own buffer, allocated beforehand on the calling thread (a worker's
+    large allocations would be fresh pages from its own arena at every step)."""
     threads = min(len(tasks), torch.get_num_threads())
     if threads < 2 or m < THREADED_MIN_EDGES or torch.device(device).type != "cpu":
         for task in tasks:
@@ -448,8 +448,8 @@ def _edge_value(kernel, d2, vv, positive):
     """:math:`\\sum_e v_e \\log k(d^2_e)`, terms with :math:`v_e \\le 0` dropped."""
     lw, s = kernel.log_k_factored(d2)
     if positive:  # a summation, not a dot: torch's dot loses digits over millions of terms
-        return lw.mul_(vv).sum() * s
-    return torch.where(vv > 0, vv * lw, torch.zeros((), dtype=lw.dtype)).sum() * s
+        return fixed_sum(lw.mul_(vv)) * s
+    return fixed_sum(torch.where(vv > 0, vv * lw, torch.zeros((), dtype=lw.dtype))) * s
 
 
 def _value_and_grad(Z, rows, cols, vv, ctx, value=True):

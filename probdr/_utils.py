@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
@@ -151,6 +152,32 @@ def tensor_cache(value: torch.Tensor, name: str, compute):
     except (AttributeError, RuntimeError):  # pragma: no cover - tensors accept attributes
         pass
     return out
+
+
+@contextmanager
+def one_thread():
+    """Run a block on one intra-op thread of torch (restored after). torch splits a reduction
+    of a long tensor to one number (``sum``, ``dot``) and LAPACK calls into one chunk per
+    thread, so their last bits depend on the thread count; on one thread they are the numbers
+    of ``n_jobs=1`` whatever the count outside. Toggling costs about a microsecond."""
+    before = torch.get_num_threads()
+    if before == 1:
+        yield
+        return
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+def fixed_sum(x: torch.Tensor, **kwargs) -> torch.Tensor:
+    """``x.sum(**kwargs)`` whose rounding does not depend on torch's thread count: on the CPU
+    the one-thread sum (:func:`one_thread`); elsewhere torch's."""
+    if x.device.type != "cpu":
+        return x.sum(**kwargs)
+    with one_thread():
+        return x.sum(**kwargs)
 
 
 #: the values ``device=`` accepts besides a ``torch.device`` or a device string

@@ -12,6 +12,7 @@ import warnings
 import numpy as np
 import torch
 
+from ._utils import one_thread
 from .laws.components import sample_memberships
 from .laws.graph import GraphLaw, SymmetrizedBinaryGraph, UnitDegreeGraph
 from .laws.weights import DenseWeights, SparseWeights
@@ -29,10 +30,11 @@ def pca(X, n_components: int) -> torch.Tensor:
     if sp.issparse(X):
         return _sign_fix(_sparse_pca_scores(sp.csr_matrix(X, dtype=np.float64), n_components))
     Xc = X.to(torch.float64) - X.to(torch.float64).mean(0, keepdim=True)
-    if min(Xc.shape) > 500:
-        U, S, V = torch.pca_lowrank(Xc, q=n_components + 10, center=False, niter=6)
-    else:
-        U, S, Vh = torch.linalg.svd(Xc, full_matrices=False)
+    with one_thread():  # LAPACK's and BLAS's last bits depend on the thread count
+        if min(Xc.shape) > 500:
+            U, S, V = torch.pca_lowrank(Xc, q=n_components + 10, center=False, niter=6)
+        else:
+            U, S, Vh = torch.linalg.svd(Xc, full_matrices=False)
     Z = U[:, :n_components] * S[:n_components]
     return _sign_fix(Z)
 
@@ -239,7 +241,8 @@ def pca_scores(M: torch.Tensor, n_components: int) -> torch.Tensor:
     """Unscaled PCA scores ``U_q S_q`` of column-centred ``M`` (signs: the largest-magnitude entry of each
     column positive)."""
     Mc = M - M.mean(0, keepdim=True)
-    U, S, _ = torch.linalg.svd(Mc, full_matrices=False)
+    with one_thread():  # the last bits of LAPACK's SVD depend on the thread count
+        U, S, _ = torch.linalg.svd(Mc, full_matrices=False)
     k = min(n_components, S.numel())
     Z = torch.zeros(M.shape[0], n_components, dtype=M.dtype)
     Z[:, :k] = U[:, :k] * S[:k]

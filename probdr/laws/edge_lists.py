@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import torch
 
+from .._utils import fixed_sum
 from .._utils import tensor_cache as _cached
 
 
@@ -105,8 +106,8 @@ def _row_sums(value, n):
 
 def _total(value):
     if value.is_sparse:
-        return _cached(value, "_probdr_total", lambda: _edge_terms(value)[2].sum())
-    return value.sum()
+        return _cached(value, "_probdr_total", lambda: fixed_sum(_edge_terms(value)[2]))
+    return fixed_sum(value)
 
 
 def _sum_lgamma1(v: torch.Tensor) -> torch.Tensor:
@@ -119,4 +120,4 @@ def _sum_lgamma1(v: torch.Tensor) -> torch.Tensor:
     for s in range(0, v.numel(), block):
         o = out[s:s + block]
         torch.lgamma(o.copy_(v[s:s + block]).add_(1), out=o)
-    return out.sum()
+    return fixed_sum(out)
