@@ -10,7 +10,7 @@ dev:
 	$(PIP_INSTALL) -e ".[dev]"
 
 test:
-	$(PY) -m pytest -m "not slow" --nbmake tests notebooks
+	$(PY) -m pytest -m "not slow" -n 2 --nbmake tests notebooks
 
 test-all:
 	$(PY) -m pytest --nbmake tests notebooks
