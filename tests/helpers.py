@@ -69,3 +69,10 @@ class HostSyncs(TorchFunctionMode):
                 frame = traceback.extract_stack(limit=3)[0]
                 self.calls[(name, f"{frame.filename}:{frame.lineno}")] += 1
         return func(*args, **(kwargs or {}))
+
+
+def random_spd(n: int, seed: int = 0, jitter: float = 0.3) -> torch.Tensor:
+    """A random symmetric positive-definite ``(n, n)`` float64 matrix, seeded."""
+    g = torch.Generator().manual_seed(seed)
+    A = torch.randn(n, n, dtype=torch.float64, generator=g)
+    return A @ A.T / n + jitter * torch.eye(n, dtype=torch.float64)

@@ -12,6 +12,7 @@ import pyro
 import pyro.distributions as dist
 import pytest
 import torch
+from helpers import random_spd
 from scipy.stats import invwishart, norm
 
 from probdr.infer.map import map_estimate
@@ -24,12 +25,7 @@ from probdr.models.probdr_general import (
 )
 
 DT = torch.float64
-
-
-def _spd(n, seed=0, jitter=0.3):
-    g = torch.Generator().manual_seed(seed)
-    A = torch.randn(n, n, dtype=DT, generator=g)
-    return A @ A.T / n + jitter * torch.eye(n, dtype=DT)
+_spd = random_spd
 
 
 def _latents(n, q=2, seed=1):

@@ -9,6 +9,7 @@ import numpy as np
 import pyro
 import pytest
 import torch
+from helpers import random_spd
 from pyro import poutine
 from scipy.linalg import orthogonal_procrustes, subspace_angles
 from scipy.stats import invwishart
@@ -24,12 +25,7 @@ from probdr.models.probdr_general import (
 )
 
 DT = torch.float64
-
-
-def _spd(n, seed=0, jitter=0.3):
-    g = torch.Generator().manual_seed(seed)
-    A = torch.randn(n, n, dtype=DT, generator=g)
-    return A @ A.T / n + jitter * torch.eye(n, dtype=DT)
+_spd = random_spd
 
 
 def _low_rank_data(n=120, seed=0):
