@@ -35,16 +35,27 @@ def main(argv=None) -> int:
     ap.add_argument("--only", nargs="*", default=None, help="estimator names")
     ap.add_argument("--out", default=None, help="write the hashes to this JSON file")
     ap.add_argument("--compare", default=None, help="compare with an earlier JSON file")
+    ap.add_argument("--transform", action="store_true",
+                    help="also hash transform of 100 held-out digits and 20 training ones (and "
+                         "sample_transform where the estimator has it)")
     args = ap.parse_args(argv)
     torch.set_num_threads(1)  # BLAS reductions over several threads change the last bits
     X, _ = datasets.load("digits")
+    X_new = X[-100:]
     if args.n:
         X = X[: args.n]
     out = {}
     for name in args.only or ESTIMATORS:
         t = time.perf_counter()
-        Z = getattr(probdr, name)(random_state=0).fit_transform(X)
+        est = getattr(probdr, name)(random_state=0)
+        Z = est.fit_transform(X)
         out[name] = digest(Z)
+        if args.transform and hasattr(est, "transform"):
+            out[name + ".transform"] = digest(est.transform(np.vstack([X_new, X[:20]])))
+            if hasattr(est, "sample_transform"):
+                out[name + ".sample_transform"] = digest(
+                    est.sample_transform(X_new[:10], num_samples=8, random_state=0,
+                                         num_warmup=20))
         print(f"{name:18s} {out[name]}  {time.perf_counter() - t:6.1f} s", file=sys.stderr,
               flush=True)
     if args.out:

@@ -48,7 +48,7 @@ class Kernel:
     def tail_index(self) -> float:
         r""":math:`\tau` with :math:`k(d^2) \sim d^{-2\tau}` as :math:`d \to \infty` (``inf`` for
         kernels that decay faster than any power); it sets how heavy the tails of a point's
-        posterior are (:func:`probdr.estimators.out_of_sample.auto_coupling_weight`)."""
+        posterior are (:func:`probdr.estimators.coupling_new_points.auto_coupling_weight`)."""
         return float("inf")
 
     def log_k(self, d2: torch.Tensor) -> torch.Tensor:  # pragma: no cover - abstract

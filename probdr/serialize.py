@@ -12,6 +12,7 @@ it with ``np.load(..., allow_pickle=False)`` and imports only classes of ``probd
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import importlib
 import json
@@ -385,6 +386,11 @@ def save_estimator(est, path, *, include_data: bool = True) -> None:
     params = est.get_params(deep=False)
     skip = set() if include_data else set(getattr(cls, "_data_attributes", ()))
     state = {k: v for k, v in vars(est).items() if k not in params and k not in skip}
+    for name in skip:  # "owner.attr": the fitted object owner without its attribute attr
+        owner, _, attr = name.partition(".")
+        if attr and hasattr(state.get(owner), attr):
+            state[owner] = copy.copy(state[owner])
+            setattr(state[owner], attr, None)
     enc = _Encoder()
     header = {"format": FORMAT, "format_version": FORMAT_VERSION, **_versions(),
               "class": _class_name(cls),

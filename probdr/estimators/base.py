@@ -25,7 +25,7 @@ from ..infer.map import fit_callbacks
 from .params import check_init, constraints_for
 
 __all__ = ["DREstimator", "resolve_seed", "resolve_n_jobs", "thread_limit", "fit_environment",
-           "isolated_random_state", "set_init_params"]
+           "isolated_random_state", "set_init_params", "transform_only_if"]
 
 #: random_state integers accepted (numpy's legacy seeding takes 32-bit seeds)
 MAX_SEED = 2**32 - 1
@@ -336,18 +336,25 @@ class DREstimator(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimat
         # as_tensor: on the default device (the fit's, inside ``fit_environment``)
         return torch.as_tensor(np.array(A, dtype=np.float64, order="C", copy=True))
 
-    def _training_data(self):
-        """The training data kept by ``fit`` (for ``transform``): a float64 tensor, or a CSR
-        matrix for sparse input."""
-        X = getattr(self, "_X_fit", None)
-        if X is None:
-            raise RuntimeError(
-                f"this {type(self).__name__} has no training data: it was saved with "
-                "include_data=False, so it cannot place new points. Save it with "
-                "include_data=True (the default) to use transform.")
-        if sp.issparse(X):
-            return X
-        return torch.as_tensor(np.asarray(X, dtype=np.float64))
+    def _make_input(self):
+        """The estimator's input side, unfitted (:class:`probdr.input.InputGraph`), from its
+        parameters: the one place where they reach the input side (override)."""
+        raise NotImplementedError
+
+    def _fitted_input(self):
+        """The fitted input side (``input_``): the calibration and the reference points that
+        new points are placed against. A model saved by probdr 0.1.0 has none; it is rebuilt
+        from the parameters and the training data kept then (``_X_fit``)."""
+        self._check_fitted()
+        side = getattr(self, "input_", None)
+        if side is None:
+            side = self._make_input().check(self.n_samples_, self.n_features_in_)
+            X = getattr(self, "_X_fit", None)
+            side.n_ = int(self.n_samples_)
+            if X is not None:
+                side.reference(X if sp.issparse(X) else torch.as_tensor(X))
+            self.input_ = side
+        return side
 
     @staticmethod
     def _output(Z: torch.Tensor, X):
@@ -358,9 +365,9 @@ class DREstimator(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimat
         return Z.cpu().numpy()
 
     # -- persistence -----------------------------------------------------------------------------
-    #: fitted attributes that hold training data (what ``transform`` needs); ``save(...,
-    #: include_data=False)`` leaves them out
-    _data_attributes: tuple[str, ...] = ("_X_fit",)
+    #: fitted attributes that hold training data (what ``transform`` needs), an attribute of
+    #: a fitted attribute written with a dot; ``save(..., include_data=False)`` leaves them out
+    _data_attributes: tuple[str, ...] = ("_X_fit", "input_._X")
 
     def save(self, path, *, include_data: bool = True) -> None:
         """Write the estimator (parameters and fitted state) to ``path`` in probdr's portable
@@ -377,3 +384,19 @@ def _torch_sparse_to_scipy(X: torch.Tensor):
     C = X.detach().cpu().to_sparse_coo().coalesce()
     (r, c), v = C.indices().cpu().numpy(), C.values().double().cpu().numpy()
     return sp.csr_matrix((v, (r, c)), shape=tuple(C.shape))
+
+
+def transform_only_if(cls, reason) -> None:
+    """Make ``cls.transform`` exist only when ``reason(est)`` is ``None``; otherwise accessing
+    it raises an ``AttributeError`` whose cause says why the model has no out-of-sample map
+    (``hasattr(est, "transform")`` is then False, as scikit-learn's meta-estimators expect).
+    Applied after the class is created, over scikit-learn's ``set_output`` wrapper."""
+    from sklearn.utils._available_if import available_if
+
+    def check(est) -> bool:
+        why = reason(est)
+        if why is not None:
+            raise AttributeError(why)
+        return True
+
+    cls.transform = available_if(check)(cls.transform)

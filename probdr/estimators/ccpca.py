@@ -44,20 +44,18 @@ import torch
 
 from .._utils import generator
 from ..init import cc_mean_average, cc_means, pca_scores
-from ..input.graph import build_input_graph
+from ..input.calibration import InputGraph
 from ..laws.components import (
     ComponentStatistics,
     component_statistics,
     sample_memberships,
 )
-from .base import DREstimator, set_init_params
-from .out_of_sample import averaged_rows
+from .base import DREstimator, in_fit_environment, set_init_params
 
 __all__ = ["ccPCA"]
 
 
 class ccPCA(DREstimator):
-    _keeps_training_data = True
 
     r"""ccPCA (Van Assel et al. 2022): PCA of the data averaged over the connected-component
     means of posterior input graphs; the heuristic minimiser of the hierarchical coupling's
@@ -111,19 +109,14 @@ class ccPCA(DREstimator):
                  metric="euclidean", metric_params=None, n_jobs=None, device="auto"):
         set_init_params(self, locals())
 
-    def _check_params(self, n: int, p: int) -> None:
-        from ..input.distances import check_metric
+    def _make_input(self) -> InputGraph:
+        return InputGraph(str(self.prior_x).upper(), "entropic", perplexity=self.perplexity,
+                          metric=self.metric, metric_params=self.metric_params)
 
-        check_metric(self.metric, self.metric_params, n_features=p)
+    def _check_params(self, n: int, p: int) -> None:
         if str(self.prior_x).upper() not in ("B", "D", "E"):
             raise ValueError(f"prior_x must be 'B', 'D' or 'E', got {self.prior_x!r}.")
-        if not (isinstance(self.perplexity, (int, float, np.integer, np.floating))
-                and not isinstance(self.perplexity, bool) and self.perplexity >= 1):
-            raise ValueError(f"perplexity must be a number >= 1, got {self.perplexity!r}.")
-        if self.perplexity >= n - 1:
-            raise ValueError(
-                f"perplexity={self.perplexity} is too large for n={n} samples: it must be "
-                f"smaller than n - 1 = {n - 1} (use a smaller perplexity or more data).")
+        self.input_ = self._make_input().check(n, p)
         if not (isinstance(self.n_samples, (int, np.integer)) and self.n_samples >= 1):
             raise ValueError(f"n_samples must be a positive integer, got {self.n_samples!r}.")
 
@@ -131,7 +124,7 @@ class ccPCA(DREstimator):
         # a new node joining training node j's component C in draw l has the CC mean
         # (|C| m_l(j) + x_new) / (|C| + 1): keep, per j, the draws' averages of
         # |C| m_l(j) / (|C| + 1) and of 1 / (|C| + 1)
-        X = torch.as_tensor(self._X_fit)
+        X = self.input_.reference_data()
         A = torch.zeros_like(X)
         B = torch.zeros(X.shape[0], dtype=X.dtype, device=X.device)
         memberships = self.component_stats_.memberships.to(X.device)
@@ -149,6 +142,7 @@ class ccPCA(DREstimator):
         self.projection_ = np.zeros((M.shape[1], self.embedding_.shape[1]))
         self.projection_[:, :q] = Vt[:q].T @ ((U[:, :q].T @ self.embedding_[:, :q]) / s[:q, None])
 
+    @in_fit_environment
     def transform(self, X):
         r"""Place new points: in each posterior draw a new node of the input graph joins the
         component :math:`C` of the training node :math:`j` it links to (probability
@@ -159,8 +153,10 @@ class ccPCA(DREstimator):
         nodes to the new node are left out. A new point equal to a training point gets its
         fitted position."""
         Xt = self._validate_new(X)
-        JA, match = averaged_rows(self, Xt, self.join_means_)
-        JB, _ = averaged_rows(self, Xt, self.join_weights_[:, None])
+        side = self._fitted_input()
+        JA = side.averaged(Xt, self.join_means_)
+        JB = side.averaged(Xt, self.join_weights_[:, None])
+        match = side.matches(Xt)
         Mbar = JA + JB * Xt.cpu().numpy()
         Z = torch.as_tensor((Mbar - self.mean_) @ self.projection_)
         seen = match >= 0
@@ -169,9 +165,7 @@ class ccPCA(DREstimator):
 
     def _fit(self, X: torch.Tensor) -> torch.Tensor:
 
-        self.input_graph_ = build_input_graph(
-            X, str(self.prior_x).upper(), "entropic", perplexity=float(self.perplexity),
-            random_state=self.random_state_, metric=self.metric, metric_params=self.metric_params)
+        self.input_graph_ = self.input_.fit(X, random_state=self.random_state_)
         gen = generator(self.random_state_)
         memb = sample_memberships(self.input_graph_, int(self.n_samples), gen)
         self.component_stats_: ComponentStatistics = component_statistics(memb)

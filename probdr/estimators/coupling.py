@@ -16,19 +16,21 @@ from typing import Any
 
 import numpy as np
 import torch
+from sklearn.utils import check_scalar
 
 from .._utils import generator
 from ..infer import Phase, run_map
 from ..init import INITS
-from ..input.graph import AFFINITIES, _prior_kind, build_input_graph
+from ..input.calibration import InputGraph
+from ..input.graph import AFFINITIES, _prior_kind
 from ..kernels import get_kernel
 from ..laws.edge_priors import check_support
 from ..laws.graph import GraphLaw, GraphPrior, check_coupling, get_prior
 from ..laws.weights import KernelWeights, sparse_to
 from ..models.coupling import graph_coupling_model
 from .base import DREstimator, set_init_params
+from .coupling_new_points import NewPointsMixin, attraction_mass, auto_coupling_weight
 from .inputs import ContinueMixin, InputKindsMixin
-from .out_of_sample import NewPointsMixin, attraction_mass, auto_coupling_weight
 from .params import POSITIVE, StrOptions
 
 __all__ = ["GraphCoupling", "auto_coupling_weight"]
@@ -40,6 +42,9 @@ REPULSIONS = ("auto", "exact", "fft", "sampled", "negative_sampling")
 EXACT_REPULSION_MAX_N = 4000
 #: with repulsion="auto", 2-D t-SNE switches to the FFT normaliser above this many points
 FFT_REPULSION_MIN_N = 1000
+#: the estimator parameters that set the input side (:class:`~probdr.input.InputGraph`)
+INPUT_PARAMETERS = ("perplexity", "n_neighbors", "metric", "metric_params", "edge_prior",
+                    "neighbors", "precomputed_knn")
 #: the automatic learning rate is divided by this with repulsion="sampled"
 SAMPLED_LR_SHRINK = 16.0
 
@@ -175,7 +180,6 @@ class GraphCoupling(InputKindsMixin, ContinueMixin, NewPointsMixin, DREstimator)
     _defaults_kernel: dict[str, Any] = {}
     _constraint_overrides = {"learning_rate": [POSITIVE, StrOptions({"auto"})],
                              "coupling_weight": [POSITIVE, StrOptions({"auto"})]}
-    _keeps_training_data = True
     _accepts_sparse = True
     _uses_labels = True
 
@@ -263,40 +267,35 @@ class GraphCoupling(InputKindsMixin, ContinueMixin, NewPointsMixin, DREstimator)
     def _epoch_steps(self, n: int) -> int:
         return 1  # negative sampling: optimiser steps per epoch (see UMAP)
 
-    def _check_input_side(self, n: int) -> None:
-        """Priors, affinity, perplexity and neighbour count against n."""
+    def _make_input(self) -> InputGraph:
+        """The input side from those of the estimator's parameters that set it (a preset
+        without a parameter, such as UMAP's perplexity, leaves InputGraph's default)."""
+        params = self.get_params(deep=False)
+        return InputGraph(self.prior_x, self.affinity,
+                          **{k: params[k] for k in INPUT_PARAMETERS if k in params})
+
+    def _check_priors(self) -> None:
+        """The pair of priors has a defined cross-entropy (Van Assel et al. 2022, Table 1)."""
         kx, kz = _prior_kind(self.prior_x), _prior_kind(self.prior_z)
         if not isinstance(self.prior_z, GraphPrior) or kz in ("B", "D", "E"):
             check_coupling(kx, kz)
-        aff = self._affinity()
-        if aff not in AFFINITIES + ("precomputed",):
+
+    def _check_input_side(self, n: int, p: int) -> None:
+        """The priors, then the input side (``input_``, :class:`~probdr.input.InputGraph`) built
+        from the parameters and checked against the data once; the labels' weight."""
+        self._check_priors()
+        if self.affinity not in ("auto", *AFFINITIES, "sea", "precomputed"):
             raise ValueError(f"affinity must be 'auto', 'precomputed' or one of {AFFINITIES}, "
-                             f"got {aff!r}.")
-        if aff == "precomputed":
-            return
-        if aff == "entropic":
-            if not (isinstance(self.perplexity, Real) and not isinstance(self.perplexity, bool)
-                    and self.perplexity >= 1):
-                raise ValueError(f"perplexity must be a number >= 1, got {self.perplexity!r}.")
-            if self.perplexity >= n - 1:
-                raise ValueError(
-                    f"perplexity={self.perplexity} is too large for n={n} samples: it must be "
-                    f"smaller than n - 1 = {n - 1} (use a smaller perplexity or more data).")
-            if self.n_neighbors is not None and self.n_neighbors < self.perplexity:
-                raise ValueError(f"n_neighbors={self.n_neighbors} must be >= perplexity "
-                                 f"{self.perplexity}.")
-        if self.n_neighbors is not None:
-            if not (isinstance(self.n_neighbors, (int, np.integer)) and self.n_neighbors >= 2):
-                raise ValueError(f"n_neighbors must be an integer >= 2, got {self.n_neighbors!r}.")
-            limit = n if aff != "entropic" else n - 1
-            if self.n_neighbors > limit:
-                raise ValueError(
-                    f"n_neighbors={self.n_neighbors} is too large for n={n} samples (at most "
-                    f"{limit}).")
+                             f"got {self.affinity!r}.")
+        self.input_ = self._make_input().check(n, p)
+        check_scalar(self.target_weight, "target_weight", Real, min_val=0, max_val=1)
+        kind = self.input_.precomputed
+        if kind is not None and isinstance(self.init, str) and self.init == "ccpca":
+            raise ValueError("init='ccpca' needs the data's features; with a precomputed "
+                             f"{kind} use init='spectral' or 'pca'.")
 
     def _check_params(self, n: int, p: int) -> None:
-        self._check_input_side(n)
-        self._check_input_kind(n, p)
+        self._check_input_side(n, p)
         kz = _prior_kind(self._latent_prior())
         if self.repulsion not in REPULSIONS:
             raise ValueError(f"repulsion must be one of {REPULSIONS}, got {self.repulsion!r}.")
@@ -372,13 +371,6 @@ class GraphCoupling(InputKindsMixin, ContinueMixin, NewPointsMixin, DREstimator)
         return phases, 1.0 / self._weight_now(), self.grad_clip
 
     # -- fitting ---------------------------------------------------------------------------
-    def _build_input_graph(self, X) -> GraphLaw:
-        return build_input_graph(
-            X, self.prior_x, self._affinity(), perplexity=self.perplexity,
-            n_neighbors=self.n_neighbors, edge_prior=self.edge_prior, neighbors=self.neighbors,
-            random_state=self.random_state_, metric=self.metric, metric_params=self.metric_params,
-            precomputed_knn=self.precomputed_knn)
-
     def _repulsion(self, n: int) -> str:
         """Resolve ``repulsion="auto"``: exact for small n; FFT for 2-D t-SNE; else sampled."""
         if self.repulsion != "auto":
@@ -393,7 +385,7 @@ class GraphCoupling(InputKindsMixin, ContinueMixin, NewPointsMixin, DREstimator)
     def _fit(self, X, y=None) -> torch.Tensor:
         n = X.n if isinstance(X, GraphLaw) else X.shape[0]
         gen = generator(self.random_state_)
-        self.input_graph_ = self._build_input_graph(X)
+        self.input_graph_ = self.input_.fit(X, random_state=self.random_state_)
         if self.input_graph_.n != n:
             raise ValueError(f"the input graph has {self.input_graph_.n} nodes for {n} samples.")
         mean = self.input_graph_.mean

@@ -34,11 +34,11 @@ import torch
 from .._utils import generator
 from ..infer.map import MAPFit, Phase
 from ..init import pad_columns
+from ..input.calibration import InputGraph
 from ..input.graph import sea_affinity
 from ..models.ot_distr import distr_model, prototype_affinity, srgw_energy
 from ..ot.srgw import _f1
-from .base import DREstimator, set_init_params
-from .out_of_sample import averaged_rows
+from .base import DREstimator, in_fit_environment, set_init_params
 
 __all__ = ["DistR"]
 
@@ -47,7 +47,6 @@ AFFINITIES_OUT = ("student", "gaussian", "gram")
 
 
 class DistR(DREstimator):
-    _keeps_training_data = True
 
     r"""Distributional Reduction: low-dimensional prototypes, their weights and a soft
     assignment of the samples, by semi-relaxed Gromov-Wasserstein.
@@ -203,9 +202,10 @@ class DistR(DREstimator):
     def _new_assignment(self, X) -> tuple[np.ndarray, torch.Tensor, torch.Tensor]:
         Xt = self._validate_new(X)
         T = self.assignment_ / self.assignment_.sum(1, keepdims=True).clip(1e-300)
-        A, match = averaged_rows(self, Xt, T)
-        return A, match, Xt
+        side = self._fitted_input()
+        return side.averaged(Xt, T), side.matches(Xt), Xt
 
+    @in_fit_environment
     def predict(self, X) -> np.ndarray:
         r"""The prototype of each new point: the largest entry of its neighbours' average
         assignment :math:`\sum_j p_{ij} T_{j\cdot}/p_{i+}` (its entropic input row against the
@@ -216,6 +216,7 @@ class DistR(DREstimator):
         labels[seen] = self.labels_[match.cpu().numpy()[seen]]
         return labels
 
+    @in_fit_environment
     def transform(self, X):
         """The positions of the new points' prototypes (:meth:`predict`), ``prototypes_[
         predict(X)]``; a training sample keeps its fitted position."""
@@ -282,8 +283,13 @@ class DistR(DREstimator):
                                      "try solver='cg' or a larger md_epsilon.")
         return T_new
 
+    def _make_input(self) -> InputGraph:
+        # new points: their entropic rows at the fit's perplexity average the training points'
+        return InputGraph("D", "entropic", perplexity=self.perplexity)
+
     def _fit(self, X: torch.Tensor) -> torch.Tensor:
         N, d = X.shape[0], self.n_components
+        self.input_ = self._make_input().reference(X)
         gen = generator(self.random_state_)
         C_X = self._input_affinity(X)
         self.input_affinity_ = C_X.cpu().numpy()

@@ -30,8 +30,7 @@ from ..init import pad_columns
 from ..input.graph import dense_cost, euclidean_distance_matrix, geodesic_distances
 from ..models.ot_gwmds import euclidean_distances, gwmds_model
 from ..ot.costs import pearson_distance_correlation
-from .base import DREstimator, set_init_params
-from .out_of_sample import transform_only_if
+from .base import DREstimator, set_init_params, transform_only_if
 
 __all__ = ["GWMDS"]
 

@@ -32,9 +32,6 @@ class InputKindsMixin:
             return "distances"
         return None
 
-    def _keeps_data_now(self) -> bool:
-        return self._precomputed() is None
-
     def _validate_X(self, X):
         if self._precomputed() == "affinity" and isinstance(X, GraphLaw):
             self.n_features_in_ = X.n
@@ -47,30 +44,6 @@ class InputKindsMixin:
         from ..input.labels import check_labels
 
         return check_labels(y, n)
-
-    def _check_input_kind(self, n: int, p: int) -> None:
-        """``metric``, ``metric_params``, ``precomputed_knn``, ``target_weight`` and the shape
-        of a precomputed X, before any work."""
-        from ..input.distances import check_knn, check_metric
-
-        kind = self._precomputed()
-        if kind is None:
-            check_metric(self.metric, self.metric_params, n_features=p)
-        elif n != p:
-            raise ValueError(f"{'metric' if kind == 'distances' else 'affinity'}='precomputed' "
-                             f"needs a square (n, n) matrix as X, got ({n}, {p}).")
-        if kind == "affinity" and not (isinstance(self.metric, str)
-                                       and self.metric in ("euclidean", "precomputed")):
-            raise ValueError("affinity='precomputed' takes the affinity itself: metric does not "
-                             "apply.")
-        if self.precomputed_knn is not None:
-            if kind == "affinity":
-                raise ValueError("precomputed_knn does not apply to affinity='precomputed'.")
-            check_knn(self.precomputed_knn, n, 1)
-        check_scalar(self.target_weight, "target_weight", Real, min_val=0, max_val=1)
-        if kind is not None and isinstance(self.init, str) and self.init == "ccpca":
-            raise ValueError("init='ccpca' needs the data's features; with a precomputed "
-                             f"{kind} use init='spectral' or 'pca'.")
 
     def _sparse_ok(self) -> bool:
         return self._accepts_sparse and not (isinstance(self.init, str) and self.init == "ccpca")

@@ -141,7 +141,6 @@ class UMAP(_SGDPreset):
     prior_x = "B~"
     kernel_z = "umap_odds"
     affinity = "umap"
-    perplexity = 30.0
 
     def __init__(self, n_neighbors=15, n_components=2, *, min_dist=0.1, spread=1.0,
                  n_epochs=None, negative_samples=5, negative_weight=1.0, learning_rate="auto",

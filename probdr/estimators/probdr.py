@@ -21,13 +21,13 @@ import torch
 
 from .._utils import generator
 from ..infer.map import map_estimate
-from ..input.graph import knn_laplacian
+from ..input.calibration import InputGraph
 from ..laws.wishart import probdr_epsilon, theorem2_solution
 from ..models.probdr_general import KERNELS, closed_form, probdr_general_model
-from .base import DREstimator, set_init_params
-from .out_of_sample import GraphRowMixin, LinearMapMixin, transform_only_if
+from .base import DREstimator, in_fit_environment, set_init_params, transform_only_if
 from .params import Int, StrOptions
 from .wishart import _principal_axes as _rotate_to_axes
+from .wishart_new_points import GraphRowMixin, LinearMapMixin
 
 __all__ = ["ProbDR"]
 
@@ -187,10 +187,13 @@ class ProbDR(GraphRowMixin, DREstimator):
             return float(self.gamma)
         return 0.5 / probdr_epsilon(n, self.n_neg, self.n_neighbors)
 
-    def _check_params(self, n: int, p: int) -> None:
-        from ..input.distances import check_metric
+    def _make_input(self) -> InputGraph:
+        return InputGraph(affinity="knn", n_neighbors=self.n_neighbors, neighbors=self.neighbors,
+                          metric=self.metric, metric_params=self.metric_params)
 
-        check_metric(self.metric, self.metric_params, n_features=p)
+    def _check_params(self, n: int, p: int) -> None:
+        if isinstance(self.covariance, str) and self.covariance == "laplacian":
+            self.input_ = self._make_input().check(n, p)  # the kNN graph; places new points
         q = self.n_components
         if n > self.max_n:
             raise ValueError(
@@ -212,10 +215,6 @@ class ProbDR(GraphRowMixin, DREstimator):
                 raise ValueError("covariance contains non-finite values.")
             if not np.allclose(S, S.T, rtol=1e-10, atol=1e-12 * max(np.abs(S).max(), 1e-300)):
                 raise ValueError("covariance must be a symmetric matrix.")
-        if isinstance(cov, str) and cov == "laplacian":
-            if self.n_neighbors > n - 1:
-                raise ValueError(f"n_neighbors={self.n_neighbors} is too large for n={n} "
-                                 f"samples: the kNN graph needs n_neighbors <= n - 1 = {n - 1}.")
         if self.nu is not None and not self.nu > n - 1:
             raise ValueError(f"nu must be a finite number > n - 1 = {n - 1} (inverse Wishart "
                              f"degrees of freedom) or None, got {self.nu!r}.")
@@ -229,14 +228,20 @@ class ProbDR(GraphRowMixin, DREstimator):
                                  f"shape ({n}, {q}), got {self.init!r:.60}.")
 
     # -- new points -----------------------------------------------------------------------------
+    _keeps_training_data = True  # for the linear map of covariance="sample" (_after_fit)
+
+    def _keeps_data_now(self) -> bool:
+        return _is_sample(self.covariance)
+
     def _after_fit(self) -> None:
         if _is_sample(self.covariance):
             LinearMapMixin._after_fit(self)
 
+    @in_fit_environment
     def transform(self, X):
         """Place new points: with ``covariance="laplacian"`` by the new node's kNN-graph row (the
         conditional mean of the Laplacian's Gaussian Markov random field, the neighbours' mean;
-        see :class:`~probdr.estimators.out_of_sample.GraphRowMixin`); with ``"sample"`` (dual
+        see :class:`~probdr.estimators.wishart_new_points.GraphRowMixin`); with ``"sample"`` (dual
         PPCA, linear in the data) by the fitted linear map ``projection_``."""
         if _is_sample(self.covariance):
             return LinearMapMixin.transform(self, X)
@@ -254,9 +259,7 @@ class ProbDR(GraphRowMixin, DREstimator):
         cov = self.covariance
         self.laplacian_ = None
         if isinstance(cov, str) and cov == "laplacian":
-            L = knn_laplacian(X, self.n_neighbors, neighbors=self.neighbors,
-                              random_state=self.random_state_, metric=self.metric,
-                              metric_params=self.metric_params)
+            L = self.input_.fit(X, random_state=self.random_state_)
             self.laplacian_ = L
             self.n_graph_components_ = L.n_connected_components()
             ridge = self.ridge

@@ -8,9 +8,9 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from ..input.graph import sea_input_graph
+from ..input.calibration import InputGraph
 from ..laws.doubly_stochastic import DoublyStochasticPrior
-from ..laws.graph import GraphLaw, GraphPrior
+from ..laws.graph import GraphPrior
 from .base import set_init_params
 from .coupling import GraphCoupling
 
@@ -100,13 +100,9 @@ class SNEkhorn(GraphCoupling):
 
     # SEA has the entropic affinities' perplexity constraints plus the self-loop exclusion
     # (perplexity <= n - 2); the latent prior is the doubly stochastic one
-    def _check_input_side(self, n: int) -> None:
+    def _check_priors(self) -> None:
         if self.kernel_z not in ("gaussian", "student"):
             raise ValueError(f"kernel_z must be 'gaussian' or 'student', got {self.kernel_z!r}.")
-        if not (isinstance(self.perplexity, (int, float, np.integer, np.floating))
-                and 1 < self.perplexity <= n - 2):
-            raise ValueError(f"perplexity must lie in (1, n - 2] = (1, {n - 2}] for SEA without "
-                             f"self-loops (n={n}), got {self.perplexity!r}.")
         if not (self.sinkhorn_tol > 0 and self.sea_tol > 0):
             raise ValueError("sinkhorn_tol and sea_tol must be positive.")
         if not (isinstance(self.sinkhorn_max_iter, (int, np.integer))
@@ -121,14 +117,11 @@ class SNEkhorn(GraphCoupling):
                 tol=self.sinkhorn_tol, max_iter=self.sinkhorn_max_iter)
         return prior
 
-    def _new_rows_affinity(self) -> str:
-        # a new point's row: its entropic row at the same perplexity (SEA's symmetrisation
+    def _make_input(self) -> InputGraph:
+        # new points get their entropic rows at the same perplexity (SEA's symmetrisation
         # couples all the training points; the new node's own calibration is the entropic one)
-        return "entropic"
-
-    def _build_input_graph(self, X: torch.Tensor) -> GraphLaw:
-        return sea_input_graph(X, self.perplexity, tol=self.sea_tol, metric=self.metric,
-                               metric_params=self.metric_params)
+        return InputGraph(self.prior_x, "sea", perplexity=self.perplexity, metric=self.metric,
+                          metric_params=self.metric_params, tol=self.sea_tol)
 
     def _fit(self, X: torch.Tensor) -> torch.Tensor:
         self.latent_prior_ = DoublyStochasticPrior(tol=self.sinkhorn_tol,

@@ -33,7 +33,7 @@ import torch
 
 from .._utils import generator
 from ..infer.map import map_estimate
-from ..input.graph import knn_laplacian
+from ..input.calibration import InputGraph
 from ..laws.wishart import (
     ConjugateWishartPosterior,
     KNNLaplacian,
@@ -52,8 +52,8 @@ from ..models.probdr_wishart import (
 from ..models.wishart_pca import coupling_gamma, default_dofs, whitening, wishart_pca_model
 from .base import DREstimator, set_init_params
 from .inference import PosteriorInference
-from .out_of_sample import GraphRowMixin, LinearMapMixin
 from .params import StrOptions
+from .wishart_new_points import GraphRowMixin, LinearMapMixin
 
 __all__ = ["WishartPCA", "WishartEigenmaps", "LaplacianWishart"]
 
@@ -197,23 +197,16 @@ class WishartPCA(LinearMapMixin, PosteriorInference, DREstimator):
 class _LaplacianEstimator(GraphRowMixin, PosteriorInference, DREstimator):
     """Shared pieces: the symmetrised kNN Laplacian and its checks."""
 
-    def _check_neighbors(self, n: int, p: int | None = None) -> None:
-        if p is not None:
-            self._check_metric_param(p)
-        if self.n_neighbors > n - 1:
-            raise ValueError(
-                f"n_neighbors={self.n_neighbors} is too large for n={n} samples: the kNN graph "
-                f"needs n_neighbors <= n - 1 = {n - 1} (use fewer neighbours or more data).")
+    def _make_input(self) -> InputGraph:
+        return InputGraph(affinity="knn", n_neighbors=self.n_neighbors,
+                          neighbors=getattr(self, "neighbors", "auto"), metric=self.metric,
+                          metric_params=self.metric_params)
 
-    def _check_metric_param(self, p: int) -> None:
-        from ..input.distances import check_metric
-
-        check_metric(self.metric, self.metric_params, n_features=p)
+    def _check_neighbors(self, n: int, p: int) -> None:
+        self.input_ = self._make_input().check(n, p)
 
     def _laplacian(self, X: torch.Tensor) -> KNNLaplacian:
-        L = knn_laplacian(X, self.n_neighbors, neighbors=getattr(self, "neighbors", "auto"),
-                          random_state=self.random_state_, metric=self.metric,
-                          metric_params=self.metric_params)
+        L = self.input_.fit(X, random_state=self.random_state_)
         self.laplacian_ = L
         self.n_graph_components_ = L.n_connected_components()
         return L

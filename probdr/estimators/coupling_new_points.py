@@ -1,4 +1,4 @@
-r"""New points in a fitted graph coupling: ``transform`` (MAP) and ``sample_transform``
+r"""New points in a fitted graph coupling (SNE, t-SNE, LargeVis, UMAP, GraphCoupling, SNEkhorn): ``transform`` (MAP) and ``sample_transform``
 (draws from each new point's conditional posterior).
 
 The model is :mod:`probdr.models.out_of_sample`: each new point is a new node whose input row
@@ -25,13 +25,12 @@ import torch
 from .._fft import CauchyField
 from .._utils import check_number, generator
 from ..infer.map import Phase, run_map
-from ..input.graph import _prior_kind, new_point_rows, query_lists
+from ..input.graph import _prior_kind
 from ..input.neighbors import knn_query
 from ..models.out_of_sample import new_point_log_likelihood, new_points_model
 from .base import in_fit_environment
 
-__all__ = ["auto_coupling_weight", "attraction_mass", "NewPointsMixin", "LinearMapMixin", "GraphRowMixin", "training_matches",
-           "transform_only_if"]
+__all__ = ["auto_coupling_weight", "attraction_mass", "NewPointsMixin"]
 
 #: transform's Adam learning rate, in units of the embedding's median nearest-neighbour distance
 #: (decaying linearly to 0 over ``n_iter`` steps). On mnist5k (4,000 fitted, 1,000 placed),
@@ -72,50 +71,6 @@ def _nn_scale(Z: torch.Tensor, gen: torch.Generator) -> float:
     d2 = torch.where(other, d2, torch.full_like(d2, float("inf"))).amin(1)
     d2 = d2[torch.isfinite(d2)]
     return float(d2.sqrt().median()) if d2.numel() else 1.0
-
-
-def training_matches(X_new, X_ref) -> torch.Tensor:
-    """For each new row, the index of a training row it equals exactly, else -1. A new point
-    that is a training point is that node of the fitted model: its position is the fitted one
-    (so ``fit(X).transform(X)`` returns ``fit_transform(X)``). Dense tensors or scipy sparse
-    matrices."""
-    import scipy.sparse as sp
-
-    if sp.issparse(X_ref):
-        from ..input.distances import knn_query_metric
-
-        idx, d = knn_query_metric(X_ref, X_new, 1, "sqeuclidean")
-        j = idx[:, 0]
-        diff = (sp.csr_matrix(X_new) - X_ref[j.cpu().numpy()]).tocsr()
-        diff.eliminate_zeros()
-        same = torch.as_tensor(np.diff(diff.indptr) == 0)
-        return torch.where(same, j, torch.full_like(j, -1))
-    idx, d2 = knn_query(X_ref, X_new, 1)
-    j = idx[:, 0]
-    same = (d2[:, 0] <= 1e-9 * (1.0 + X_ref.square().sum(1).max())) & (X_new == X_ref[j]).all(1)
-    return torch.where(same, j, torch.full_like(j, -1))
-
-
-def _zero_distance_matches(D) -> torch.Tensor:
-    """For each row of new-to-training distances, a training point at distance exactly 0
-    (the first), else -1."""
-    import scipy.sparse as sp
-
-    m = D.shape[0]
-    out = torch.full((m,), -1, dtype=torch.long)
-    if sp.issparse(D):
-        C = sp.coo_matrix(D)
-        hit = C.data == 0
-        r, c = C.row[hit], C.col[hit]
-        first = np.full(m, -1)
-        for i, j in zip(r[::-1], c[::-1], strict=True):  # the first stored zero of each row
-            first[i] = j
-        return torch.as_tensor(first.astype(np.int64))
-    Dt = torch.as_tensor(np.asarray(D) if not isinstance(D, torch.Tensor) else D)
-    z = Dt == 0
-    has = z.any(1)
-    out[has] = z[has].to(torch.int8).argmax(1)
-    return out
 
 
 def auto_coupling_weight(kernel, n_components: int, mass) -> float:
@@ -163,26 +118,13 @@ class NewPointsMixin:
             return "bernoulli", self.negative_weight * self.negative_samples / n
         return "bernoulli", None
 
-    def _new_rows_affinity(self) -> str:
-        """The calibration of a new point's input row (SNEkhorn: its entropic row)."""
-        return self._affinity()
-
     def _new_rows(self, X_new) -> tuple[torch.Tensor, torch.Tensor]:
-        """The new points' input rows and, for each, the index of a training point it equals
-        (-1 if none). With a precomputed input, ``X_new`` holds the new points' distances (or
-        affinities) to the training points; a distance of exactly 0 is a match."""
-        kind = getattr(self, "_precomputed", lambda: None)()
-        n = self.embedding_.shape[0]
-        X_ref = None if kind is not None else self._training_data()
-        P = new_point_rows(X_new, X_ref, self.prior_x, self._new_rows_affinity(),
-                           perplexity=self.perplexity, n_neighbors=self.n_neighbors,
-                           metric=getattr(self, "metric", "euclidean"),
-                           metric_params=getattr(self, "metric_params", None), n_ref=n)
-        if kind == "affinity":
-            return P, torch.full((X_new.shape[0],), -1, dtype=torch.long)
-        if kind == "distances":
-            return P, _zero_distance_matches(X_new)
-        return P, training_matches(X_new, X_ref)
+        """The new points' input rows and, for each, the index of a training point it is (-1
+        if none): the fit's input side (:class:`probdr.input.InputGraph`), which keeps the
+        calibration and the reference points (with a precomputed input, ``X_new`` holds the new
+        points' distances or affinities to the training points)."""
+        side = self._fitted_input()
+        return side.rows(X_new), side.matches(X_new)
 
     def _field(self, Z_ref: torch.Tensor):
         """The interpolated normaliser field of the training points, where it applies (2-D,
@@ -388,115 +330,3 @@ def _random_walk(log_density, Z0: torch.Tensor, num_samples: int, num_warmup: in
     rate = accepted.mean(0) / max(per_chain * thin, 1)
     draws = kept.transpose(0, 1).reshape(2 * per_chain, m, q)[:num_samples]
     return draws, rate
-
-
-# ------------------------------------------------------------------------------------------------
-# the other families
-# ------------------------------------------------------------------------------------------------
-class LinearMapMixin:
-    r"""``transform`` of the families whose embedding is linear in the (centred) data: Wishart
-    PCA (Theorem 2: :math:`Z = X_c V_q\,\mathrm{diag}(\sqrt{\lambda^*_i/d_i})` up to a rotation)
-    and ProbDR with the sample covariance (dual PPCA). The map :math:`W` (p, q) is the
-    least-squares solution of :math:`X_c W = Z` on the training data within the span of the top
-    q principal directions (``projection_``), so that the training points map onto
-    ``embedding_``; ``components_`` (q, p) are its unit-norm
-    columns (the principal axes, as scikit-learn's PCA) and ``mean_`` the centring vector. The
-    map needs no training data after ``fit``, and none is kept."""
-
-    _keeps_training_data = True  # for _after_fit, which then drops it
-
-    def _after_fit(self) -> None:
-        X = self._X_fit
-        mean = X.mean(0) if getattr(self, "center", True) else np.zeros(X.shape[1])
-        # least squares on the top-q principal directions of X_c, where the MAP lies (a full
-        # least-squares fit would also fit the optimiser's residual with the smallest ones)
-        U, s, Vt = np.linalg.svd(X - mean, full_matrices=False)
-        q = min(self.embedding_.shape[1], int((s > s[0] * 1e-12).sum()))
-        self.projection_ = Vt[:q].T @ ((U[:, :q].T @ self.embedding_) / s[:q, None])
-        self.mean_ = mean
-        self._X_fit = None  # the map is all transform needs
-
-    def _linear_map(self) -> tuple[np.ndarray, np.ndarray]:
-        self._check_fitted()
-        return self.projection_, self.mean_
-
-    @property
-    def components_(self) -> np.ndarray:
-        """Principal axes in feature space, ``(n_components, n_features)``, unit norm."""
-        W, _ = self._linear_map()
-        return (W / np.linalg.norm(W, axis=0).clip(1e-300)).T
-
-    def transform(self, X):
-        """Project new points with the fitted linear map: ``(X - mean_) @ W``."""
-        Xt = self._validate_new(X)
-        W, mean = self._linear_map()
-        return self._output(torch.as_tensor((Xt.cpu().numpy() - mean) @ W), X)
-
-
-class GraphRowMixin:
-    r"""``transform`` of the Laplacian (Wishart) family by the new node's row of the kNN graph:
-    the new node is joined to its ``n_neighbors`` nearest training points (:math:`a_{ij} = 1`,
-    degree :math:`k`), and with the fitted embedding fixed its position is the conditional mean of
-    the Gaussian Markov random field whose precision is the Laplacian,
-    :math:`z_i = \sum_j a_{ij} z_j / (k - \lambda_c)` per column :math:`c`. For eigenmaps
-    :math:`\lambda_c` is the column's Laplacian eigenvalue (the Nystrom extension: an eigenvector
-    of :math:`\hat L` satisfies it exactly at every node); for the other Laplacian models
-    :math:`\lambda_c = 0`, the neighbours' mean."""
-
-    _keeps_training_data = True
-
-    def _column_eigenvalues(self) -> np.ndarray:
-        return np.zeros(self.embedding_.shape[1])
-
-    def transform(self, X):
-        """Place new points by their kNN-graph rows (class docstring)."""
-        Xt = self._validate_new(X)
-        X_ref = self._training_data()
-        k = min(int(self.n_neighbors), X_ref.shape[0])
-        idx, _ = query_lists(X_ref, Xt, k, metric=getattr(self, "metric", "euclidean"),
-                             metric_params=getattr(self, "metric_params", None))
-        Z_ref = torch.as_tensor(self.embedding_)
-        lam = torch.as_tensor(self._column_eigenvalues(), dtype=torch.float64)
-        Z = Z_ref[idx].sum(1) / (k - lam)
-        match = training_matches(Xt, X_ref)
-        seen = match >= 0
-        Z[seen] = Z_ref[match[seen]]
-        return self._output(Z, X)
-
-
-def entropic_rows_to_training(est, Xt: torch.Tensor) -> torch.Tensor:
-    """The new points' entropic (D) input rows against the training points at the estimator's
-    perplexity, ``(m, n)`` sparse."""
-    return new_point_rows(Xt, est._training_data(), "D", "entropic",
-                          perplexity=float(est.perplexity),
-                          metric=getattr(est, "metric", "euclidean"),
-                          metric_params=getattr(est, "metric_params", None))
-
-
-def transform_only_if(cls, reason) -> None:
-    """Make ``cls.transform`` exist only when ``reason(est)`` is ``None``; otherwise accessing
-    it raises an ``AttributeError`` whose cause says why the model has no out-of-sample map
-    (``hasattr(est, "transform")`` is then False, as scikit-learn's meta-estimators expect).
-    Applied after the class is created, over scikit-learn's ``set_output`` wrapper."""
-    from sklearn.utils._available_if import available_if
-
-    def check(est) -> bool:
-        why = reason(est)
-        if why is not None:
-            raise AttributeError(why)
-        return True
-
-    cls.transform = available_if(check)(cls.transform)
-
-
-def averaged_rows(est, Xt: torch.Tensor, M: np.ndarray) -> tuple[np.ndarray, torch.Tensor]:
-    r"""``(sum_j p_ij M_j / p_i+, matches)``: each new point's input row (entropic, at the
-    estimator's perplexity and input prior) averages the training rows of ``M``."""
-    X_ref = est._training_data()
-    P = new_point_rows(Xt, X_ref, str(getattr(est, "prior_x", "D")).upper(), "entropic",
-                       perplexity=float(min(est.perplexity, X_ref.shape[0])),
-                       metric=getattr(est, "metric", "euclidean"),
-                       metric_params=getattr(est, "metric_params", None)).double()
-    num = torch.sparse.mm(P, torch.as_tensor(M, dtype=torch.float64))
-    den = torch.sparse.sum(P, 1).to_dense().clamp_min(1e-300)
-    return (num / den[:, None]).cpu().numpy(), training_matches(Xt, X_ref)
