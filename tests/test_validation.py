@@ -107,12 +107,12 @@ def test_duplicated_and_constant_rows_give_finite_embeddings():
 ])
 def test_parameters_checked_before_heavy_work(params, match, monkeypatch):
     """Each bad option raises a ValueError naming it before the neighbour search starts."""
-    import probdr.input.graph as ig
+    import probdr.input.search as search
 
     def boom(*a, **k):
         raise AssertionError("the neighbour search ran before the parameter check")
 
-    monkeypatch.setattr(ig, "knn_edges", boom)
+    monkeypatch.setattr(search, "neighbor_lists", boom)
     X = np.random.default_rng(0).normal(size=(60, 6))
     with pytest.raises(ValueError, match=match):
         probdr.TSNE(perplexity=10, **params).fit(X)

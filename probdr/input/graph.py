@@ -1,6 +1,7 @@
 r"""The input side of every family: X -> neighbours -> affinities -> input graph.
 
-One neighbour step (:func:`knn_edges`, exact or approximate kNN of :mod:`probdr.input.neighbors`)
+One neighbour step (:mod:`probdr.input.search`, exact or approximate kNN of
+:mod:`probdr.input.neighbors`)
 and one set of calibrations (:mod:`probdr.input.affinities`, the entropic bisection of
 :func:`probdr.ot.entropic.bisect_log_beta`) feed every family's input:
 
@@ -20,7 +21,6 @@ import math
 import numpy as np
 import torch
 
-from .._distributed import all_gather_rows, broadcast_, process_group_rows
 from .._utils import check_array, check_data, check_number
 from ..kernels import GaussianKernel
 from ..laws.graph import GraphLaw, GraphPrior, NEdgeGraph, NEdgePrior, get_prior
@@ -28,97 +28,14 @@ from ..laws.weights import MAX_LOGIT, DenseWeights, SparseWeights
 from ..laws.wishart import KNNLaplacian
 from ..ot.sea import symmetric_entropic
 from . import affinities
-from .distances import (
-    check_distance_matrix,
-    check_knn,
-    is_sparse,
-    knn_metric,
-    knn_query_metric,
-    precomputed_neighbors,
-    sparse_rows_topk,
-)
-from .neighbors import knn, knn_query
+from .distances import check_distance_matrix, is_sparse
+from .search import _is, calibrated_lists, knn_edges, neighbor_lists, query_lists
 
 __all__ = ["AFFINITIES", "knn_edges", "neighbor_lists", "query_lists", "build_input_graph",
            "precomputed_input_graph", "new_point_rows", "sea_input_graph", "sea_affinity",
            "knn_laplacian", "dense_cost", "euclidean_distance_matrix", "geodesic_distances"]
 
 AFFINITIES = ("entropic", "umap", "binary")
-
-
-def neighbor_lists(X, k: int, *, metric="euclidean", metric_params=None,
-                   neighbors: str = "auto", precomputed_knn=None, random_state: int = 0
-                   ) -> tuple[torch.Tensor, torch.Tensor]:
-    r"""The ``k`` nearest neighbours of every row (self excluded) and their costs
-    :math:`C_{ij} = d(x_i, x_j)^2`, each ``(n, k)``, nearest first: the one neighbour step of
-    the input side.
-
-    ``X`` is a dense float64 tensor or a scipy sparse matrix of features, or, with
-    ``metric="precomputed"``, a distance matrix (dense square, or sparse with each row's
-    neighbour distances stored). ``precomputed_knn=(indices, distances)`` replaces the search.
-    Euclidean neighbours of dense X come from :func:`probdr.input.neighbors.knn`; every other
-    metric from :func:`probdr.input.distances.knn_metric`."""
-    if precomputed_knn is not None:
-        idx, d = check_knn(precomputed_knn, X.shape[0] if X is not None else None, k)
-        return idx, d.square()
-    if isinstance(metric, str) and metric == "precomputed":
-        idx, d = precomputed_neighbors(X, k)
-        return idx, d.square()
-    if isinstance(metric, str) and metric == "euclidean" and not is_sparse(X):
-        return knn(X, k, method=neighbors, random_state=random_state)
-    idx, d = knn_metric(X, k, metric, metric_params, method=neighbors, random_state=random_state)
-    return idx, d.square()
-
-
-def query_lists(X_ref, X_new, k: int, *, metric="euclidean", metric_params=None
-                ) -> tuple[torch.Tensor, torch.Tensor]:
-    r"""The ``k`` nearest reference rows of each new row and their costs :math:`d^2`, nearest
-    first. With ``metric="precomputed"``, ``X_new`` holds the new points' distances to the
-    reference points, ``(m, n)`` (dense, or sparse with the neighbour distances stored)."""
-    if isinstance(metric, str) and metric == "precomputed":
-        n = X_ref.shape[0] if X_ref is not None else X_new.shape[1]
-        if X_new.shape[1] != n:
-            raise ValueError(f"with metric='precomputed', transform takes the (m, {n}) distances "
-                             f"of the new points to the training points; got {X_new.shape[1]} "
-                             "columns.")
-        return _rows_neighbors(X_new, k)
-    if isinstance(metric, str) and metric == "euclidean" and not is_sparse(X_ref):
-        return knn_query(X_ref, X_new, k)
-    idx, d = knn_query_metric(X_ref, X_new, k, metric, metric_params)
-    return idx, d.square()
-
-
-def _rows_neighbors(D, k: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """The ``k`` smallest entries of each row of a (new points x reference points) distance
-    matrix (dense or sparse), squared."""
-    import scipy.sparse as sp
-
-    if is_sparse(D):
-        C = sp.csr_matrix(D, dtype=np.float64)
-        counts = np.diff(C.indptr)
-        if counts.min() < k:
-            raise ValueError(f"a row of the precomputed distances stores {int(counts.min())} "
-                             f"neighbours, fewer than the {k} needed.")
-        r = np.repeat(np.arange(C.shape[0]), counts)
-        idx, d = sparse_rows_topk(r, C.indices, C.data, C.shape[0], k)
-    else:
-        Dt = torch.as_tensor(np.asarray(D) if not isinstance(D, torch.Tensor) else D,
-                             dtype=torch.float64)
-        d, idx = torch.topk(Dt, k, dim=1, largest=False, sorted=True)
-    if not torch.isfinite(d).all() or (d < 0).any():
-        raise ValueError("the precomputed distances must be finite and non-negative.")
-    return idx, d.square()
-
-
-def knn_edges(X, k: int, *, neighbors: str = "auto", random_state: int = 0, **metric_kw
-              ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """The ``k`` nearest neighbours of every row of ``X`` as an edge list: ``(rows, cols, d2)``
-    with ``rows = [0]*k + [1]*k + ...``, ``cols`` the neighbours (self excluded) and ``d2`` the
-    ``(n, k)`` costs (squared distances), nearest first. ``metric_kw``: ``metric``,
-    ``metric_params``, ``precomputed_knn`` of :func:`neighbor_lists`."""
-    n = X.shape[0]
-    idx, d2 = neighbor_lists(X, k, neighbors=neighbors, random_state=random_state, **metric_kw)
-    return torch.arange(n).repeat_interleave(k), idx.flatten(), d2
 
 
 def _prior_kind(prior) -> str:
@@ -163,21 +80,11 @@ def build_input_graph(
     kind = _prior_kind(prior_x)
     symmetrize = kind in ("B~",)
     k = _input_k(n, affinity, perplexity, n_neighbors)
-    block = process_group_rows(n)  # data-parallel: this rank's rows (None without a group)
-    if block is not None and precomputed_knn is None and metric != "precomputed" \
-            and neighbors != "approximate" and n <= SHARDED_SEARCH_MAX_N:
-        # each rank searches and calibrates its rows; all ranks gather the same graph
-        idx, d2 = _block_neighbors(X, block, k, metric, metric_params)
-        idx, logk = all_gather_rows(idx, _row_log_weights(d2, affinity, perplexity, k), n=n)
-        rows, cols = torch.arange(n).repeat_interleave(k), idx.flatten()
-    else:
-        rows, cols, d2 = knn_edges(X, k, neighbors=neighbors, random_state=random_state,
-                                   metric=metric, metric_params=metric_params,
-                                   precomputed_knn=precomputed_knn)
-        if block is not None:  # a search run whole on every rank: rank 0's lists for all
-            cols, d2 = broadcast_(cols.contiguous()), broadcast_(d2.contiguous())
-        logk = _row_log_weights(d2, affinity, perplexity, k)
-    del d2
+    idx, logk = calibrated_lists(
+        X, k, lambda d2: _row_log_weights(d2, affinity, perplexity, k), neighbors=neighbors,
+        random_state=random_state, metric=metric, metric_params=metric_params,
+        precomputed_knn=precomputed_knn)
+    rows, cols = torch.arange(n).repeat_interleave(k), idx.flatten()
     # each row's neighbours by index: the edge list is then in coalesced order, which the weights
     # keep without a sort and a copy of the whole list (gigabytes at a million points)
     cols, order = cols.view(n, k).sort(1)
@@ -187,25 +94,6 @@ def build_input_graph(
     prior = get_prior(prior_x.replace("~", "") if isinstance(prior_x, str) else prior_x, edge_prior)
     law = prior.posterior(weights)
     return law.symmetrized() if symmetrize else law
-
-
-#: in a data-parallel fit, the neighbour search is split by query rows (blocked brute force,
-#: exact) up to this many points; above, every rank runs the 1-process search
-SHARDED_SEARCH_MAX_N = 20_000
-
-
-def _block_neighbors(X, block: tuple[int, int], k: int, metric, metric_params):
-    """The ``k`` nearest neighbours (self excluded) and costs :math:`d^2` of the rows
-    ``block = (start, stop)`` of X among all rows: exact blocked queries."""
-    s, e = block
-    if isinstance(metric, str) and metric == "euclidean" and not is_sparse(X):
-        idx, d2 = knn_query(X, X[s:e], k + 1)
-    else:
-        idx, d = knn_query_metric(X, X[s:e], k + 1, metric, metric_params)
-        d2 = d.square()
-    own = idx == torch.arange(s, e)[:, None]
-    own[:, -1] |= ~own.any(1)  # the row hidden by k + 1 duplicates: drop the farthest
-    return idx[~own].view(e - s, k), d2[~own].view(e - s, k)
 
 
 def _input_k(n: int, affinity: str, perplexity: float, n_neighbors: int | None) -> int:
@@ -272,7 +160,7 @@ def sea_input_graph(X, perplexity: float, tol: float = 1e-5, *, metric="euclidea
     excluded), whose mean is :math:`n\mathbf P^{se}/\sum\mathbf P^{se} = \mathbf P^{se}`.
     The cost is the squared Euclidean distance, or :math:`d^2` under ``metric`` (``"precomputed"``:
     X is the dense distance matrix)."""
-    if isinstance(metric, str) and metric == "euclidean" and not is_sparse(X):
+    if _is(metric, "euclidean") and not is_sparse(X):
         log_P = symmetric_entropic(X, perplexity, exclude_self=True, tol=tol, return_log=True)
     else:
         C = dense_cost(X, metric, metric_params)
@@ -287,7 +175,7 @@ def dense_cost(X, metric="euclidean", metric_params=None) -> torch.Tensor:
     from ..config import check_dense
     from .distances import pairwise_distances
 
-    precomputed = isinstance(metric, str) and metric == "precomputed"
+    precomputed = _is(metric, "precomputed")
     X = X if precomputed else check_data(X, min_samples=1)
     n = X.shape[0]
     check_dense(n, "the all-pairs cost matrix", "Use a neighbour-graph method (TSNE, UMAP).")
@@ -348,7 +236,7 @@ def geodesic_distances(X, n_neighbors: int | None = None, *, metric="euclidean",
     from scipy.sparse.csgraph import connected_components, shortest_path
     from sklearn.neighbors import kneighbors_graph
 
-    if not (isinstance(metric, str) and metric == "euclidean"):  # edges weighted by the metric
+    if not _is(metric, "euclidean"):  # edges weighted by the metric
         X = dense_cost(X, metric, metric_params).sqrt().cpu().numpy()
         graph_kw = {"metric": "precomputed"}
     else:
