@@ -246,7 +246,7 @@ def test_tsnekhorn_step_scale_and_auto_learning_rate_are_tsne_s():
     point exactly as the TSNE model does. A change of either gradient's scale, or of either
     preset's rule, fails here."""
     import probdr
-    from probdr.input.graph import sea_input_graph
+    from probdr.input import InputGraph
 
     n = 60
     X = _data(n, p=5, seed=3)
@@ -254,8 +254,8 @@ def test_tsnekhorn_step_scale_and_auto_learning_rate_are_tsne_s():
     Z0 = np.stack([np.cos(a), np.sin(a)], 1)
 
     class SameInput:
-        def _build_input_graph(self, X):
-            return sea_input_graph(X, 10.0, tol=1e-9)
+        def _make_input(self):
+            return InputGraph("E", "sea", perplexity=10.0, tol=1e-9)
 
     TSNEsea = type("TSNEsea", (SameInput, probdr.TSNE), {})
     kw = dict(perplexity=10.0, init=Z0, n_iter=1, early_exaggeration_iter=0, learning_rate=1.0,

@@ -308,172 +308,183 @@ def symmetric_entropic(
     C = _cost(X, precomputed)
     n = C.shape[0]
     xi = _check_perplexity(perplexity, n, exclude_self)
-    if optimizer not in ("auto", "lbfgs", "newton", "adam"):
-        raise ValueError(f"optimizer must be 'auto', 'lbfgs', 'newton' or 'adam', got "
-                         f"{optimizer!r}.")
-    if optimizer == "auto":
-        optimizer = "newton" if n <= _NEWTON_AUTO_MAX_N else "lbfgs"
-    if init not in ("ea", "ones"):
-        raise ValueError(f"init must be 'ea' or 'ones', got {init!r}.")
-    if not (tol > 0):
-        raise ValueError(f"tol must be positive, got {tol}.")
-    if not (isinstance(max_iter, (int, np.integer)) and max_iter >= 1):
-        raise ValueError(f"max_iter must be a positive integer, got {max_iter!r}.")
+    optimizer = _check_options(optimizer, init, tol, max_iter, n)
     off = ~torch.eye(n, dtype=torch.bool)
     s = float(C[off].median())
     if not s > 0:
         s = float(C[off].mean())
     if not s > 0:
-        # all points coincide: every row's cost is constant, so the uniform affinity (maximal
-        # entropy, symmetric, unit row sums) solves (SEA) whatever the perplexity
-        k = n - 1 if exclude_self else n
-        lp = torch.full((n, n), -math.log(k), dtype=torch.float64)
-        if exclude_self:
-            lp.fill_diagonal_(float("-inf"))
         warnings.warn("symmetric_entropic: all points coincide (the cost is identically zero); "
                       "the affinity is uniform.", RuntimeWarning, stacklevel=2)
-        out = as_output(lp if return_log else torch.exp(lp), X)
-        if not return_info:
-            return out
-        zeros = torch.zeros(n, dtype=torch.float64)
-        return out, {"gamma": zeros, "lambda": zeros, "n_iter": 0, "converged": True,
-                     "entropy_violation": 0.0, "marginal_violation": 0.0,
-                     "perplexity": torch.full((n,), float(k)), "n_unsaturated": n,
-                     "cost_scale": 0.0, "message": "all points coincide: uniform affinity"}
+        return _uniform_affinity(X, n, exclude_self, return_log, return_info)
     Cs = C / s
-    Cs2 = 2.0 * Cs
     target = math.log(xi) + 1.0
-
-    if init == "ea":
-        # EA: P_ij = exp(-C_ij/eps_i)/Z_i. With gamma_i = eps_i and lambda_i = -eps_i log Z_i,
-        # (4.2) reproduces it exactly on the diagonal and approximately where eps_i ~ eps_j
-        _, eps = _ea_log(Cs, xi, exclude_self)
-        Cm = Cs.clone()
-        if exclude_self:
-            Cm.fill_diagonal_(float("inf"))
-        logZ = torch.logsumexp(-Cm / eps[:, None], 1)
-        gamma0 = eps.clone()
-        lam0 = -eps * logZ
-    else:
-        gamma0 = torch.ones(n, dtype=torch.float64)
-        lam0 = torch.zeros(n, dtype=torch.float64)
-
-    state: dict[str, Any] = {"n_eval": 0, "best": None}
-
-    def violations(gamma, g_gamma, g_lam):
-        # sup norm of the *projected* dual gradient: a row whose gamma sits at its lower bound
-        # and whose entropy exceeds the target satisfies complementary slackness (Prop. 4.2
-        # allows one such row)
-        at_bound = gamma <= _GAMMA_MIN * 2.0
-        pg = torch.where(at_bound & (g_gamma < 0), torch.zeros_like(g_gamma), g_gamma)
-        return float(pg.abs().max()), float(g_lam.abs().max())
-
+    gamma0, lam0 = _dual_start(Cs, xi, exclude_self, init)
+    problem = (2.0 * Cs, target, exclude_self, tol)
     if optimizer == "lbfgs":
-        from scipy.optimize import minimize
-
-        def fun(x):
-            gamma = torch.as_tensor(x[:n])
-            lam = torch.as_tensor(x[n:])
-            q, gg, gl, _ = _sea_eval(gamma, lam, Cs2, target, exclude_self, need_lp=False)
-            state["n_eval"] += 1
-            if not torch.isfinite(q):
-                raise FloatingPointError("SEA dual ascent produced a non-finite dual value.")
-            ev, mv = violations(gamma, gg, gl)
-            state["last"] = (x.copy(), ev, mv)
-            if ev < tol and mv < tol:
-                state["best"] = x.copy()
-                raise _Converged
-            grad = -torch.cat([gg, gl]).cpu().numpy()
-            return -float(q), grad
-
-        x0 = torch.cat([gamma0, lam0]).cpu().numpy()
-        bounds = [(_GAMMA_MIN, None)] * n + [(None, None)] * n
-        try:
-            res = minimize(fun, x0, jac=True, method="L-BFGS-B", bounds=bounds,
-                           options={"maxiter": int(max_iter), "maxfun": 2 * int(max_iter),
-                                    "ftol": 0.0, "gtol": 0.0, "maxcor": 20})
-            n_iter = int(res.nit)
-            converged = False
-            state["message"] = str(res.message)
-            x = res.x
-        except _Converged:
-            x = state["best"]
-            converged = True
-            n_iter = state["n_eval"]
-        gamma = torch.as_tensor(x[:n]).clone()
-        lam = torch.as_tensor(x[n:]).clone()
-        if not converged and n <= newton_max_n:
-            # L-BFGS stalls when the dual changes below float64 resolution: polish by Newton
-            budget = max(min(50, int(max_iter)), int(max_iter) - n_iter)
-            gamma, lam, converged, k, stalled = _sea_newton(gamma, lam, Cs2, target,
-                                                            exclude_self, tol, budget, violations)
-            n_iter += k
-            if stalled:
-                state["message"] = _STALLED
+        gamma, lam, converged, n_iter, message = _ascent_lbfgs(gamma0, lam0, problem, max_iter,
+                                                               newton_max_n)
     elif optimizer == "newton":
-        gamma, lam, converged, n_iter, stalled = _sea_newton(gamma0, lam0, Cs2, target,
-                                                             exclude_self, tol, max_iter,
-                                                             violations)
-        if stalled:
-            state["message"] = _STALLED
+        gamma, lam, converged, n_iter, stalled = _sea_newton(gamma0, lam0, *problem, max_iter,
+                                                             _violations)
+        message = _STALLED if stalled else None
     else:
-        g = torch.sqrt(gamma0).clone().requires_grad_(False)
-        lam = lam0.clone()
-        params = [g.requires_grad_(True), lam.requires_grad_(True)]
-        opt = Adam(params, lr=lr)  # torch.optim's rule without its torch._dynamo import
-        converged = False
-        n_iter = 0
-        for it in range(int(max_iter)):
-            with torch.no_grad():
-                gamma = (g.detach() ** 2).clamp_min(_GAMMA_MIN)
-                q, gg, gl, _ = _sea_eval(gamma, lam.detach(), Cs2, target, exclude_self,
-                                         need_lp=False)
-            if not torch.isfinite(q):
-                raise FloatingPointError("SEA dual ascent produced a non-finite dual value.")
-            n_iter = it + 1
-            ev, mv = violations(gamma, gg, gl)
-            if ev < tol and mv < tol:
-                converged = True
-                break
-            opt.zero_grad(set_to_none=True)
-            # ascent: minimise -q; chain rule for gamma = g^2
-            g.grad = -(2.0 * g.detach() * gg)
-            lam.grad = -gl
-            opt.step()
-        gamma = (g.detach() ** 2).clamp_min(_GAMMA_MIN)
-        lam = lam.detach()
-
-    _, gg, gl, lp = _sea_eval(gamma, lam, Cs2, target, exclude_self)
-    ev, mv = violations(gamma, gg, gl)
+        gamma, lam, converged, n_iter = _ascent_adam(gamma0, lam0, problem, max_iter, lr)
+        message = None
+    _, gg, gl, lp = _sea_eval(gamma, lam, 2.0 * Cs, target, exclude_self)
+    ev, mv = _violations(gamma, gg, gl)
     if torch.isnan(lp).any():
         raise FloatingPointError("SEA produced NaN log-affinities.")
     if not converged:
         warnings.warn(
             f"symmetric_entropic did not meet tol={tol} in {n_iter} iterations (entropy "
             f"violation {ev:.2e}, marginal violation {mv:.2e}"
-            + (f"; optimizer: {state['message']}" if "message" in state else "")
-            + ("); a larger tol or perplexity may help." if state.get("message") == _STALLED
+            + (f"; optimizer: {message}" if message is not None else "")
+            + ("); a larger tol or perplexity may help." if message == _STALLED
                else "); increase max_iter or tol."),
             SEAConvergenceWarning, stacklevel=2)
     if verbose:
         print(f"SEA: {n_iter} iterations/evaluations, entropy violation {ev:.2e}, "
               f"marginal violation {mv:.2e}, converged={converged}")
     lp = 0.5 * (lp + lp.T)  # exact symmetry (it is symmetric up to rounding)
-    out = lp if return_log else torch.exp(lp)
-    out = as_output(out, X)
+    out = as_output(lp if return_log else torch.exp(lp), X)
     if not return_info:
         return out
-    info = {
-        "gamma": gamma * s,
-        "lambda": lam * s,
-        "n_iter": n_iter,
-        "converged": converged,
-        "entropy_violation": ev,
-        "marginal_violation": mv,
+    return out, {
+        "gamma": gamma * s, "lambda": lam * s, "n_iter": n_iter, "converged": converged,
+        "entropy_violation": ev, "marginal_violation": mv,
         "perplexity": torch.exp(row_entropy(lp) - 1.0),
-        "n_unsaturated": int((gg.abs() > tol).sum()),
-        "cost_scale": s,
-        "message": state.get("message", "converged" if converged else "max_iter reached"),
+        "n_unsaturated": int((gg.abs() > tol).sum()), "cost_scale": s,
+        "message": message if message is not None else (
+            "converged" if converged else "max_iter reached"),
     }
-    return out, info
+
+
+def _check_options(optimizer: str, init: str, tol: float, max_iter, n: int) -> str:
+    """Validate the solver's options; returns the optimizer (``"auto"`` resolved)."""
+    if optimizer not in ("auto", "lbfgs", "newton", "adam"):
+        raise ValueError(f"optimizer must be 'auto', 'lbfgs', 'newton' or 'adam', got "
+                         f"{optimizer!r}.")
+    if init not in ("ea", "ones"):
+        raise ValueError(f"init must be 'ea' or 'ones', got {init!r}.")
+    if not (tol > 0):
+        raise ValueError(f"tol must be positive, got {tol}.")
+    if not (isinstance(max_iter, (int, np.integer)) and max_iter >= 1):
+        raise ValueError(f"max_iter must be a positive integer, got {max_iter!r}.")
+    if optimizer == "auto":
+        return "newton" if n <= _NEWTON_AUTO_MAX_N else "lbfgs"
+    return optimizer
+
+
+def _uniform_affinity(X, n: int, exclude_self: bool, return_log: bool, return_info: bool):
+    """All points coincide: every row's cost is constant, so the uniform affinity (maximal
+    entropy, symmetric, unit row sums) solves (SEA) whatever the perplexity."""
+    k = n - 1 if exclude_self else n
+    lp = torch.full((n, n), -math.log(k), dtype=torch.float64)
+    if exclude_self:
+        lp.fill_diagonal_(float("-inf"))
+    out = as_output(lp if return_log else torch.exp(lp), X)
+    if not return_info:
+        return out
+    zeros = torch.zeros(n, dtype=torch.float64)
+    return out, {"gamma": zeros, "lambda": zeros, "n_iter": 0, "converged": True,
+                 "entropy_violation": 0.0, "marginal_violation": 0.0,
+                 "perplexity": torch.full((n,), float(k)), "n_unsaturated": n,
+                 "cost_scale": 0.0, "message": "all points coincide: uniform affinity"}
+
+
+def _dual_start(Cs: torch.Tensor, xi: float, exclude_self: bool, init: str):
+    """The duals' starting point ``(gamma0, lambda0)``."""
+    n = Cs.shape[0]
+    if init != "ea":
+        return torch.ones(n, dtype=torch.float64), torch.zeros(n, dtype=torch.float64)
+    # EA: P_ij = exp(-C_ij/eps_i)/Z_i. With gamma_i = eps_i and lambda_i = -eps_i log Z_i,
+    # (4.2) reproduces it exactly on the diagonal and approximately where eps_i ~ eps_j
+    _, eps = _ea_log(Cs, xi, exclude_self)
+    Cm = Cs.clone()
+    if exclude_self:
+        Cm.fill_diagonal_(float("inf"))
+    logZ = torch.logsumexp(-Cm / eps[:, None], 1)
+    return eps.clone(), -eps * logZ
+
+
+def _violations(gamma, g_gamma, g_lam) -> tuple[float, float]:
+    """Sup norms of the *projected* dual gradient: a row whose gamma sits at its lower bound and
+    whose entropy exceeds the target satisfies complementary slackness (Prop. 4.2 allows one
+    such row)."""
+    at_bound = gamma <= _GAMMA_MIN * 2.0
+    pg = torch.where(at_bound & (g_gamma < 0), torch.zeros_like(g_gamma), g_gamma)
+    return float(pg.abs().max()), float(g_lam.abs().max())
+
+
+def _ascent_lbfgs(gamma0, lam0, problem, max_iter: int, newton_max_n: int):
+    r"""L-BFGS-B on the concave dual (:math:`\gamma \ge 10^{-10}`), stopped as soon as the rule
+    holds, polished by Newton if it stalls first and n <= ``newton_max_n``. Returns ``(gamma,
+    lambda, converged, n_iter, message)``."""
+    from scipy.optimize import minimize
+
+    Cs2, target, exclude_self, tol = problem
+    n = gamma0.shape[0]
+    state: dict[str, Any] = {"n_eval": 0, "best": None}
+
+    def fun(x):
+        gamma = torch.as_tensor(x[:n])
+        q, gg, gl, _ = _sea_eval(gamma, torch.as_tensor(x[n:]), Cs2, target, exclude_self,
+                                 need_lp=False)
+        state["n_eval"] += 1
+        if not torch.isfinite(q):
+            raise FloatingPointError("SEA dual ascent produced a non-finite dual value.")
+        ev, mv = _violations(gamma, gg, gl)
+        if ev < tol and mv < tol:
+            state["best"] = x.copy()
+            raise _Converged
+        return -float(q), -torch.cat([gg, gl]).cpu().numpy()
+
+    x0 = torch.cat([gamma0, lam0]).cpu().numpy()
+    bounds = [(_GAMMA_MIN, None)] * n + [(None, None)] * n
+    message = None
+    try:
+        res = minimize(fun, x0, jac=True, method="L-BFGS-B", bounds=bounds,
+                       options={"maxiter": int(max_iter), "maxfun": 2 * int(max_iter),
+                                "ftol": 0.0, "gtol": 0.0, "maxcor": 20})
+        x, converged, n_iter, message = res.x, False, int(res.nit), str(res.message)
+    except _Converged:
+        x, converged, n_iter = state["best"], True, state["n_eval"]
+    gamma, lam = torch.as_tensor(x[:n]).clone(), torch.as_tensor(x[n:]).clone()
+    if not converged and n <= newton_max_n:
+        # L-BFGS stalls when the dual changes below float64 resolution: polish by Newton
+        budget = max(min(50, int(max_iter)), int(max_iter) - n_iter)
+        gamma, lam, converged, k, stalled = _sea_newton(gamma, lam, Cs2, target, exclude_self,
+                                                        tol, budget, _violations)
+        n_iter += k
+        if stalled:
+            message = _STALLED
+    return gamma, lam, converged, n_iter, message
+
+
+def _ascent_adam(gamma0, lam0, problem, max_iter: int, lr: float):
+    r"""Adam ascent with :math:`\gamma = g^2` (the thesis' choice). Returns ``(gamma, lambda,
+    converged, n_iter)``."""
+    Cs2, target, exclude_self, tol = problem
+    g = torch.sqrt(gamma0).clone().requires_grad_(False)
+    lam = lam0.clone()
+    opt = Adam([g.requires_grad_(True), lam.requires_grad_(True)], lr=lr)
+    converged, n_iter = False, 0
+    for it in range(int(max_iter)):
+        with torch.no_grad():
+            gamma = (g.detach() ** 2).clamp_min(_GAMMA_MIN)
+            q, gg, gl, _ = _sea_eval(gamma, lam.detach(), Cs2, target, exclude_self,
+                                     need_lp=False)
+        if not torch.isfinite(q):
+            raise FloatingPointError("SEA dual ascent produced a non-finite dual value.")
+        n_iter = it + 1
+        ev, mv = _violations(gamma, gg, gl)
+        if ev < tol and mv < tol:
+            converged = True
+            break
+        opt.zero_grad(set_to_none=True)
+        g.grad = -(2.0 * g.detach() * gg)  # ascent: minimise -q; chain rule for gamma = g^2
+        lam.grad = -gl
+        opt.step()
+    return (g.detach() ** 2).clamp_min(_GAMMA_MIN), lam.detach(), converged, n_iter
 
