@@ -133,95 +133,115 @@ def knn_pruned(X: torch.Tensor, k: int, n_cells: int | None = None,
     carry a float32 safety margin. The result is the exact k-nearest-neighbour list up to ties at
     the k-th distance.
     """
-    n, p = X.shape
-    X64 = X.to(torch.float64)
-    X64 = X64 - X64.mean(0, keepdim=True)
-    X32 = X64.to(torch.float32)
-    if n_cells is None:
-        n_cells = int(min(1024, max(8, round(2 * n ** 0.5))))
-    n_cells = min(n_cells, max(1, n // max(2 * k, 1)))
-    gen = torch.Generator().manual_seed(int(random_state))
-    cent = _kmeans(X32, n_cells, gen)
-    assign, own = _nearest(X32, cent)
-    order = torch.argsort(assign, stable=True)
-    counts = torch.bincount(assign, minlength=n_cells)
-    start = torch.zeros(n_cells + 1, dtype=torch.long)
-    start[1:] = counts.cumsum(0)
-    radius = torch.zeros(n_cells, dtype=torch.float32).scatter_reduce_(
-        0, assign, own.sqrt(), "amax", include_self=True)
-    cc = torch.cdist(cent.double(), cent.double()).float()      # centroid distances
-    near = torch.argsort(cc.fill_diagonal_(-1.0), dim=1)  # each cell first in its own list
-    cc.fill_diagonal_(0.0)
-    Xs = X32[order]  # cell-sorted: a cell's points are one contiguous block
-    sqs = (Xs * Xs).sum(1)
-    cell_of = assign[order]
-    cent64 = cent.double()  # the slab bound in float64: it divides by centroid distances
-    ext = _cell_extents(X64[order], cent64, cell_of, counts)
-    scale2 = float(sqs.max()) if n else 1.0
-    slack = (1e-5 * scale2) ** 0.5  # float32 error allowance on distances (global frame)
-    kk = min(n - 1, k + max(8, k // 4))  # extra candidates, re-ranked in float64 at the end
-    best_pos = torch.empty(n, kk, dtype=torch.long)  # neighbours as cell-sorted positions
-    sizes = counts.tolist()
-    chunk = max(n // 16, 4 * kk)  # points searched per round beyond the first pass
-    starts = start.tolist()
+    n = X.shape[0]
+    cells = _CellIndex(X, k, n_cells, random_state)
+    best_pos = torch.empty(n, cells.kk, dtype=torch.long)  # neighbours as cell-sorted positions
+    for a in range(cells.n_cells):
+        qs, qe = cells.starts[a], cells.starts[a + 1]
+        if qe > qs:
+            best_pos[qs:qe] = cells.search(a, k)
+    # back to the input order; exact float64 distances of the kk candidates; keep the best k
+    idx = torch.empty(n, cells.kk, dtype=torch.long)
+    idx[cells.order] = cells.order[best_pos]
+    return rerank(cells.X64, idx, k)
 
-    def positions(cells):
-        return torch.cat([torch.arange(starts[j], starts[j] + sizes[j]) for j in cells])
 
-    for a in range(n_cells):
-        qs, qe = starts[a], starts[a + 1]
-        if qe == qs:
-            continue
-        xq = Xs[qs:qe]
+class _CellIndex:
+    """The cells of :func:`knn_pruned`: k-means centroids, the points sorted by cell (a cell's
+    points are one contiguous block), each cell's radius and slab extents, and the search of
+    one cell's queries."""
+
+    def __init__(self, X: torch.Tensor, k: int, n_cells: int | None, random_state: int):
+        n = X.shape[0]
+        X64 = X.to(torch.float64)
+        self.X64 = X64 = X64 - X64.mean(0, keepdim=True)
+        X32 = X64.to(torch.float32)
+        if n_cells is None:
+            n_cells = int(min(1024, max(8, round(2 * n ** 0.5))))
+        self.n_cells = n_cells = min(n_cells, max(1, n // max(2 * k, 1)))
+        gen = torch.Generator().manual_seed(int(random_state))
+        self.cent = cent = _kmeans(X32, n_cells, gen)
+        assign, self.own = _nearest(X32, cent)
+        self.order = order = torch.argsort(assign, stable=True)
+        self.counts = counts = torch.bincount(assign, minlength=n_cells)
+        start = torch.zeros(n_cells + 1, dtype=torch.long)
+        start[1:] = counts.cumsum(0)
+        self.radius = torch.zeros(n_cells, dtype=torch.float32).scatter_reduce_(
+            0, assign, self.own.sqrt(), "amax", include_self=True)
+        cc = torch.cdist(cent.double(), cent.double()).float()      # centroid distances
+        self.near = torch.argsort(cc.fill_diagonal_(-1.0), dim=1)  # each cell first in its list
+        self.cc = cc.fill_diagonal_(0.0)
+        self.Xs = X32[order]
+        self.sqs = (self.Xs * self.Xs).sum(1)
+        self.cent64 = cent.double()  # the slab bound in float64: it divides by centroid distances
+        self.ext = _cell_extents(X64[order], self.cent64, assign[order], counts)
+        self.scale2 = float(self.sqs.max()) if n else 1.0
+        self.slack = (1e-5 * self.scale2) ** 0.5  # float32 error allowance on distances
+        self.kk = kk = min(n - 1, k + max(8, k // 4))  # extra candidates, re-ranked in float64
+        self.sizes, self.starts = counts.tolist(), start.tolist()
+        self.chunk = max(n // 16, 4 * kk)  # points searched per round beyond the first pass
+
+    def positions(self, cells) -> torch.Tensor:
+        return torch.cat([torch.arange(self.starts[j], self.starts[j] + self.sizes[j])
+                          for j in cells])
+
+    def search(self, a: int, k: int) -> torch.Tensor:
+        """The ``kk`` candidates (cell-sorted positions) of the queries of cell ``a``."""
+        qs, qe = self.starts[a], self.starts[a + 1]
+        xq, Xs, sqs = self.Xs[qs:qe], self.Xs, self.sqs
         rows = torch.arange(qe - qs)
         # first pass: the nearest cells (its own first) with enough points for kk neighbours
-        csum = counts[near[a]].cumsum(0)
-        m0 = min(n_cells, int(torch.searchsorted(csum, torch.tensor(max(2 * k + 1, kk + 1 + sizes[a])))) + 1)
-        cpos = positions(near[a, :m0].tolist())
+        csum = self.counts[self.near[a]].cumsum(0)
+        need0 = torch.tensor(max(2 * k + 1, self.kk + 1 + self.sizes[a]))
+        m0 = min(self.n_cells, int(torch.searchsorted(csum, need0)) + 1)
+        cpos = self.positions(self.near[a, :m0].tolist())
         d2 = torch.addmm(sqs[cpos][None, :], xq, Xs[cpos].T, alpha=-2.0)  # |c|^2 - 2 q.c
         d2[rows, rows] = float("inf")  # the candidates start with the queries themselves
-        v, j = torch.topk(d2, min(kk, cpos.numel() - 1), dim=1, largest=False)
+        v, j = torch.topk(d2, min(self.kk, cpos.numel() - 1), dim=1, largest=False)
         pos = cpos[j]
         qq = sqs[qs:qe]
         kth = (v[:, k - 1] + qq).clamp_min(0).sqrt()
-        rest = near[a, m0:]
-        if rest.numel():
-            dq = _centroid_d2(xq, cent[rest])                       # (|q|, R) squared
-            ball = dq.sqrt() - radius[rest][None, :]
-            half = (dq - own[order[qs:qe]][:, None]) / (2 * cc[a, rest][None, :].clamp_min(1e-12))
-            # slab bound: with u the unit vector from c_a to c_j, |q - x| >= <x - q, u> >=
-            # min_{x in j} <x, u> - <q, u>. In high dimension a cell is a thin shell far from
-            # its centroid but narrow along any one direction: much tighter than the ball or
-            # half-space bound (the minima over each cell are precomputed, ``ext``)
-            qa = X64[order[qs:qe]]
-            ccr = cc[a, rest].double()
-            slab = ((ext[rest, a][None, :] - qa @ (cent64[rest] - cent64[a]).T)
-                    / ccr.clamp_min(1e-12)[None, :]).float()
-            # (near-)coincident centroids: no direction, no bound (rounding / tiny would blow up)
-            slab[:, ccr <= 1e-6 * scale2 ** 0.5] = float("-inf")
-            lb = torch.maximum(torch.maximum(ball, half), slab)  # lower bounds on cell distances
-            rest_sizes = counts[rest]
-            # rounds of nearest-first chunks of cells, each searched only by the queries whose
-            # bound does not rule it out; each round's k-th distances tighten the next bounds
-            while True:
-                needm = lb < (kth + slack)[:, None]
-                need = needm.any(0).nonzero().squeeze(1)
-                if not need.numel():
-                    break
-                csz = rest_sizes[need].cumsum(0)
-                take = need[: int(torch.searchsorted(csz, torch.tensor(chunk))) + 1]
-                qsel = needm[:, take].any(1).nonzero().squeeze(1)
-                lb[:, take] = float("inf")  # searched
-                cpos = positions(rest[take].tolist())
-                d2 = torch.addmm(sqs[cpos][None, :], xq[qsel], Xs[cpos].T, alpha=-2.0)
-                vs, pos[qsel] = _merge(v[qsel], pos[qsel], d2, cpos)
-                v[qsel] = vs
-                kth[qsel] = (vs[:, k - 1] + qq[qsel]).clamp_min(0).sqrt()
-        best_pos[qs:qe] = pos
-    # back to the input order; exact float64 distances of the kk candidates; keep the best k
-    idx = torch.empty(n, kk, dtype=torch.long)
-    idx[order] = order[best_pos]
-    return rerank(X64, idx, k)
+        rest = self.near[a, m0:]
+        if not rest.numel():
+            return pos
+        lb = self.bounds(a, rest, xq, qs, qe)  # lower bounds on the cells' distances
+        rest_sizes = self.counts[rest]
+        # rounds of nearest-first chunks of cells, each searched only by the queries whose
+        # bound does not rule it out; each round's k-th distances tighten the next bounds
+        while True:
+            needm = lb < (kth + self.slack)[:, None]
+            need = needm.any(0).nonzero().squeeze(1)
+            if not need.numel():
+                return pos
+            csz = rest_sizes[need].cumsum(0)
+            take = need[: int(torch.searchsorted(csz, torch.tensor(self.chunk))) + 1]
+            qsel = needm[:, take].any(1).nonzero().squeeze(1)
+            lb[:, take] = float("inf")  # searched
+            cpos = self.positions(rest[take].tolist())
+            d2 = torch.addmm(sqs[cpos][None, :], xq[qsel], Xs[cpos].T, alpha=-2.0)
+            vs, pos[qsel] = _merge(v[qsel], pos[qsel], d2, cpos)
+            v[qsel] = vs
+            kth[qsel] = (vs[:, k - 1] + qq[qsel]).clamp_min(0).sqrt()
+
+    def bounds(self, a: int, rest: torch.Tensor, xq, qs: int, qe: int) -> torch.Tensor:
+        """Lower bounds on the distances of cell ``a``'s queries to the cells ``rest``: the
+        largest of the ball, half-space and slab bounds (:func:`knn_pruned`)."""
+        cc = self.cc
+        dq = _centroid_d2(xq, self.cent[rest])                       # (|q|, R) squared
+        ball = dq.sqrt() - self.radius[rest][None, :]
+        half = (dq - self.own[self.order[qs:qe]][:, None]) / (
+            2 * cc[a, rest][None, :].clamp_min(1e-12))
+        # slab bound: with u the unit vector from c_a to c_j, |q - x| >= <x - q, u> >=
+        # min_{x in j} <x, u> - <q, u>. In high dimension a cell is a thin shell far from its
+        # centroid but narrow along any one direction: much tighter than the ball or half-space
+        # bound (the minima over each cell are precomputed, ``ext``)
+        qa = self.X64[self.order[qs:qe]]
+        ccr = cc[a, rest].double()
+        slab = ((self.ext[rest, a][None, :] - qa @ (self.cent64[rest] - self.cent64[a]).T)
+                / ccr.clamp_min(1e-12)[None, :]).float()
+        # (near-)coincident centroids: no direction, no bound (rounding / tiny would blow up)
+        slab[:, ccr <= 1e-6 * self.scale2 ** 0.5] = float("-inf")
+        return torch.maximum(torch.maximum(ball, half), slab)
 
 
 def knn_exact(X: torch.Tensor, k: int, random_state: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
