@@ -44,7 +44,7 @@ from probdr._distributed import current_shard
 from probdr._utils import one_thread
 from probdr._utils import tensor_cache as _cached
 from probdr.config import sync_free_for
-from probdr.laws.graph import GraphPrior, _edge_terms
+from probdr.laws.graph import GraphPrior, edge_terms
 from probdr.laws.weights import KernelWeights
 
 __all__ = ["graph_coupling_model", "flat_prior"]
@@ -209,7 +209,7 @@ class _EdgeBernoulli(dist.Bernoulli):
 def _ns_edges(W_X, dtype):
     """Off-diagonal edges of the observed graph, their values and the largest value (computed
     once per observed tensor)."""
-    rows, cols, v = _edge_terms(W_X)
+    rows, cols, v = edge_terms(W_X)
     keep = rows != cols
     v = v[keep].to(dtype)
     return rows[keep], cols[keep], v, float(v.max())

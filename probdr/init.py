@@ -182,7 +182,7 @@ def initialize(
                             n_samples=ccpca_samples, generator=generator)
     else:
         raise ValueError(f"init must be one of {INITS} or an (n, q) array, got {init!r}.")
-    return _rescale(Z, scale, generator)
+    return rescale(Z, scale, generator)
 
 
 def _ccpca_law(law):
@@ -207,7 +207,7 @@ def _ccpca_law(law):
     return UnitDegreeGraph(weights)
 
 
-def _rescale(Z, scale, generator):
+def rescale(Z, scale, generator):
     Z = Z - Z.mean(0, keepdim=True)
     if scale == "umap":
         span = (Z.max(0).values - Z.min(0).values).clamp_min(1e-12)

@@ -22,7 +22,7 @@ from .._utils import generator
 from ..infer import Phase, run_map
 from ..init import INITS
 from ..input.calibration import InputGraph
-from ..input.graph import AFFINITIES, _prior_kind
+from ..input.graph import AFFINITIES, prior_kind
 from ..kernels import get_kernel
 from ..laws.edge_priors import check_support
 from ..laws.graph import GraphLaw, GraphPrior, check_coupling, get_prior
@@ -234,7 +234,7 @@ class GraphCoupling(InputKindsMixin, ContinueMixin, NewPointsMixin, DREstimator)
     def _affinity(self) -> str:
         if self.affinity != "auto":
             return self.affinity
-        return "umap" if _prior_kind(self.prior_x) in ("B", "B~") else "entropic"
+        return "umap" if prior_kind(self.prior_x) in ("B", "B~") else "entropic"
 
     def _latent_prior(self) -> GraphPrior:
         return get_prior(self.prior_z, self.latent_edge_prior)
@@ -276,7 +276,7 @@ class GraphCoupling(InputKindsMixin, ContinueMixin, NewPointsMixin, DREstimator)
 
     def _check_priors(self) -> None:
         """The pair of priors has a defined cross-entropy (Van Assel et al. 2022, Table 1)."""
-        kx, kz = _prior_kind(self.prior_x), _prior_kind(self.prior_z)
+        kx, kz = prior_kind(self.prior_x), prior_kind(self.prior_z)
         if not isinstance(self.prior_z, GraphPrior) or kz in ("B", "D", "E"):
             check_coupling(kx, kz)
 
@@ -296,7 +296,7 @@ class GraphCoupling(InputKindsMixin, ContinueMixin, NewPointsMixin, DREstimator)
 
     def _check_params(self, n: int, p: int) -> None:
         self._check_input_side(n, p)
-        kz = _prior_kind(self._latent_prior())
+        kz = prior_kind(self._latent_prior())
         if self.repulsion not in REPULSIONS:
             raise ValueError(f"repulsion must be one of {REPULSIONS}, got {self.repulsion!r}.")
         if self.repulsion == "negative_sampling" and kz != "B":
@@ -376,7 +376,7 @@ class GraphCoupling(InputKindsMixin, ContinueMixin, NewPointsMixin, DREstimator)
         if self.repulsion != "auto":
             return self.repulsion
         k = self._make_kernel()
-        if (n > FFT_REPULSION_MIN_N and _prior_kind(self._latent_prior()) == "E"
+        if (n > FFT_REPULSION_MIN_N and prior_kind(self._latent_prior()) == "E"
                 and self.n_components == 2 and getattr(k, "name", "") == "student"
                 and getattr(k, "dof", None) == 1.0 and self.latent_edge_prior is None):
             return "fft"

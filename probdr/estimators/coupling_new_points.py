@@ -25,7 +25,7 @@ import torch
 from .._fft import CauchyField
 from .._utils import check_number, generator
 from ..infer.map import Phase, run_map
-from ..input.graph import _prior_kind
+from ..input.graph import prior_kind
 from ..input.neighbors import knn_query
 from ..models.out_of_sample import new_point_log_likelihood, new_points_model
 from .base import in_fit_environment
@@ -111,7 +111,7 @@ class NewPointsMixin:
     # -- the model of a new row ---------------------------------------------------------------
     def _row_model(self, n: int) -> tuple[str, float | None]:
         """``(row_law, nonedge weight factor)``: the factor multiplies :math:`p_{i+}`."""
-        kind = _prior_kind(self._latent_prior())
+        kind = prior_kind(self._latent_prior())
         if kind in ("D", "E", "DS"):  # DS: the row given its degree, duals not carried over
             return "categorical", None
         if self._repulsion(n) == "negative_sampling":

@@ -65,10 +65,10 @@ class InputKindsMixin:
             else:
                 init = "spectral"
         if given:
-            from ..init import _rescale, pad_columns
+            from ..init import pad_columns, rescale
 
             Z = pad_columns(data, self.n_components, gen)
-            return _rescale(Z, self.init_scale, gen)
+            return rescale(Z, self.init_scale, gen)
         return initialize(init, data, self.n_components, graph=mean,
                           input_graph=self.input_graph_, scale=self.init_scale, generator=gen)
 

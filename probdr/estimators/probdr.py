@@ -26,7 +26,7 @@ from ..laws.wishart import probdr_epsilon, theorem2_solution
 from ..models.probdr_general import KERNELS, closed_form, probdr_general_model
 from .base import DREstimator, in_fit_environment, set_init_params, transform_only_if
 from .params import Int, StrOptions
-from .wishart import _principal_axes as _rotate_to_axes
+from .wishart import principal_axes
 from .wishart_new_points import GraphRowMixin, LinearMapMixin
 
 __all__ = ["ProbDR"]
@@ -36,12 +36,6 @@ COVARIANCES = ("laplacian", "sample")
 
 def _is_sample(cov) -> bool:
     return isinstance(cov, str) and cov == "sample"
-
-
-def _principal_axes(Z: torch.Tensor) -> torch.Tensor:
-    """Centre Z, then rotate it onto its principal axes with fixed signs (the centred Gram
-    matrix is unchanged)."""
-    return _rotate_to_axes(Z - Z.mean(0, keepdim=True))
 
 
 class ProbDR(GraphRowMixin, DREstimator):
@@ -338,7 +332,8 @@ class ProbDR(GraphRowMixin, DREstimator):
                 lr=float(self.learning_rate), tol=self._lbfgs_tol, return_history=True,
                 reparam=reparam)
             Z = vals["Z"]
-        Z = _principal_axes(Z.detach())
+        Z = Z.detach()
+        Z = principal_axes(Z - Z.mean(0, keepdim=True))  # centred, on its principal axes
         self.gram_eigenvalues_ = torch.linalg.eigvalsh(Z.T @ Z).flip(0).cpu().numpy()
         return Z
 

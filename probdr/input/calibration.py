@@ -30,11 +30,11 @@ import torch
 from ..laws.graph import GraphLaw
 from .graph import (
     AFFINITIES,
-    _precomputed_rows,
-    _prior_kind,
     build_input_graph,
     knn_laplacian,
     new_point_rows,
+    precomputed_rows,
+    prior_kind,
     query_lists,
     sea_input_graph,
 )
@@ -90,7 +90,7 @@ class InputGraph:
                  edge_prior=None, neighbors: str = "auto", precomputed_knn=None,
                  tol: float = 1e-5):
         self.prior = prior
-        self.kind = _prior_kind(prior)
+        self.kind = prior_kind(prior)
         if affinity == "auto":
             affinity = "umap" if self.kind in ("B", "B~") else "entropic"
         if affinity not in KINDS:
@@ -234,7 +234,7 @@ class InputGraph:
         kind = self.precomputed
         X_ref = None if kind is not None else self.reference_data()
         if kind == "affinity":
-            return _precomputed_rows(X_new, self.kind, self.n_)
+            return precomputed_rows(X_new, self.kind, self.n_)
         return new_point_rows(X_new, X_ref, self.prior,
                               "entropic" if self.affinity == "sea" else self.affinity,
                               perplexity=self.perplexity, n_neighbors=self.n_neighbors,

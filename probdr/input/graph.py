@@ -29,7 +29,7 @@ from ..laws.wishart import KNNLaplacian
 from ..ot.sea import symmetric_entropic
 from . import affinities
 from .distances import check_distance_matrix, is_sparse
-from .search import _is, calibrated_lists, knn_edges, neighbor_lists, query_lists
+from .search import calibrated_lists, is_metric, knn_edges, neighbor_lists, query_lists
 
 __all__ = ["AFFINITIES", "knn_edges", "neighbor_lists", "query_lists", "build_input_graph",
            "precomputed_input_graph", "new_point_rows", "sea_input_graph", "sea_affinity",
@@ -38,7 +38,7 @@ __all__ = ["AFFINITIES", "knn_edges", "neighbor_lists", "query_lists", "build_in
 AFFINITIES = ("entropic", "umap", "binary")
 
 
-def _prior_kind(prior) -> str:
+def prior_kind(prior) -> str:
     return prior.kind if isinstance(prior, GraphPrior) else str(prior).upper()
 
 
@@ -77,7 +77,7 @@ def build_input_graph(
         return precomputed_input_graph(X, prior_x, edge_prior=edge_prior)
     X = check_data(X)
     n = X.shape[0]
-    kind = _prior_kind(prior_x)
+    kind = prior_kind(prior_x)
     symmetrize = kind in ("B~",)
     k = _input_k(n, affinity, perplexity, n_neighbors)
     idx, logk = calibrated_lists(
@@ -140,9 +140,9 @@ def new_point_rows(X_new, X_ref, prior_x: str | GraphPrior = "D",
     points, ``(m, n)``, normalised as the input prior's mean (rows summing to 1 for D and E,
     memberships in [0, 1] for B); with ``metric="precomputed"`` it is their distances.
     """
-    kind = _prior_kind(prior_x)
+    kind = prior_kind(prior_x)
     if affinity == "precomputed":
-        return _precomputed_rows(X_new, kind, n_ref)
+        return precomputed_rows(X_new, kind, n_ref)
     n = X_ref.shape[0] if X_ref is not None else int(n_ref)
     m = X_new.shape[0]
     k = _input_k(n + 1, affinity, perplexity, n_neighbors)
@@ -160,7 +160,7 @@ def sea_input_graph(X, perplexity: float, tol: float = 1e-5, *, metric="euclidea
     excluded), whose mean is :math:`n\mathbf P^{se}/\sum\mathbf P^{se} = \mathbf P^{se}`.
     The cost is the squared Euclidean distance, or :math:`d^2` under ``metric`` (``"precomputed"``:
     X is the dense distance matrix)."""
-    if _is(metric, "euclidean") and not is_sparse(X):
+    if is_metric(metric, "euclidean") and not is_sparse(X):
         log_P = symmetric_entropic(X, perplexity, exclude_self=True, tol=tol, return_log=True)
     else:
         C = dense_cost(X, metric, metric_params)
@@ -175,7 +175,7 @@ def dense_cost(X, metric="euclidean", metric_params=None) -> torch.Tensor:
     from ..config import check_dense
     from .distances import pairwise_distances
 
-    precomputed = _is(metric, "precomputed")
+    precomputed = is_metric(metric, "precomputed")
     X = X if precomputed else check_data(X, min_samples=1)
     n = X.shape[0]
     check_dense(n, "the all-pairs cost matrix", "Use a neighbour-graph method (TSNE, UMAP).")
@@ -236,7 +236,7 @@ def geodesic_distances(X, n_neighbors: int | None = None, *, metric="euclidean",
     from scipy.sparse.csgraph import connected_components, shortest_path
     from sklearn.neighbors import kneighbors_graph
 
-    if not _is(metric, "euclidean"):  # edges weighted by the metric
+    if not is_metric(metric, "euclidean"):  # edges weighted by the metric
         X = dense_cost(X, metric, metric_params).sqrt().cpu().numpy()
         graph_kw = {"metric": "precomputed"}
     else:
@@ -315,7 +315,7 @@ def precomputed_input_graph(A, prior_x: str | GraphPrior = "D", *, edge_prior=No
     """
     if isinstance(A, GraphLaw):
         return A
-    kind = _prior_kind(prior_x)
+    kind = prior_kind(prior_x)
     r, c, v, n = _affinity_entries(A)
     counts = torch.bincount(r, minlength=n)
     if kind in ("D",) and (counts == 0).any():
@@ -350,7 +350,7 @@ def precomputed_input_graph(A, prior_x: str | GraphPrior = "D", *, edge_prior=No
     return law
 
 
-def _precomputed_rows(A_new, kind: str, n: int | None) -> torch.Tensor:
+def precomputed_rows(A_new, kind: str, n: int | None) -> torch.Tensor:
     """New points' rows from their precomputed affinities to the reference points, ``(m, n)``,
     normalised as the input prior's mean."""
     if n is not None and A_new.shape[1] != n:

@@ -19,7 +19,7 @@ import torch
 from .._alloc import heap_reuse
 from .._pairwise import pairwise_sq_distances
 from .._utils import check_data, check_number
-from .ivf import _centroid_d2, _kmeans, _nearest, knn_ivf, rerank
+from .ivf import centroid_d2, kmeans, knn_ivf, nearest_centroid, rerank
 
 __all__ = ["knn", "knn_approximate", "knn_brute", "knn_exact", "knn_ivf", "knn_pruned",
            "knn_pynndescent", "knn_query", "pairwise_sq_distances"]
@@ -160,8 +160,8 @@ class _CellIndex:
             n_cells = int(min(1024, max(8, round(2 * n ** 0.5))))
         self.n_cells = n_cells = min(n_cells, max(1, n // max(2 * k, 1)))
         gen = torch.Generator().manual_seed(int(random_state))
-        self.cent = cent = _kmeans(X32, n_cells, gen)
-        assign, self.own = _nearest(X32, cent)
+        self.cent = cent = kmeans(X32, n_cells, gen)
+        assign, self.own = nearest_centroid(X32, cent)
         self.order = order = torch.argsort(assign, stable=True)
         self.counts = counts = torch.bincount(assign, minlength=n_cells)
         start = torch.zeros(n_cells + 1, dtype=torch.long)
@@ -227,7 +227,7 @@ class _CellIndex:
         """Lower bounds on the distances of cell ``a``'s queries to the cells ``rest``: the
         largest of the ball, half-space and slab bounds (:func:`knn_pruned`)."""
         cc = self.cc
-        dq = _centroid_d2(xq, self.cent[rest])                       # (|q|, R) squared
+        dq = centroid_d2(xq, self.cent[rest])                       # (|q|, R) squared
         ball = dq.sqrt() - self.radius[rest][None, :]
         half = (dq - self.own[self.order[qs:qe]][:, None]) / (
             2 * cc[a, rest][None, :].clamp_min(1e-12))

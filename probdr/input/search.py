@@ -43,10 +43,10 @@ def neighbor_lists(X, k: int, *, metric="euclidean", metric_params=None,
     if precomputed_knn is not None:
         idx, d = check_knn(precomputed_knn, X.shape[0] if X is not None else None, k)
         return idx, d.square()
-    if _is(metric, "precomputed"):
+    if is_metric(metric, "precomputed"):
         idx, d = precomputed_neighbors(X, k)
         return idx, d.square()
-    if _is(metric, "euclidean") and not is_sparse(X):
+    if is_metric(metric, "euclidean") and not is_sparse(X):
         return knn(X, k, method=neighbors, random_state=random_state)
     idx, d = knn_metric(X, k, metric, metric_params, method=neighbors, random_state=random_state)
     return idx, d.square()
@@ -57,14 +57,14 @@ def query_lists(X_ref, X_new, k: int, *, metric="euclidean", metric_params=None
     r"""The ``k`` nearest reference rows of each new row and their costs :math:`d^2`, nearest
     first. With ``metric="precomputed"``, ``X_new`` holds the new points' distances to the
     reference points, ``(m, n)`` (dense, or sparse with the neighbour distances stored)."""
-    if _is(metric, "precomputed"):
+    if is_metric(metric, "precomputed"):
         n = X_ref.shape[0] if X_ref is not None else X_new.shape[1]
         if X_new.shape[1] != n:
             raise ValueError(f"with metric='precomputed', transform takes the (m, {n}) distances "
                              f"of the new points to the training points; got {X_new.shape[1]} "
                              "columns.")
         return _rows_neighbors(X_new, k)
-    if _is(metric, "euclidean") and not is_sparse(X_ref):
+    if is_metric(metric, "euclidean") and not is_sparse(X_ref):
         return knn_query(X_ref, X_new, k)
     idx, d = knn_query_metric(X_ref, X_new, k, metric, metric_params)
     return idx, d.square()
@@ -117,7 +117,7 @@ def calibrated_lists(X, k: int, calibrate: Callable[[torch.Tensor], torch.Tensor
     and rank 0's lists are broadcast, so that all ranks hold the same graph."""
     n = X.shape[0]
     block = process_group_rows(n)  # data-parallel: this rank's rows (None without a group)
-    if block is not None and precomputed_knn is None and not _is(metric, "precomputed") \
+    if block is not None and precomputed_knn is None and not is_metric(metric, "precomputed") \
             and neighbors != "approximate" and n <= SHARDED_SEARCH_MAX_N:
         idx, d2 = _block_neighbors(X, block, k, metric, metric_params)
         return all_gather_rows(idx, calibrate(d2), n=n)
@@ -129,7 +129,7 @@ def calibrated_lists(X, k: int, calibrate: Callable[[torch.Tensor], torch.Tensor
     return idx, calibrate(d2)
 
 
-def _is(metric, name: str) -> bool:
+def is_metric(metric, name: str) -> bool:
     """Whether ``metric`` is the metric called ``name`` (a callable is none)."""
     return isinstance(metric, str) and metric == name
 
@@ -143,7 +143,7 @@ def _block_neighbors(X, block: tuple[int, int], k: int, metric, metric_params):
     """The ``k`` nearest neighbours (self excluded) and costs :math:`d^2` of the rows
     ``block = (start, stop)`` of X among all rows: exact blocked queries."""
     s, e = block
-    if _is(metric, "euclidean") and not is_sparse(X):
+    if is_metric(metric, "euclidean") and not is_sparse(X):
         idx, d2 = knn_query(X, X[s:e], k + 1)
     else:
         idx, d = knn_query_metric(X, X[s:e], k + 1, metric, metric_params)

@@ -19,7 +19,7 @@ __all__ = ["Weights", "DenseWeights", "SparseWeights", "KernelWeights", "MAX_LOG
 NEG_INF = float("-inf")
 
 
-def _coo(indices, values, size, coalesced: bool = False):
+def coo_tensor(indices, values, size, coalesced: bool = False):
     """Sparse COO tensor (invariant checks off: indices are built here, in range); with
     ``coalesced=True`` the indices are known sorted and unique, and are shared, not copied."""
     if coalesced:
@@ -32,7 +32,7 @@ def sparse_to(S: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     """The sparse tensor ``S`` coalesced, its values cast to ``dtype``, sharing its indices
     (``S.to(dtype)`` copies them: gigabytes on a million-point graph)."""
     S = S.coalesce()
-    return _coo(S.indices(), S.values().to(dtype), S.shape, coalesced=True)
+    return coo_tensor(S.indices(), S.values().to(dtype), S.shape, coalesced=True)
 
 
 def _coalesced_off_diagonal(rows, cols, n: int) -> bool:
@@ -126,7 +126,7 @@ class SparseWeights(Weights):
             self.values = values
         else:
             keep = rows != cols
-            t = _coo(torch.stack([rows[keep], cols[keep]]), values[keep], (n, n)).coalesce()
+            t = coo_tensor(torch.stack([rows[keep], cols[keep]]), values[keep], (n, n)).coalesce()
             self.indices, self.values = t.indices(), t.values()
         self.rows, self.cols = self.indices  # views: the sparse tensors below share them
         self.n = n
@@ -176,7 +176,7 @@ class SparseWeights(Weights):
     def to_sparse(self, values=None):
         """The sparse COO tensor of the edge list (coalesced; it shares the index tensor)."""
         v = self.values if values is None else values
-        return _coo(self.indices, v, (self.n, self.n), coalesced=True)
+        return coo_tensor(self.indices, v, (self.n, self.n), coalesced=True)
 
 
 class KernelWeights(Weights):
