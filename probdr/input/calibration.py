@@ -27,6 +27,7 @@ import numpy as np
 import scipy.sparse as sp
 import torch
 
+from .._utils import check_data
 from ..laws.graph import GraphLaw
 from .graph import (
     AFFINITIES,
@@ -179,11 +180,36 @@ class InputGraph:
         """Keep ``X`` (n rows) as the reference points of new ones, without building a law (a
         precomputed matrix is not kept: new points then come with their own distances or
         affinities to the reference points); returns ``self``."""
+        X = self._rows(X, "X", 2)
         self.n_ = int(X.n if isinstance(X, GraphLaw) else X.shape[0])
         self._X = None
         if self.precomputed is None:
             self._X = X if sp.issparse(X) else X.detach().cpu().numpy()
+            self.n_features_ = int(X.shape[1])
         return self
+
+    @staticmethod
+    def _rows(X, name: str, min_samples: int):
+        """``X`` validated (finite, 2-D, enough rows): a float64 tensor, a scipy sparse matrix
+        as CSR, or a graph law as it is."""
+        if isinstance(X, GraphLaw):
+            return X
+        X = check_data(X, name, min_samples=min_samples)
+        return sp.csr_matrix(X, dtype=np.float64) if sp.issparse(X) else X.to(torch.float64)
+
+    def _new_rows(self, X_new):
+        """New points validated against the reference points (columns: the reference points'
+        features, or their number with a precomputed input)."""
+        X_new = self._rows(X_new, "X_new", 1)
+        if self.n_ is None:
+            raise RuntimeError("this InputGraph is not fitted: call fit(X) or reference(X).")
+        want = self.n_ if self.precomputed else getattr(self, "n_features_", None)
+        if want is not None and X_new.shape[1] != want:
+            what = {"distances": "distances to the", "affinity": "affinities to the"}.get(
+                self.precomputed, "features of the")
+            raise ValueError(f"X_new must have {want} columns (the {what} reference points), got "
+                             f"{X_new.shape[1]}.")
+        return X_new
 
     def fit(self, X, random_state: int = 0):
         """The input law of ``X`` (and keep ``X`` as the reference points; ``random_state``
@@ -191,6 +217,7 @@ class InputGraph:
         :class:`~probdr.laws.graph.GraphLaw` for ``"entropic"``, ``"umap"``, ``"binary"``,
         ``"sea"`` and ``"precomputed"``; a :class:`~probdr.laws.wishart.KNNLaplacian` for
         ``"knn"``. Also stored as ``law_``."""
+        X = self._rows(X, "X", 2)
         if self.affinity == "sea":
             law = sea_input_graph(X, self.perplexity, self.tol, metric=self.metric,
                                   metric_params=self.metric_params)
@@ -231,6 +258,7 @@ class InputGraph:
         distances or affinities to the reference points."""
         if self.affinity == "knn":
             raise ValueError("the kNN Laplacian has no row law of new points; use nearest().")
+        X_new = self._new_rows(X_new)
         kind = self.precomputed
         X_ref = None if kind is not None else self.reference_data()
         if kind == "affinity":
@@ -245,6 +273,7 @@ class InputGraph:
         """For each new point, the reference point it is (``-1`` if none): a row equal to a
         training row, or a distance of exactly 0 with precomputed distances; none with a
         precomputed affinity. A new point that is a training point is that node of the fit."""
+        X_new = self._new_rows(X_new)
         kind = self.precomputed
         if kind == "affinity":
             return torch.full((X_new.shape[0],), -1, dtype=torch.long)
@@ -255,6 +284,7 @@ class InputGraph:
     def nearest(self, X_new, k: int | None = None) -> torch.Tensor:
         """The ``k`` nearest reference points of each new point (default ``n_neighbors``, at
         most n), ``(m, k)``, nearest first, under the fit's metric."""
+        X_new = self._new_rows(X_new)
         k = min(int(self.n_neighbors if k is None else k), self.n_)
         idx, _ = query_lists(None if self.precomputed else self.reference_data(), X_new, k,
                              metric=self.metric, metric_params=self.metric_params)
@@ -264,6 +294,7 @@ class InputGraph:
         r""":math:`\sum_j p_{ij} M_j / p_{i+}` for each new point: its entropic input row (the
         fit's prior, at the fit's perplexity, at most n) averaging the rows of ``M`` (n, d), a
         quantity of the training points."""
+        X_new = self._new_rows(X_new)
         X_ref = self.reference_data()
         P = new_point_rows(X_new, X_ref, self.kind, "entropic",
                            perplexity=float(min(self.perplexity, self.n_)), metric=self.metric,
