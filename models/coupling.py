@@ -40,7 +40,7 @@ import torch.nn.functional as F
 from pyro import poutine
 from torch.distributions import constraints
 
-from probdr._distributed import current_shard
+from probdr._compute.distributed import current_shard
 from probdr._utils import one_thread
 from probdr._utils import tensor_cache as _cached
 from probdr.config import sync_free_for
@@ -100,7 +100,7 @@ def graph_coupling_model(
         With negative sampling: optimiser steps per epoch, each using its share of the epoch's
         edges (see :func:`_negative_sampling_likelihood`).
 
-    Data-parallel (the model declares ``data_parallel = True``; see :mod:`probdr._distributed`):
+    Data-parallel (the model declares ``data_parallel = True``; see :mod:`probdr._compute.distributed`):
     inside a fit sharded over the ranks of a process group, each rank evaluates its share of the
     log joint -- its chunk of the edges and negative samples, its rows of the normalisers -- and
     carries ``1 / world_size`` of the replicated terms (the Z prior, the E law's combinatorial
@@ -134,7 +134,7 @@ def graph_coupling_model(
     return Z
 
 
-#: the model evaluates its share of the log joint in a data-parallel fit (probdr._distributed)
+#: the model evaluates its share of the log joint in a data-parallel fit (probdr._compute.distributed)
 graph_coupling_model.data_parallel = True
 
 

@@ -9,9 +9,9 @@ ROOT = Path(__file__).resolve().parents[1]
 
 #: layers from the bottom up; a module may import from its own layer or any lower one
 LAYERS = [
-    ["probdr._utils", "probdr.config", "probdr._alloc", "probdr._fft", "probdr.datasets",
-     "probdr.kernels", "probdr._edge_layout", "probdr._pairwise", "probdr.optim", "probdr.serialize",
-     "probdr._distributed", "probdr._version"],
+    ["probdr._utils", "probdr.config", "probdr.datasets", "probdr.kernels", "probdr.optim",
+     "probdr.serialize", "probdr._version"],
+    ["probdr._compute"],  # the engine room: all-pairs and edge sums, FFT, memory, ranks, steps
     ["probdr.ot"],
     ["probdr.laws"],
     ["probdr.input"],

@@ -7,7 +7,7 @@ import torch
 
 import probdr
 import probdr.laws.edge_lists as edge_lists
-from probdr import _alloc
+from probdr._compute import alloc
 from probdr.input import affinities
 from probdr.laws.edge_lists import _fold
 from probdr.laws.weights import SparseWeights, _coo, sparse_to
@@ -109,7 +109,7 @@ def test_scratch_buffers_are_reused_per_loop_and_thread():
     change); outside, and on another thread, fresh tensors; nothing is held after the loop."""
     import threading
 
-    from probdr._alloc import _scratch, buffer, scratch
+    from probdr._compute.alloc import _scratch, buffer, scratch
 
     assert buffer("x", (10,), torch.float32, "cpu").data_ptr() != 0
     with scratch():
@@ -128,7 +128,7 @@ def test_scratch_buffers_are_reused_per_loop_and_thread():
 def test_row_parts_segment_sums_equal_one_pass(monkeypatch):
     """Sorted rows cut into parts at row starts: the row sums are those of one segment sum bit
     for bit, the column sums (parts added in order) equal one scatter to rounding."""
-    from probdr import _pairwise
+    from probdr._compute import edges
 
     g = torch.Generator().manual_seed(3)
     n, m = 200, 5000
@@ -138,10 +138,10 @@ def test_row_parts_segment_sums_equal_one_pass(monkeypatch):
     lengths = torch.bincount(rows, minlength=n)
     whole = torch.view_as_complex(torch.segment_reduce(torch.view_as_real(src), "sum",
                                                        lengths=lengths, axis=0))
-    monkeypatch.setattr(_pairwise, "PART_EDGES", 700)
+    monkeypatch.setattr(edges, "PART_EDGES", 700)
     rows = rows.clone()  # no cached parts from another size
-    row, col = _pairwise._row_and_col_sums(src, rows, cols, n)
-    parts, _ = _pairwise._row_parts(rows, n)
+    row, col = edges._row_and_col_sums(src, rows, cols, n)
+    parts, _ = edges._row_parts(rows, n)
     assert len(parts) > 5 and parts[0][0] == 0 and parts[-1][1] == m
     assert all(rows[s - 1] != rows[s] for s, _, _, _ in parts[1:])  # cut at row starts
     assert torch.equal(row, whole)
@@ -154,18 +154,18 @@ def _rss_mib():
         return next(int(ln.split()[1]) for ln in f if ln.startswith("VmRSS")) / 1024
 
 
-@pytest.mark.skipif(not _alloc._glibc(), reason="glibc heap only")
+@pytest.mark.skipif(not alloc._glibc(), reason="glibc heap only")
 def test_release_free_returns_what_heap_reuse_keeps():
     """Inside heap_reuse a freed 256 MiB block stays resident (reused by the next step);
     release_free (called by the MAP loop after a phase's first step) gives it back."""
     if not probdr.config.get_heap_reuse():
         pytest.skip("heap reuse turned off")
-    with _alloc.heap_reuse():
+    with alloc.heap_reuse():
         big = torch.ones(2**26)  # 256 MiB, on the heap under heap reuse
         small = torch.ones(16)   # above it on the heap: freeing big cannot shrink the top
         del big
         kept = _rss_mib()
-        _alloc.release_free()
+        alloc.release_free()
         released = _rss_mib()
         del small
     assert kept - released > 200

@@ -22,7 +22,7 @@ import warnings
 import numpy as np
 import torch
 
-from .._fft import CauchyField
+from .._compute.fft import CauchyField
 from .._utils import check_number, generator
 from ..infer.map import Phase, run_map
 from ..input.graph import _prior_kind, new_point_rows, query_lists

@@ -32,9 +32,9 @@ from pyro.infer.autoguide.initialization import init_to_value
 from tqdm.auto import tqdm
 
 from .. import config
-from .._alloc import heap_reuse, release_free, scratch
-from .._distributed import process_group_shard, use_shard
-from .._pairwise import values_deferred
+from .._compute.alloc import heap_reuse, release_free, scratch
+from .._compute.distributed import process_group_shard, use_shard
+from .._compute.edges import values_deferred
 from .schedule import (
     _CALLBACK,
     COLLAPSE_FLOOR,
@@ -118,15 +118,15 @@ class MAPFit:
         Evaluate and record the loss every ``loss_every``-th step of a phase (and at its first
         and last step, and at the callback's steps); the steps between compute their gradients
         only (exact: only the edge sums' values are skipped,
-        :func:`probdr._pairwise.values_deferred`).
+        :func:`probdr._compute.edges.values_deferred`).
         Phases with a stopping rule and L-BFGS record every step. Default: the setting of
         :func:`probdr.config.set_loss_every` (every step below 100,000 points of the site
         ``"Z"``, every 50th above).
 
     Data-parallel fits: when the model declares ``data_parallel = True`` and a process group
-    of more than one process is initialised (:mod:`probdr._distributed`), the fit is sharded:
+    of more than one process is initialised (:mod:`probdr._compute.distributed`), the fit is sharded:
     the initial values are broadcast from rank 0, the model runs with this rank's
-    :class:`~probdr._distributed.Shard` current (it evaluates its share of the loss), and every
+    :class:`~probdr._compute.distributed.Shard` current (it evaluates its share of the loss), and every
     step sums the gradients and the loss over ranks (one all-reduce) before clipping and the
     optimiser step -- so every rank takes the same steps and records the same history. Other
     models run whole on every rank.

@@ -20,7 +20,7 @@ import math
 import numpy as np
 import torch
 
-from .._distributed import all_gather_rows, broadcast_, process_group_rows
+from .._compute.distributed import all_gather_rows, broadcast_, process_group_rows
 from .._utils import check_array, check_data, check_number
 from ..kernels import GaussianKernel
 from ..laws.graph import GraphLaw, GraphPrior, NEdgeGraph, NEdgePrior, get_prior

@@ -10,7 +10,8 @@ from __future__ import annotations
 import torch
 
 from .. import config
-from .._pairwise import edge_log_kernel, edge_log_kernel_sum, pair_reduce, pairwise_sq_distances
+from .._compute.allpairs import pair_reduce, pairwise_sq_distances
+from .._compute.edges import edge_log_kernel, edge_log_kernel_sum
 from ..config import check_dense
 
 __all__ = ["Weights", "DenseWeights", "SparseWeights", "KernelWeights", "MAX_LOGIT",
@@ -191,7 +192,7 @@ class KernelWeights(Weights):
       :math:`\hat S_i = \frac{n-1}{m}\sum_{k} w_{ik}` (a consistent, slightly biased estimate of
       the log-normaliser; unbiased for the B law's sum).
 
-    With a ``shard`` (a rank of a data-parallel fit, :mod:`probdr._distributed`) the edge sums
+    With a ``shard`` (a rank of a data-parallel fit, :mod:`probdr._compute.distributed`) the edge sums
     and the normalisers return this rank's *share*, the shares of all ranks summing to the
     value: :meth:`weighted_sum_at` sums the rank's chunk of the edges; :meth:`row_logsumexp`
     gives the rank's block of rows (0 elsewhere); :meth:`sum_softplus` sums the pairs of the
@@ -308,7 +309,7 @@ class KernelWeights(Weights):
             return self._replicated(self._sampled_total_logsumexp())
         rows = self._rows()
         if self.normaliser == "fft":
-            from .._fft import cauchy_log_total
+            from .._compute.fft import cauchy_log_total
 
             k = self.kernel
             if not (getattr(k, "name", "") == "student" and getattr(k, "dof", None) == 1.0

@@ -26,7 +26,7 @@ from contextlib import contextmanager
 
 import torch
 
-from . import config
+from .. import config
 
 _M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3
 _DEFAULT = 128 * 1024
