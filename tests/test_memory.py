@@ -171,6 +171,38 @@ def test_release_free_returns_what_heap_reuse_keeps():
     assert kept - released > 200
 
 
+def test_the_step_context_records_what_it_does(monkeypatch):
+    """The MAP loop's one door into the engine room: per loop, heap reuse and scratch buffers;
+    per step, the edge sums' values deferred when the loss is not recorded, and the heap's free
+    memory released after the loop's first step; each step's record says so."""
+    from probdr._compute import edges
+    from probdr._compute.alloc import _scratch
+    from probdr._compute.step import StepContext
+
+    released = []
+    monkeypatch.setattr("probdr._compute.step.release_free", lambda: released.append(1) or True)
+    with StepContext() as ctx:
+        assert ctx.shard is None  # no process group
+        with pytest.raises(RuntimeError, match="inside StepContext.loop"):
+            with ctx.step():
+                pass
+        for _ in range(2):  # two loops (phases): each counts its steps and releases once
+            with ctx.loop():
+                assert getattr(_scratch, "buffers", None) == {}
+                records = []
+                for record in (True, False, True):
+                    with ctx.step(record) as step:
+                        assert getattr(edges._deferred, "on", False) is not record
+                    records.append(step)
+            assert getattr(_scratch, "buffers", None) is None
+            assert [s.number for s in records] == [1, 2, 3]
+            assert [s.values_deferred for s in records] == [False, True, False]
+            assert [s.released for s in records] == [True, False, False]
+            reused = bool(alloc._glibc()) and probdr.config.get_heap_reuse()
+            assert all(s.heap_reused is reused and s.shard is None for s in records)
+    assert len(released) == 2
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.int64])
 def test_blocked_log_combinatorial_sum_is_the_one_pass_sum(dtype):
     """The E law's log-combinatorial term, computed in blocks into one float64 buffer, is the

@@ -9,7 +9,9 @@
 * :mod:`~probdr._compute.fft` -- grid-interpolated all-pairs sums of 2-D embeddings (FFT);
 * :mod:`~probdr._compute.alloc` -- heap reuse and scratch buffers during optimisation loops;
 * :mod:`~probdr._compute.distributed` -- a rank's shard of a data-parallel fit and its
-  collectives.
+  collectives;
+* :mod:`~probdr._compute.step` -- the one door of an optimisation loop: the levers above, set
+  around each step, and a record of what they did.
 
 It imports torch, numpy and scipy, :mod:`probdr.config` and :mod:`probdr._utils`, and nothing
 from the layers above (laws, solvers, models, inference, estimators). Its modules are imported

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Callable
-from contextlib import ExitStack, nullcontext
+from contextlib import ExitStack
 from numbers import Integral
 from typing import Any
 
@@ -32,9 +32,7 @@ from pyro.infer.autoguide.initialization import init_to_value
 from tqdm.auto import tqdm
 
 from .. import config
-from .._compute.alloc import heap_reuse, release_free, scratch
-from .._compute.distributed import process_group_shard, use_shard
-from .._compute.edges import values_deferred
+from .._compute.step import StepContext
 from .schedule import (
     _CALLBACK,
     COLLAPSE_FLOOR,
@@ -124,10 +122,10 @@ class MAPFit:
         ``"Z"``, every 50th above).
 
     Data-parallel fits: when the model declares ``data_parallel = True`` and a process group
-    of more than one process is initialised (:mod:`probdr._compute.distributed`), the fit is sharded:
-    the initial values are broadcast from rank 0, the model runs with this rank's
-    :class:`~probdr._compute.distributed.Shard` current (it evaluates its share of the loss), and every
-    step sums the gradients and the loss over ranks (one all-reduce) before clipping and the
+    of more than one process is initialised (:mod:`probdr._compute.distributed`), the fit is
+    sharded: the initial values are broadcast from rank 0, the model runs with this rank's
+    :class:`~probdr._compute.distributed.Shard` current (it evaluates its share of the loss), and
+    every step sums the gradients and the loss over ranks (one all-reduce) before clipping and the
     optimiser step -- so every rank takes the same steps and records the same history. Other
     models run whole on every rank.
 
@@ -137,7 +135,9 @@ class MAPFit:
         The loss before every recorded step run so far (L-BFGS: at the start of each call);
         ``loss_steps`` their step numbers (from 1), ``n_steps`` the steps run, ``n_rescued``
         the number of collapsed columns rescued, ``guide`` the guide, ``shard`` this rank's
-        shard of a data-parallel fit (``None`` otherwise).
+        shard of a data-parallel fit (``None`` otherwise), ``last_step`` what the engine room
+        did around the last step (:class:`probdr._compute.step.Step`: its values deferred, the
+        heap reused, its free memory released, the shard).
     """
 
     def __init__(self, model: Callable, init_values, *, optimizer: str = "gains",
@@ -193,6 +193,8 @@ class MAPFit:
         self._initial_state = optimizer_state
         self.stopped = False
         self.shard = None
+        self._steps: StepContext | None = None
+        self.last_step = None
 
     # -- context --------------------------------------------------------------------------
     def __enter__(self) -> MAPFit:
@@ -201,13 +203,13 @@ class MAPFit:
         self._bar = stack.enter_context(tqdm(total=self.total_steps, desc=self.desc,
                                              disable=not self.verbose, leave=False))
         self._stack = stack
-        if getattr(self.model, "data_parallel", False):
-            first = next(iter(self.init_values.values()))
-            self.shard = process_group_shard(first.device)
+        self._steps = stack.enter_context(StepContext(
+            getattr(self.model, "data_parallel", False),
+            next(iter(self.init_values.values())).device))
+        self.shard = self._steps.shard
         if self.shard is not None:  # every rank starts from rank 0's point
             self.init_values = {k: self.shard.broadcast_(v.detach().clone())
                                 for k, v in self.init_values.items()}
-            stack.enter_context(use_shard(self.shard))
         if self.reparam:
             self.guide = _reparam_guide(self.init_values, self.reparam)
         else:
@@ -344,7 +346,7 @@ class MAPFit:
         every = 1 if self.optimizer == "lbfgs" or stops else self.loss_every
         cb_every = self.callback_every if self.callback is not None else 0
         read_every = config.SYNC_EVERY if self.sync_free and not stops else 1
-        with pyro.validation_enabled(False), heap_reuse(), scratch():
+        with pyro.validation_enabled(False), self._steps.loop():
             for t in range(phase.n_iter):
                 if phase.final_learning_rate is not None:
                     frac = (phase.decay_start + t) / max(phase.decay_steps or phase.n_iter, 1)
@@ -357,12 +359,10 @@ class MAPFit:
                 step = self._n_steps + 1
                 record = (every == 1 or t % every == 0 or t == phase.n_iter - 1
                           or (cb_every and step % cb_every == 0))
-                with nullcontext() if record else values_deferred():
+                with self._steps.step(record) as self.last_step:
                     # between records: the gradient, a partial loss
                     queue.put(step, record, step_fn(kwargs))
                 self._n_steps = step
-                if t == 0:  # the first step's cache-building temporaries: back to the system
-                    release_free()
                 called = self.callback is not None and step % self.callback_every == 0
                 if (step % read_every == 0 or t == phase.n_iter - 1 or called
                         or (self.verbose and total and step == total)):
