@@ -11,7 +11,9 @@ locality-ordered layout (:mod:`probdr._compute.edge_layout`). The parts depend o
 so the numbers do not depend on the number of threads.
 
 :func:`values_deferred` lets the steps of a long fit whose loss is not recorded skip the sums'
-values (their gradients are the same, number for number).
+values (their gradients are the same, number for number). For negative sampling:
+:func:`used_edges` (the edges a step uses) and :func:`bernoulli_log_prob` (the sampled edges'
+log-likelihood, its gradient independent of the thread count).
 """
 
 from __future__ import annotations
@@ -21,8 +23,9 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 
 import torch
+import torch.nn.functional as F
 
-from .._utils import fixed_sum, tensor_cache
+from .._utils import fixed_sum, one_thread, tensor_cache
 from ..config import sync_free_for
 from . import edge_layout
 from .alloc import buffer
@@ -343,3 +346,49 @@ def edge_log_kernel_sum(Z, rows, cols, v, kernel, clip=None):
     r""":math:`\sum_e v_e \log k(\|z_{r_e} - z_{c_e}\|^2)` with a hand-written gradient; terms with
     :math:`v_e \le 0` are dropped; ``clip`` clamps each pair's gradient per coordinate."""
     return _EdgeLogKernelSum.apply(Z, rows, cols, v, kernel, clip)
+
+
+# --------------------------------------------------------------------------------------------
+# sampled edges (negative sampling)
+# --------------------------------------------------------------------------------------------
+def used_edges(used: torch.Tensor, rows: torch.Tensor, cols: torch.Tensor, m: int):
+    """The edges of a list that ``used`` marks, and the rows of ``m`` negative samples for each,
+    as ``(rows, cols, neg_rows, mask, neg_mask)``.
+
+    Selected by index (boolean masking is several times slower on millions of edges): the masks
+    are ``None``, and the negatives' rows are sorted like the rows (a segment sum in the
+    backward). On a device in sync-free mode (:func:`probdr.config.sync_free_for`), every edge
+    instead, fixed shapes: the masks (a boolean per edge and per negative) leave the unused
+    edges and their negatives out."""
+    if sync_free_for(used.device):
+        neg_rows = tensor_cache(rows, f"_probdr_ns_neg_rows_{m}", lambda: rows.repeat_interleave(m))
+        return rows, cols, neg_rows, used, used.repeat_interleave(m)
+    used = used.nonzero().squeeze(1)
+    rows, cols = rows.index_select(0, used), cols.index_select(0, used)
+    return rows, cols, rows.repeat_interleave(m), None, None
+
+
+class _BernoulliLogProb(torch.autograd.Function):
+    r"""``Bernoulli(logits).log_prob(value)`` with torch's gradient :math:`(y - \sigma(x)) g`,
+    the same numbers, the sigmoid taken on one thread: its vector loop and its scalar tail
+    (the last elements of each thread's chunk) round differently, so on several threads the
+    gradient's last bits would depend on the thread count."""
+
+    @staticmethod
+    def forward(ctx, logits, value):
+        ctx.save_for_backward(logits, value)
+        return -F.binary_cross_entropy_with_logits(logits, value, reduction="none")
+
+    @staticmethod
+    def backward(ctx, g):
+        logits, value = ctx.saved_tensors
+        with one_thread():
+            s = torch.sigmoid(logits)
+        return s.sub_(value).mul_(g.neg()), None
+
+
+def bernoulli_log_prob(logits: torch.Tensor, value: torch.Tensor) -> torch.Tensor:
+    """The Bernoulli log-likelihood of ``value`` (0 or 1 per edge) under ``logits``, elementwise
+    (broadcast), with a gradient that does not depend on the number of threads."""
+    logits, value = torch.broadcast_tensors(logits, value)
+    return _BernoulliLogProb.apply(logits, value)

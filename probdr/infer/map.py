@@ -48,6 +48,7 @@ from .schedule import (
     _reparam_guide,
     _rescue_collapsed_columns,
     fit_callbacks,
+    latent_share,
     random_stream,
     set_random_stream,
 )
@@ -124,10 +125,11 @@ class MAPFit:
     Data-parallel fits: when the model declares ``data_parallel = True`` and a process group
     of more than one process is initialised (:mod:`probdr._compute.distributed`), the fit is
     sharded: the initial values are broadcast from rank 0, the model runs with this rank's
-    :class:`~probdr._compute.distributed.Shard` current (it evaluates its share of the loss), and
-    every step sums the gradients and the loss over ranks (one all-reduce) before clipping and the
-    optimiser step -- so every rank takes the same steps and records the same history. Other
-    models run whole on every rank.
+    :class:`~probdr._compute.distributed.Shard` current (it evaluates its share of the loss; the
+    priors of the latent sites are carried at ``1 / world size``, :func:`latent_share`), and
+    every step sums the gradients and the loss over ranks (one all-reduce) before clipping and
+    the optimiser step -- so every rank takes the same steps and records the same history.
+    Other models run whole on every rank.
 
     Attributes
     ----------
@@ -135,9 +137,8 @@ class MAPFit:
         The loss before every recorded step run so far (L-BFGS: at the start of each call);
         ``loss_steps`` their step numbers (from 1), ``n_steps`` the steps run, ``n_rescued``
         the number of collapsed columns rescued, ``guide`` the guide, ``shard`` this rank's
-        shard of a data-parallel fit (``None`` otherwise), ``last_step`` what the engine room
-        did around the last step (:class:`probdr._compute.step.Step`: its values deferred, the
-        heap reused, its free memory released, the shard).
+        shard of a data-parallel fit (``None`` otherwise), ``last_step`` the engine room's
+        record of the last step (:class:`probdr._compute.step.Step`).
     """
 
     def __init__(self, model: Callable, init_values, *, optimizer: str = "gains",
@@ -192,9 +193,7 @@ class MAPFit:
         self.callback_every = int(callback_every if callback_every is not None else default_every)
         self._initial_state = optimizer_state
         self.stopped = False
-        self.shard = None
-        self._steps: StepContext | None = None
-        self.last_step = None
+        self.shard = self._steps = self.last_step = None
 
     # -- context --------------------------------------------------------------------------
     def __enter__(self) -> MAPFit:
@@ -207,6 +206,7 @@ class MAPFit:
             getattr(self.model, "data_parallel", False),
             next(iter(self.init_values.values())).device))
         self.shard = self._steps.shard
+        self._model = latent_share(self.model, self.shard.share) if self.shard else self.model
         if self.shard is not None:  # every rank starts from rank 0's point
             self.init_values = {k: self.shard.broadcast_(v.detach().clone())
                                 for k, v in self.init_values.items()}
@@ -275,7 +275,7 @@ class MAPFit:
 
     # -- steps ----------------------------------------------------------------------------
     def _loss(self, kwargs) -> torch.Tensor:
-        return self._elbo.differentiable_loss(self.model, self.guide, **kwargs)
+        return self._elbo.differentiable_loss(self._model, self.guide, **kwargs)
 
     def _gradient_step(self, kwargs) -> torch.Tensor:
         opt = self.opt

@@ -1,6 +1,7 @@
 r"""The pieces of a MAP fit (:mod:`probdr.infer.map`): its schedule (:class:`Phase`, stopping
-rules), its result (:class:`MAPResult`), the optimisers it can run, the collapse rescue and the
-callbacks of the fit in progress (:func:`fit_callbacks`)."""
+rules), its result (:class:`MAPResult`), the optimisers it can run, the collapse rescue, the
+callbacks of the fit in progress (:func:`fit_callbacks`) and a rank's share of the latent priors
+in a data-parallel fit (:func:`latent_share`)."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ import pyro
 import torch
 from pyro.infer import Trace_ELBO
 from pyro.infer.util import is_identically_zero
+from pyro.poutine.messenger import Messenger
 
 from ..optim import SGD, Adam, GainsMomentum
 
@@ -216,6 +218,25 @@ class SyncFreeELBO(Trace_ELBO):
                     elbo = elbo - entropy.sum()
             loss = loss - elbo / self.num_particles
         return loss
+
+
+class _LatentScale(Messenger):
+    def __init__(self, scale: float):
+        super().__init__()
+        self.scale = scale
+
+    def _process_message(self, msg):
+        if msg["type"] == "sample" and not msg["is_observed"]:
+            msg["scale"] = self.scale * msg["scale"]
+
+
+def latent_share(model: Callable, share: float) -> Callable:
+    """``model`` with the log-densities of its latent sample sites (those not observed: the
+    prior of Z) scaled by ``share``. In a data-parallel fit every rank holds the whole latent
+    sites, and a data-parallel model evaluates the rank's share of the rest
+    (:mod:`probdr._compute.distributed`): each rank carries ``share = 1 / world size`` of the
+    priors, so that the ranks' shares sum to the log joint."""
+    return _LatentScale(share)(model)
 
 
 def _column_spread(Z: torch.Tensor) -> torch.Tensor:

@@ -35,9 +35,10 @@ from __future__ import annotations
 import math
 
 import torch
-from pyro.distributions import TorchDistribution
+from pyro.distributions import Bernoulli, TorchDistribution
 from torch.distributions import constraints
 
+from .._compute.edges import bernoulli_log_prob
 from .._utils import tensor_cache as _cached
 from ..config import check_dense
 from .edge_lists import _edge_terms, _folded_edges, _near_pairs, _row_sums, _sum_lgamma1, _total
@@ -105,6 +106,9 @@ class GraphLaw(TorchDistribution):
 
     def log_prob(self, value):
         lp = self.attraction(value) - self.normaliser(value) + self.log_combinatorial(value)
+        share = self.weights.share
+        if share != 1.0:  # a data-parallel fit: every rank holds the constant, carries its share
+            lp = lp + (share - 1.0) * self.log_combinatorial(value)
         return lp
 
     def cross_entropy(self, P) -> torch.Tensor:
@@ -162,6 +166,21 @@ class BinaryGraph(GraphLaw):
     def symmetrized(self) -> SymmetrizedBinaryGraph:
         """The law of :math:`\\tilde W = \\mathbb 1[W + W^\\top \\ge 1]` (UMAP's input graph)."""
         return SymmetrizedBinaryGraph(self)
+
+    def edges_at(self, rows: torch.Tensor, cols: torch.Tensor, mask=None):
+        """The law of the edges :math:`W_{r_e c_e}` alone, :math:`\\mathcal B(w/(1+w))` each
+        (negative sampling: the sampled edges and non-edges); ``mask``, a boolean per edge,
+        leaves those where it is false out of the log-probability."""
+        law = EdgeBernoulli(logits=self.weights.log_at(rows, cols), validate_args=False)
+        return law if mask is None else law.mask(mask)
+
+
+class EdgeBernoulli(Bernoulli):
+    """The Bernoulli law of sampled edges, its log-prob's gradient independent of the number
+    of threads (:func:`probdr._compute.edges.bernoulli_log_prob`)."""
+
+    def log_prob(self, value):
+        return bernoulli_log_prob(self.logits, value)
 
 
 class SymmetrizedBinaryGraph(GraphLaw):
