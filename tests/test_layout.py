@@ -21,7 +21,7 @@ LAYERS = [
     ["probdr.estimators"],
     ["probdr.diagnostics", "probdr.metrics"],
     ["probdr.plotting"],
-    ["probdr.cli", "probdr.cli_files", "probdr.anndata"],
+    ["probdr.cli", "probdr.anndata", "probdr.__main__"],
 ]
 
 
@@ -111,6 +111,15 @@ def test_no_file_over_about_500_lines():
     long = {str(p.relative_to(ROOT)): n for _, p, _ in _modules()
             if (n := len(p.read_text().splitlines())) > 520}
     assert not long, long
+
+
+def test_every_package_is_installed():
+    """pyproject.toml lists every package of the tree (setuptools installs only those)."""
+    import re
+
+    text = (ROOT / "pyproject.toml").read_text()
+    listed = set(re.findall(r'"([\w.]+)"', re.search(r"^packages = \[(.*)\]$", text, re.M)[1]))
+    assert listed == {name for name, _, is_pkg in _modules() if is_pkg}
 
 
 def test_affinities_is_the_input_module():
