@@ -40,9 +40,9 @@ PREDICTIVE_MAX_N = 10_000
 # --------------------------------------------------------------------------------------------
 def _edges(g) -> tuple[np.ndarray, np.ndarray, int]:
     """(rows, cols, n) of the non-zero off-diagonal entries of a graph in any representation."""
-    from .laws.edge_priors import _graph_edges
+    from .laws.edge_priors import graph_edges
 
-    r, c, n, _ = _graph_edges(g)
+    r, c, n, _ = graph_edges(g)
     keep = r != c
     return r[keep], c[keep], n
 
@@ -261,7 +261,9 @@ def posterior_predictive_check(est, num_samples: int = 20, *, k: int = 15, X=Non
 # --------------------------------------------------------------------------------------------
 # ArviZ
 # --------------------------------------------------------------------------------------------
-def _posterior_of(obj) -> Posterior:
+def posterior_of(obj) -> Posterior:
+    """The :class:`Posterior` of a fitted estimator, of draws (num_samples, m, q) of new points,
+    or the posterior itself."""
     if isinstance(obj, Posterior):
         return obj
     if isinstance(obj, np.ndarray) or (hasattr(obj, "shape") and len(obj.shape) == 3):
@@ -302,7 +304,7 @@ def to_arviz(est, *, points=None, include_raw: bool = False):
     """
     import arviz as az
 
-    post = _posterior_of(est)
+    post = posterior_of(est)
     C, S, n, q = post.chains.shape
     if points is None:
         pts = np.arange(n)

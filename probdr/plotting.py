@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .diagnostics import _posterior_of
+from .diagnostics import posterior_of
 
 __all__ = ["plot_embedding", "plot_loss", "plot_rnx", "plot_uncertainty", "plot_predictive_check"]
 
@@ -118,7 +118,7 @@ def plot_uncertainty(posterior, y=None, ax=None, *, n_std: float = 2.0, alpha: f
 
     from .plotting import plot_embedding
 
-    post = _posterior_of(posterior)
+    post = posterior_of(posterior)
     if not (isinstance(n_std, (int, float)) and n_std > 0):
         raise ValueError(f"n_std must be positive, got {n_std!r}.")
     mean = post.mean

@@ -10,7 +10,7 @@ import probdr.laws.edge_lists as edge_lists
 from probdr._compute import alloc
 from probdr.input import affinities
 from probdr.laws.edge_lists import _fold
-from probdr.laws.weights import SparseWeights, _coo, sparse_to
+from probdr.laws.weights import SparseWeights, sparse_coo, sparse_to
 
 
 def test_blocked_bisection_gives_the_numbers_of_one_pass(monkeypatch):
@@ -73,12 +73,12 @@ def test_fold_matches_the_coalesce_of_unordered_pairs(dtype, part, monkeypatch):
     r, c = torch.randint(0, n, (m,), generator=g), torch.randint(0, n, (m,), generator=g)
     vals = torch.rand(m, generator=g, dtype=torch.float64)
     vals = (vals * 5).long() if dtype == torch.int64 else vals.to(dtype)  # a graph draw: counts
-    W = _coo(torch.stack([r, c]), vals, (n, n)).coalesce()
+    W = sparse_coo(torch.stack([r, c]), vals, (n, n)).coalesce()
     fr, fc, fv = _fold(W)
     ri, ci = W.indices()
     lo, hi = torch.minimum(ri, ci), torch.maximum(ri, ci)
     keep = lo != hi
-    ref = _coo(torch.stack([lo[keep], hi[keep]]), W.values()[keep], (n, n)).coalesce()
+    ref = sparse_coo(torch.stack([lo[keep], hi[keep]]), W.values()[keep], (n, n)).coalesce()
     assert fr.dtype == torch.int32 and fc.dtype == torch.int32
     assert torch.equal(fr.long(), ref.indices()[0]) and torch.equal(fc.long(), ref.indices()[1])
     assert torch.equal(fv, ref.values())
@@ -207,8 +207,8 @@ def test_the_step_context_records_what_it_does(monkeypatch):
 def test_blocked_log_combinatorial_sum_is_the_one_pass_sum(dtype):
     """The E law's log-combinatorial term, computed in blocks into one float64 buffer, is the
     one-pass ``lgamma(v + 1).sum()`` bit for bit (across a block boundary)."""
-    from probdr.laws.edge_lists import _sum_lgamma1
+    from probdr.laws.edge_lists import sum_lgamma1
 
     v = torch.rand((1 << 22) + 17, generator=torch.Generator().manual_seed(5), dtype=torch.float64)
     v = (v * 4).to(dtype)
-    assert torch.equal(_sum_lgamma1(v), torch.lgamma(v.to(torch.float64) + 1).sum())
+    assert torch.equal(sum_lgamma1(v), torch.lgamma(v.to(torch.float64) + 1).sum())

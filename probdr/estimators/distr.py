@@ -36,7 +36,7 @@ from ..infer.map import MAPFit, Phase
 from ..init import pad_columns
 from ..input.graph import sea_affinity
 from ..models.ot_distr import distr_model, prototype_affinity, srgw_energy
-from ..ot.srgw import _f1
+from ..ot.srgw import gw_f1
 from .base import DREstimator, set_init_params
 from .out_of_sample import averaged_rows
 
@@ -288,7 +288,7 @@ class DistR(DREstimator):
         C_X = self._input_affinity(X)
         self.input_affinity_ = C_X.cpu().numpy()
         h = torch.full((N,), 1.0 / N, dtype=torch.float64)
-        const = float((_f1(C_X, self.loss) * h[:, None] * h[None, :]).sum())
+        const = float((gw_f1(C_X, self.loss) * h[:, None] * h[None, :]).sum())
         T = self._init_T(X, h, gen)
         Z0 = self._init_Z(X, T, gen)
         kind, loss = self.affinity_out, self.loss

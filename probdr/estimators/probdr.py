@@ -27,7 +27,7 @@ from ..models.probdr_general import KERNELS, closed_form, probdr_general_model
 from .base import DREstimator, set_init_params
 from .out_of_sample import GraphRowMixin, LinearMapMixin, transform_only_if
 from .params import Int, StrOptions
-from .wishart import _principal_axes as _rotate_to_axes
+from .wishart import principal_axes as _rotate_to_axes
 
 __all__ = ["ProbDR"]
 
@@ -38,7 +38,7 @@ def _is_sample(cov) -> bool:
     return isinstance(cov, str) and cov == "sample"
 
 
-def _principal_axes(Z: torch.Tensor) -> torch.Tensor:
+def principal_axes(Z: torch.Tensor) -> torch.Tensor:
     """Centre Z, then rotate it onto its principal axes with fixed signs (the centred Gram
     matrix is unchanged)."""
     return _rotate_to_axes(Z - Z.mean(0, keepdim=True))
@@ -335,7 +335,7 @@ class ProbDR(GraphRowMixin, DREstimator):
                 lr=float(self.learning_rate), tol=self._lbfgs_tol, return_history=True,
                 reparam=reparam)
             Z = vals["Z"]
-        Z = _principal_axes(Z.detach())
+        Z = principal_axes(Z.detach())
         self.gram_eigenvalues_ = torch.linalg.eigvalsh(Z.T @ Z).flip(0).cpu().numpy()
         return Z
 

@@ -58,7 +58,7 @@ from .params import StrOptions
 __all__ = ["WishartPCA", "WishartEigenmaps", "LaplacianWishart"]
 
 
-def _principal_axes(Z: torch.Tensor) -> torch.Tensor:
+def principal_axes(Z: torch.Tensor) -> torch.Tensor:
     """Rotate Z (any q x q orthogonal) onto its principal axes, decreasing variance, and fix
     signs (the largest-magnitude entry of each column positive). The Gram matrix ZZ^T is
     unchanged."""
@@ -183,7 +183,7 @@ class WishartPCA(LinearMapMixin, PosteriorInference, DREstimator):
                 wishart_pca_model, {**kwargs, **self._map_kwargs(n, q)}, {"Z": Z0},
                 optimizer=self.optimizer, n_iter=self.n_iter, lr=lr, reparam=whitening(post),
                 return_history=True)
-            Z = _principal_axes(vals["Z"])
+            Z = principal_axes(vals["Z"])
         if self.inference == "map":
             return Z
         # whitened to unit curvature at coupling weight 1, the scale the SVI defaults are made for
@@ -317,14 +317,14 @@ class WishartEigenmaps(_LaplacianEstimator):
         kwargs = dict(L=L, n_components=q, beta=self.beta, ridge=ridge)
         gen = generator(self.random_state_)
         if self.solver == "closed_form":
-            Z = _principal_axes(Zcf)
+            Z = principal_axes(Zcf)
         else:
             Z0 = torch.randn(n, q, dtype=torch.float64, generator=gen) / math.sqrt(n)
             vals, self.loss_history_ = map_estimate(
                 eigenmaps_model, {**kwargs, **self._map_kwargs(n, q)}, {"Z": Z0},
                 optimizer="lbfgs", n_iter=self.n_iter, tol=1e-13, return_history=True)
             Z = vals["Z"]
-            Z = _principal_axes(Z - Z.mean(0, keepdim=True))
+            Z = principal_axes(Z - Z.mean(0, keepdim=True))
         if self.inference == "map":
             return Z
         return self._posterior(eigenmaps_model, kwargs, Z, gen, laplacian_whitening(L, ridge))

@@ -34,7 +34,6 @@ from tqdm.auto import tqdm
 from .. import config
 from .._compute.step import StepContext
 from .schedule import (
-    _CALLBACK,
     COLLAPSE_FLOOR,
     OPTIMIZERS,
     LossQueue,
@@ -42,14 +41,15 @@ from .schedule import (
     Phase,
     RelativeChange,
     SyncFreeELBO,
-    _carry_optimizer,
-    _column_spread,
-    _make_optimizer,
-    _reparam_guide,
-    _rescue_collapsed_columns,
+    carry_optimizer,
+    column_spread,
+    fit_callback,
     fit_callbacks,
     latent_share,
+    make_optimizer,
     random_stream,
+    reparam_guide,
+    rescue_collapsed_columns,
     set_random_stream,
 )
 
@@ -100,7 +100,7 @@ class MAPFit:
     collapse_floor : float or None
         With ``"gains"`` and ``"sgd"`` and a site ``"Z"`` of shape (n, q) (not reparametrised),
         a column of Z whose spread falls below this value is re-centred and scaled back to 1e-4
-        together with its velocity (see :func:`_rescue_collapsed_columns`). ``None`` disables it.
+        together with its velocity (see :func:`rescue_collapsed_columns`). ``None`` disables it.
     verbose, total_steps, desc : bool, int or None, str
         A progress bar (over ``total_steps`` steps, showing the recorded loss); ``desc`` names
         the fit there and in errors.
@@ -186,7 +186,7 @@ class MAPFit:
         self._elbo = SyncFreeELBO() if self.sync_free else Trace_ELBO()
         self._stack: ExitStack | None = None
         self._bar = None
-        default_cb, default_every = _CALLBACK.get()
+        default_cb, default_every = fit_callback()
         self.callback = callback if callback is not None else default_cb
         if self.callback is False:
             self.callback = None
@@ -211,7 +211,7 @@ class MAPFit:
             self.init_values = {k: self.shard.broadcast_(v.detach().clone())
                                 for k, v in self.init_values.items()}
         if self.reparam:
-            self.guide = _reparam_guide(self.init_values, self.reparam)
+            self.guide = reparam_guide(self.init_values, self.reparam)
         else:
             self.guide = AutoDelta(self.model, init_loc_fn=init_to_value(
                 values={k: v.detach().clone() for k, v in self.init_values.items()}))
@@ -289,7 +289,7 @@ class MAPFit:
                 p.grad.clamp_(-self.grad_clip, self.grad_clip)
         opt.step()
         if self._z_param is not None:
-            self._rescued = self._rescued + _rescue_collapsed_columns(
+            self._rescued = self._rescued + rescue_collapsed_columns(
                 self._z_param, opt, self.collapse_floor, self.sync_free)
         return loss.detach()
 
@@ -332,12 +332,12 @@ class MAPFit:
             raise ValueError("optimizer='lbfgs' needs a deterministic objective; a fresh graph "
                              "at every step (observe) needs a stochastic-gradient optimiser.")
         if self.opt is None or not keep_state:
-            self.opt = _make_optimizer(self.optimizer, self.params, phase)
+            self.opt = make_optimizer(self.optimizer, self.params, phase)
             if self._initial_state is not None:
                 self._load_state(self._initial_state)
                 self._initial_state = None
         else:
-            _carry_optimizer(self.opt, phase)
+            carry_optimizer(self.opt, phase)
         kwargs = {**model_kwargs, **phase.model_kwargs}
         step_fn = self._lbfgs_step if self.optimizer == "lbfgs" else self._gradient_step
         hist, queue = self._losses.history, self._losses
@@ -466,7 +466,7 @@ def run_map(
     Z = values.get("Z")
     floor = collapse_floor or COLLAPSE_FLOOR
     if warn_collapse and Z is not None and Z.ndim == 2 and Z.shape[0] > 1:
-        flat = (Z.amax(0) == Z.amin(0)) | (_column_spread(Z) < floor)
+        flat = (Z.amax(0) == Z.amin(0)) | (column_spread(Z) < floor)
         if bool(flat.any()):
             warnings.warn(f"{desc}: the embedding collapsed: column(s) "
                           f"{flat.nonzero().flatten().tolist()} have a spread below "

@@ -31,8 +31,8 @@ import torch
 __all__ = ["knn_ivf"]
 
 
-def _kmeans(X: torch.Tensor, n_cells: int, gen: torch.Generator, n_iter: int = 8,
-            per_cell: int = 40):
+def kmeans(X: torch.Tensor, n_cells: int, gen: torch.Generator, n_iter: int = 8,
+           per_cell: int = 40):
     """Lloyd's k-means on a sample of at most ``per_cell`` points per cell (centroids only).
     ``gen`` is a CPU generator: the same sample and start on every device."""
     n = X.shape[0]
@@ -41,25 +41,25 @@ def _kmeans(X: torch.Tensor, n_cells: int, gen: torch.Generator, n_iter: int = 8
     start = torch.randperm(sample.shape[0], generator=gen, device=gen.device).to(X.device)
     cent = sample[start[:n_cells]].clone()
     for _ in range(n_iter):
-        a = _nearest(sample, cent)[0]
+        a = nearest_centroid(sample, cent)[0]
         s = torch.zeros_like(cent).index_add_(0, a, sample)
         cnt = torch.bincount(a, minlength=n_cells)
         cent = torch.where(cnt[:, None] > 0, s / cnt.clamp_min(1)[:, None], cent)
     return cent
 
 
-def _centroid_d2(x: torch.Tensor, cent: torch.Tensor) -> torch.Tensor:
+def centroid_d2(x: torch.Tensor, cent: torch.Tensor) -> torch.Tensor:
     """Squared distances of the rows of ``x`` to the centroids (clamped at 0)."""
     d2 = torch.addmm((cent * cent).sum(1)[None, :] + (x * x).sum(1, keepdim=True), x, cent.T,
                      alpha=-2.0)
     return d2.clamp_min_(0.0)
 
 
-def _nearest(X: torch.Tensor, cent: torch.Tensor, block: int = 8192):
+def nearest_centroid(X: torch.Tensor, cent: torch.Tensor, block: int = 8192):
     """Nearest centroid of every row and the squared distance to it, blocked."""
     out_a, out_d = [], []
     for s in range(0, X.shape[0], block):
-        d, a = _centroid_d2(X[s:s + block], cent).min(1)
+        d, a = centroid_d2(X[s:s + block], cent).min(1)
         out_a.append(a)
         out_d.append(d)
     return torch.cat(out_a), torch.cat(out_d)
@@ -92,8 +92,8 @@ def _fine_cells(X32: torch.Tensor, cell_size: int, gen: torch.Generator):
     n, dev = X32.shape[0], X32.device
     n_fine = max(1, n // cell_size)
     n_coarse = max(1, round(n_fine ** 0.5))
-    coarse = _kmeans(X32, n_coarse, gen)
-    corder, cb = _segments(_nearest(X32, coarse)[0], n_coarse)
+    coarse = kmeans(X32, n_coarse, gen)
+    corder, cb = _segments(nearest_centroid(X32, coarse)[0], n_coarse)
     cents, first = [], torch.empty(n, dtype=torch.long, device=dev)
     n_done = 0
     for c in range(n_coarse):
@@ -101,8 +101,8 @@ def _fine_cells(X32: torch.Tensor, cell_size: int, gen: torch.Generator):
         if not rows.numel():
             continue
         pts = X32[rows]
-        cent = _kmeans(pts, max(1, round(rows.numel() / cell_size)), gen)
-        first[rows] = n_done + _nearest(pts, cent)[0]
+        cent = kmeans(pts, max(1, round(rows.numel() / cell_size)), gen)
+        first[rows] = n_done + nearest_centroid(pts, cent)[0]
         cents.append(cent)
         n_done += cent.shape[0]
     return torch.cat(cents), first
@@ -115,7 +115,7 @@ def _probes(X32: torch.Tensor, F: torch.Tensor, first: torch.Tensor, n_probe: in
     m = min(n_near, n_fine)
     near = torch.empty(n_fine, m, dtype=torch.long, device=dev)
     for s in range(0, n_fine, 2048):
-        d = _centroid_d2(F[s:s + 2048], F)
+        d = centroid_d2(F[s:s + 2048], F)
         r = torch.arange(d.shape[0], device=dev)
         d[r, r + s] = -1.0  # a centroid first in its own list
         near[s:s + 2048] = torch.topk(d, m, 1, largest=False, sorted=True).indices
@@ -124,7 +124,7 @@ def _probes(X32: torch.Tensor, F: torch.Tensor, first: torch.Tensor, n_probe: in
     for f in range(n_fine):
         rows = order[b[f]:b[f + 1]]
         if rows.numel():
-            d = _centroid_d2(X32[rows], F[near[f]])
+            d = centroid_d2(X32[rows], F[near[f]])
             probe[rows] = near[f][torch.topk(d, n_probe, 1, largest=False, sorted=True).indices]
     return probe
 
@@ -158,7 +158,7 @@ def _search(X32: torch.Tensor, F: torch.Tensor, probe: torch.Tensor, kk: int,
         lens = counts[cells]
         tot = int(lens.sum())
         if tot <= kk:  # too few candidates (small n): add the cells nearest to this one
-            others = torch.argsort(_centroid_d2(F[f:f + 1], F)[0])
+            others = torch.argsort(centroid_d2(F[f:f + 1], F)[0])
             others = others[~torch.isin(others, cells)]
             more = int(torch.searchsorted(counts[others].cumsum(0),
                                           torch.tensor(kk + 1 - tot, device=dev))) + 1

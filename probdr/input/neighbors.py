@@ -19,7 +19,7 @@ import torch
 from .._compute.alloc import heap_reuse
 from .._compute.allpairs import pairwise_sq_distances
 from .._utils import check_data, check_number
-from .ivf import _centroid_d2, _kmeans, _nearest, knn_ivf, rerank
+from .ivf import centroid_d2, kmeans, knn_ivf, nearest_centroid, rerank
 
 __all__ = ["knn", "knn_approximate", "knn_brute", "knn_exact", "knn_ivf", "knn_pruned",
            "knn_pynndescent", "knn_query", "pairwise_sq_distances"]
@@ -141,8 +141,8 @@ def knn_pruned(X: torch.Tensor, k: int, n_cells: int | None = None,
         n_cells = int(min(1024, max(8, round(2 * n ** 0.5))))
     n_cells = min(n_cells, max(1, n // max(2 * k, 1)))
     gen = torch.Generator().manual_seed(int(random_state))
-    cent = _kmeans(X32, n_cells, gen)
-    assign, own = _nearest(X32, cent)
+    cent = kmeans(X32, n_cells, gen)
+    assign, own = nearest_centroid(X32, cent)
     order = torch.argsort(assign, stable=True)
     counts = torch.bincount(assign, minlength=n_cells)
     start = torch.zeros(n_cells + 1, dtype=torch.long)
@@ -186,7 +186,7 @@ def knn_pruned(X: torch.Tensor, k: int, n_cells: int | None = None,
         kth = (v[:, k - 1] + qq).clamp_min(0).sqrt()
         rest = near[a, m0:]
         if rest.numel():
-            dq = _centroid_d2(xq, cent[rest])                       # (|q|, R) squared
+            dq = centroid_d2(xq, cent[rest])                       # (|q|, R) squared
             ball = dq.sqrt() - radius[rest][None, :]
             half = (dq - own[order[qs:qe]][:, None]) / (2 * cc[a, rest][None, :].clamp_min(1e-12))
             # slab bound: with u the unit vector from c_a to c_j, |q - x| >= <x - q, u> >=

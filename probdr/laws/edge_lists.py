@@ -14,7 +14,7 @@ from .._utils import fixed_sum
 from .._utils import tensor_cache as _cached
 
 
-def _edge_terms(value):
+def edge_terms(value):
     """(rows, cols, values) of a graph given dense or sparse."""
     if value.is_sparse:
         def compute():
@@ -25,7 +25,7 @@ def _edge_terms(value):
     return r, c, value[r, c]
 
 
-def _folded_edges(value):
+def folded_edges(value):
     """Unordered pairs i < j of a sparse graph with weights W_ij + W_ji (cached on the tensor)."""
     return _cached(value, "_probdr_folded", lambda: _fold(value))
 
@@ -79,7 +79,7 @@ def _fold(value):
     return tuple(torch.cat([p[i] for p in parts]) for i in range(3))
 
 
-def _near_pairs(value):
+def near_pairs(value):
     """Ordered pairs (both directions) of a sparse graph's support, sorted keys i*n+j, and the
     number of such pairs per row (cached on the tensor)."""
     return _cached(value, "_probdr_near", lambda: _near(value))
@@ -97,20 +97,22 @@ def _near(value):
     return r, c, keys, deg
 
 
-def _row_sums(value, n):
+def row_sums(value, n):
+    """The row sums :math:`W_{i+}` of a graph (cached on a sparse one)."""
     def compute():
-        r, _, v = _edge_terms(value)
+        r, _, v = edge_terms(value)
         return torch.zeros(n, dtype=v.dtype).index_add(0, r, v)
     return _cached(value, "_probdr_rowsums", compute) if value.is_sparse else compute()
 
 
-def _total(value):
+def graph_total(value):
+    """The total :math:`W_{++}` of a graph (cached on a sparse one)."""
     if value.is_sparse:
-        return _cached(value, "_probdr_total", lambda: fixed_sum(_edge_terms(value)[2]))
+        return _cached(value, "_probdr_total", lambda: fixed_sum(edge_terms(value)[2]))
     return fixed_sum(value)
 
 
-def _sum_lgamma1(v: torch.Tensor) -> torch.Tensor:
+def sum_lgamma1(v: torch.Tensor) -> torch.Tensor:
     r""":math:`\sum_e \log \Gamma(v_e + 1)` in float64: the terms computed in blocks into one
     buffer, then summed, the numbers of ``torch.lgamma(v.double() + 1).sum()`` with one float64
     copy of the edge values instead of three (1.4 GB less at 90M edges)."""

@@ -289,7 +289,7 @@ def from_labels(y, strength: float = 1.0, *, unknown: int = -1) -> LabelPrior:
     return LabelPrior(y, strength=strength, unknown=unknown)
 
 
-def _graph_edges(g) -> tuple[np.ndarray, np.ndarray, int, bool]:
+def graph_edges(g) -> tuple[np.ndarray, np.ndarray, int, bool]:
     """(rows, cols, n, directed) of an igraph Graph, scipy sparse matrix, dense array or tensor."""
     try:
         import igraph as ig
@@ -359,7 +359,7 @@ def from_graph(g, weight: float = 2.0, *, off_weight: float = 1.0,
     -------
     GraphEdgePrior
     """
-    rows, cols, n, directed = _graph_edges(g)
+    rows, cols, n, directed = graph_edges(g)
     return GraphEdgePrior(rows, cols, n, weight=weight, off_weight=off_weight,
                           symmetric=symmetric or not directed)
 

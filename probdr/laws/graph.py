@@ -41,8 +41,16 @@ from torch.distributions import constraints
 from .._compute.edges import bernoulli_log_prob
 from .._utils import tensor_cache as _cached
 from ..config import check_dense
-from .edge_lists import _edge_terms, _folded_edges, _near_pairs, _row_sums, _sum_lgamma1, _total
-from .weights import MAX_LOGIT, NEG_INF, DenseWeights, KernelWeights, SparseWeights, Weights, _coo
+from .edge_lists import edge_terms, folded_edges, graph_total, near_pairs, row_sums, sum_lgamma1
+from .weights import (
+    MAX_LOGIT,
+    NEG_INF,
+    DenseWeights,
+    KernelWeights,
+    SparseWeights,
+    Weights,
+    sparse_coo,
+)
 
 __all__ = [
     "GraphLaw", "BinaryGraph", "UnitDegreeGraph", "NEdgeGraph", "SymmetrizedBinaryGraph",
@@ -80,10 +88,10 @@ class GraphLaw(TorchDistribution):
             return memo[1]
         w = self.weights
         if value.is_sparse and isinstance(w, KernelWeights) and w.log_pi is None:
-            r, c, v = _folded_edges(value)
+            r, c, v = folded_edges(value)
             out = w.weighted_sum_at(r, c, v)
         else:
-            r, c, v = _edge_terms(value)
+            r, c, v = edge_terms(value)
             keep = r != c
             out = self.weights.weighted_sum_at(r[keep], c[keep], v[keep])
         self._attraction_memo = (value, out)
@@ -96,7 +104,7 @@ class GraphLaw(TorchDistribution):
         """Give sampled kernel weights the observed pairs as their exactly-summed near field."""
         w = self.weights
         if isinstance(w, KernelWeights) and w.normaliser == "sampled" and value.is_sparse:
-            w.near = _near_pairs(value)
+            w.near = near_pairs(value)
 
     def log_combinatorial(self, value) -> torch.Tensor:
         return torch.zeros(())
@@ -141,7 +149,7 @@ class BinaryGraph(GraphLaw):
         return self.weights.sum_softplus()
 
     def in_support(self, value):
-        r, c, v = _edge_terms(value)
+        r, c, v = edge_terms(value)
         return bool(((v == 0) | (v == 1)).all())
 
     @property
@@ -238,14 +246,14 @@ class SymmetrizedBinaryGraph(GraphLaw):
                 idx, val = idx[:, up], val[up]
                 low = idx.clone()
                 low[-2], low[-1] = idx[-1], idx[-2]
-                return _coo(torch.cat([idx, low], 1), torch.cat([val, val]), W.shape).coalesce()
+                return sparse_coo(torch.cat([idx, low], 1), torch.cat([val, val]), W.shape).coalesce()
             U = torch.triu(W, diagonal=1)
             return U + U.transpose(-1, -2)
         W = self.base.sample(sample_shape)
         if W.is_sparse:
             WT = W.transpose(-1, -2).coalesce()
             S = (W + WT).coalesce()
-            S = _coo(S.indices(), (S.values() >= 1).to(torch.long), S.shape)
+            S = sparse_coo(S.indices(), (S.values() >= 1).to(torch.long), S.shape)
             return S.coalesce()
         return ((W + W.transpose(-1, -2)) >= 1).to(torch.long)
 
@@ -257,14 +265,14 @@ class UnitDegreeGraph(GraphLaw):
 
     def normaliser(self, value):
         self._with_near(value)
-        return (_row_sums(value, self.n).to(self._dtype()) * self.weights.row_logsumexp()).sum()
+        return (row_sums(value, self.n).to(self._dtype()) * self.weights.row_logsumexp()).sum()
 
     def _dtype(self):
         w = self.weights
         return (w.values if w.is_sparse else w.Z if isinstance(w, KernelWeights) else w.log_w).dtype
 
     def in_support(self, value):
-        rs = _row_sums(value, self.n)
+        rs = row_sums(value, self.n)
         return bool(torch.all(rs == 1))
 
     @property
@@ -302,16 +310,16 @@ class NEdgeGraph(GraphLaw):
 
     def normaliser(self, value):
         self._with_near(value)
-        return _total(value) * self.weights.total_logsumexp()
+        return graph_total(value) * self.weights.total_logsumexp()
 
     def log_combinatorial(self, value):
         def compute():
-            r, c, v = _edge_terms(value)
-            return math.lgamma(self.n + 1) - _sum_lgamma1(v)
+            r, c, v = edge_terms(value)
+            return math.lgamma(self.n + 1) - sum_lgamma1(v)
         return _cached(value, "_probdr_logcomb", compute) if value.is_sparse else compute()
 
     def in_support(self, value):
-        return bool(_total(value) == self.n)
+        return bool(graph_total(value) == self.n)
 
     @property
     def mean(self):
@@ -351,9 +359,9 @@ def _stack_sparse(rows, cols, draws, n, sample_shape):
     b, e = torch.nonzero(draws, as_tuple=True)
     vals = draws[b, e].to(torch.long)
     if tuple(sample_shape) == ():
-        return _coo(torch.stack([rows[e], cols[e]]), vals, (n, n)).coalesce()
+        return sparse_coo(torch.stack([rows[e], cols[e]]), vals, (n, n)).coalesce()
     idx = torch.stack([b, rows[e], cols[e]])
-    S = _coo(idx, vals, (N, n, n)).coalesce()
+    S = sparse_coo(idx, vals, (N, n, n)).coalesce()
     return S if len(sample_shape) == 1 else S.to_dense().view(*sample_shape, n, n)
 
 
@@ -390,7 +398,7 @@ class GraphPrior:
             return pi
         if isinstance(pi, torch.Tensor) and pi.is_sparse:
             pi = pi.coalesce()
-            return _coo(pi.indices(), torch.log(pi.values().double()),
+            return sparse_coo(pi.indices(), torch.log(pi.values().double()),
                                            pi.shape).coalesce()
         pi = torch.as_tensor(pi, dtype=torch.float64)
         if (pi < 0).any():

@@ -15,7 +15,7 @@ from .._compute.distributed import current_shard
 from .._compute.edges import edge_log_kernel, edge_log_kernel_sum
 from .._utils import tensor_cache
 from ..config import check_dense
-from .edge_lists import _edge_terms
+from .edge_lists import edge_terms
 
 __all__ = ["Weights", "DenseWeights", "SparseWeights", "KernelWeights", "MAX_LOGIT",
            "sparse_to"]
@@ -23,7 +23,7 @@ __all__ = ["Weights", "DenseWeights", "SparseWeights", "KernelWeights", "MAX_LOG
 NEG_INF = float("-inf")
 
 
-def _coo(indices, values, size, coalesced: bool = False):
+def sparse_coo(indices, values, size, coalesced: bool = False):
     """Sparse COO tensor (invariant checks off: indices are built here, in range); with
     ``coalesced=True`` the indices are known sorted and unique, and are shared, not copied."""
     if coalesced:
@@ -36,7 +36,7 @@ def sparse_to(S: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     """The sparse tensor ``S`` coalesced, its values cast to ``dtype``, sharing its indices
     (``S.to(dtype)`` copies them: gigabytes on a million-point graph)."""
     S = S.coalesce()
-    return _coo(S.indices(), S.values().to(dtype), S.shape, coalesced=True)
+    return sparse_coo(S.indices(), S.values().to(dtype), S.shape, coalesced=True)
 
 
 def _coalesced_off_diagonal(rows, cols, n: int) -> bool:
@@ -133,7 +133,7 @@ class SparseWeights(Weights):
             self.values = values
         else:
             keep = rows != cols
-            t = _coo(torch.stack([rows[keep], cols[keep]]), values[keep], (n, n)).coalesce()
+            t = sparse_coo(torch.stack([rows[keep], cols[keep]]), values[keep], (n, n)).coalesce()
             self.indices, self.values = t.indices(), t.values()
         self.rows, self.cols = self.indices  # views: the sparse tensors below share them
         self.n = n
@@ -183,7 +183,7 @@ class SparseWeights(Weights):
     def to_sparse(self, values=None):
         """The sparse COO tensor of the edge list (coalesced; it shares the index tensor)."""
         v = self.values if values is None else values
-        return _coo(self.indices, v, (self.n, self.n), coalesced=True)
+        return sparse_coo(self.indices, v, (self.n, self.n), coalesced=True)
 
 
 class KernelWeights(Weights):
@@ -240,7 +240,7 @@ class KernelWeights(Weights):
         value)``, the values in Z's dtype (cached on ``W``); in a data-parallel fit this rank's
         chunk of them (the largest value is over all)."""
         def compute():
-            rows, cols, v = _edge_terms(W)
+            rows, cols, v = edge_terms(W)
             keep = rows != cols
             v = v[keep].to(self.Z.dtype)
             return rows[keep], cols[keep], v, float(v.max())

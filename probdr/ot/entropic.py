@@ -23,7 +23,7 @@ __all__ = ["entropic_affinity_matrix", "row_entropy", "row_perplexity", "bisect_
 
 #: rows per block where the dual ascent and the EA bisection work row by row (a block's
 #: temporaries stay in cache instead of several n x n float64 passes through memory)
-_SEA_BLOCK = 128
+SEA_BLOCK = 128
 
 
 def bisect_log_beta(entropy_at, n: int, target: float, bound: float, max_iter: int,
@@ -56,7 +56,7 @@ class SEAConvergenceWarning(UserWarning):
 # --------------------------------------------------------------------------------------------
 # helpers
 # --------------------------------------------------------------------------------------------
-def _cost(X: Any, precomputed: bool) -> torch.Tensor:
+def input_cost(X: Any, precomputed: bool) -> torch.Tensor:
     if precomputed:
         return check_cost(X, name="C")
     return sq_euclidean_cost(as_tensor_2d(X))
@@ -79,7 +79,7 @@ def row_perplexity(P: Any, log: bool = False) -> torch.Tensor:
     return torch.exp(row_entropy(log_P) - 1.0)
 
 
-def _check_perplexity(perplexity: float, n: int, exclude_self: bool) -> float:
+def check_perplexity(perplexity: float, n: int, exclude_self: bool) -> float:
     hi = n - 2 if exclude_self else n - 1
     if not isinstance(perplexity, (int, float, np.integer, np.floating)) or isinstance(
             perplexity, bool):
@@ -95,8 +95,8 @@ def _check_perplexity(perplexity: float, n: int, exclude_self: bool) -> float:
 # --------------------------------------------------------------------------------------------
 # entropic affinities (EA)
 # --------------------------------------------------------------------------------------------
-def _ea_log(C: torch.Tensor, perplexity: float, exclude_self: bool, tol: float = 1e-10,
-            max_iter: int = 200) -> tuple[torch.Tensor, torch.Tensor]:
+def ea_log(C: torch.Tensor, perplexity: float, exclude_self: bool, tol: float = 1e-10,
+           max_iter: int = 200) -> tuple[torch.Tensor, torch.Tensor]:
     """Log EA and the bandwidths, by vectorised bisection on log(beta) (float64)."""
     n = C.shape[0]
     Cm = C.clone()
@@ -116,8 +116,8 @@ def _ea_log(C: torch.Tensor, perplexity: float, exclude_self: bool, tol: float =
 
     def entropy_at(t):
         # row by row, so in blocks of rows (cache-sized temporaries, same numbers)
-        return torch.cat([row_entropy(logp_at(t, slice(a, a + _SEA_BLOCK)))
-                          for a in range(0, n, _SEA_BLOCK)])
+        return torch.cat([row_entropy(logp_at(t, slice(a, a + SEA_BLOCK)))
+                          for a in range(0, n, SEA_BLOCK)])
 
     t = bisect_log_beta(lambda t: entropy_at(t)[:, None] - 1.0, n, target, 60.0, max_iter,
                         tol_interval=1e-13, tol_entropy=tol)
@@ -152,9 +152,9 @@ def entropic_affinity_matrix(
     -------
     P : (n, n) array (numpy in, numpy out; torch in, torch out)
     """
-    C = _cost(X, precomputed)
-    _check_perplexity(perplexity, C.shape[0], exclude_self)
-    lp, _ = _ea_log(C, float(perplexity), exclude_self)
+    C = input_cost(X, precomputed)
+    check_perplexity(perplexity, C.shape[0], exclude_self)
+    lp, _ = ea_log(C, float(perplexity), exclude_self)
     return as_output(lp if return_log else torch.exp(lp), X)
 
 

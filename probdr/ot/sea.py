@@ -55,11 +55,11 @@ import torch
 from .._utils import as_output
 from ..optim import Adam
 from .entropic import (
-    _SEA_BLOCK,
+    SEA_BLOCK,
     SEAConvergenceWarning,
-    _check_perplexity,
-    _cost,
-    _ea_log,
+    check_perplexity,
+    ea_log,
+    input_cost,
     row_entropy,
 )
 
@@ -114,8 +114,8 @@ def _sea_eval(gamma, lam, Cs2, target, exclude_self, need_lp: bool = True):
         n = gamma.shape[0]
         r = torch.empty(n, dtype=gamma.dtype)
         plogp = torch.empty(n, dtype=gamma.dtype)
-        for a in range(0, n, _SEA_BLOCK):
-            b = min(a + _SEA_BLOCK, n)
+        for a in range(0, n, SEA_BLOCK):
+            b = min(a + SEA_BLOCK, n)
             blk = _sea_logP(gamma, lam, Cs2, exclude_self, slice(a, b))
             P = torch.exp(blk)
             if exclude_self:
@@ -305,9 +305,9 @@ def symmetric_entropic(
     H. Van Assel, T. Vayer, R. Flamary, N. Courty, *SNEkhorn: Dimension Reduction with Symmetric
     Entropic Affinities*, NeurIPS 2023.
     """
-    C = _cost(X, precomputed)
+    C = input_cost(X, precomputed)
     n = C.shape[0]
-    xi = _check_perplexity(perplexity, n, exclude_self)
+    xi = check_perplexity(perplexity, n, exclude_self)
     if optimizer not in ("auto", "lbfgs", "newton", "adam"):
         raise ValueError(f"optimizer must be 'auto', 'lbfgs', 'newton' or 'adam', got "
                          f"{optimizer!r}.")
@@ -347,7 +347,7 @@ def symmetric_entropic(
     if init == "ea":
         # EA: P_ij = exp(-C_ij/eps_i)/Z_i. With gamma_i = eps_i and lambda_i = -eps_i log Z_i,
         # (4.2) reproduces it exactly on the diagonal and approximately where eps_i ~ eps_j
-        _, eps = _ea_log(Cs, xi, exclude_self)
+        _, eps = ea_log(Cs, xi, exclude_self)
         Cm = Cs.clone()
         if exclude_self:
             Cm.fill_diagonal_(float("inf"))

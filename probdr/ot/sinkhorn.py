@@ -14,7 +14,7 @@ from typing import Any
 import torch
 
 from .._utils import as_output
-from .entropic import SEAConvergenceWarning, _check_perplexity, _cost, row_entropy
+from .entropic import SEAConvergenceWarning, check_perplexity, input_cost, row_entropy
 
 __all__ = ["symmetric_sinkhorn", "sinkhorn_kernel_domain", "sinkhorn_affinity"]
 
@@ -189,7 +189,7 @@ def sinkhorn_affinity(
     -------
     P : (n, n) array, symmetric, doubly stochastic
     """
-    C = _cost(X, precomputed)
+    C = input_cost(X, precomputed)
     n = C.shape[0]
 
     def solve(nu, f0=None):
@@ -199,7 +199,7 @@ def sinkhorn_affinity(
         return symmetric_sinkhorn(log_K, f0, tol=tol, max_iter=max_iter, domain="auto")
 
     if perplexity is not None:
-        _check_perplexity(perplexity, n, exclude_self)
+        check_perplexity(perplexity, n, exclude_self)
         target = math.log(perplexity) + 1.0
         off = ~torch.eye(n, dtype=torch.bool)
         s = float(C[off].median())
