@@ -95,9 +95,9 @@ def graph_coupling_model(
         edges (see :func:`_negative_sampling_likelihood`).
 
     Data-parallel (the model declares ``data_parallel = True``): in a fit sharded over the ranks
-    of a process group, the latent weights evaluate each rank's share of the log joint -- its
-    chunk of the edges and negative samples, its rows of the normalisers, its share of the E
-    law's constant -- and the MAP driver carries its share of the prior of Z
+    of a process group, the latent weights and their law evaluate each rank's share of the log
+    joint -- its chunk of the edges and negative samples, its rows of the normalisers, its share
+    of the E law's constant -- and the MAP driver carries its share of the prior of Z
     (:class:`probdr.infer.map.MAPFit`), so that the ranks' shares sum to the log joint.
     """
     n = W_X.shape[0]
