@@ -254,7 +254,7 @@ def child_edges(args) -> dict:
     the numbers compared and each timed (median of 10 after a warm-up)."""
     import torch
 
-    from probdr._pairwise import edge_log_kernel_sum
+    from probdr._compute.edges import edge_log_kernel_sum
     from probdr.kernels import StudentKernel
 
     dev, n, k = torch.device(args.device), args.n, 64

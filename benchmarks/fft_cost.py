@@ -5,7 +5,7 @@ span (t-SNE's embedding of a million points grows from a few units to a few hund
 fit), in their own order and sorted by grid cell. For each span: the grid side G, then the time of
 one ``cauchy_log_total`` forward and backward and of its parts (the interpolation stencil, the
 charge grids with their FFTs, the gather of the potentials), the best of ``--repeat``, with
-glibc's heap reused as in a fit's loop (:func:`probdr._alloc.heap_reuse`)::
+glibc's heap reused as in a fit's loop (:func:`probdr._compute.alloc.heap_reuse`)::
 
     python benchmarks/fft_cost.py --data mnistdef1m --spans 10 100 300 --threads 2
 """
@@ -18,8 +18,8 @@ import time
 import numpy as np
 import torch
 
-import probdr._fft as F
-from probdr._alloc import heap_reuse
+import probdr._compute.fft as F
+from probdr._compute.alloc import heap_reuse
 
 
 def best(fn, repeat: int) -> float:

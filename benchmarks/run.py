@@ -81,9 +81,9 @@ def fit(method: str, X, seed: int):
     import probdr
 
     if method == "tsne-h3":  # TSNE with the FFT grid at openTSNE's node spacing (1/3)
-        import probdr._fft
+        import probdr._compute.fft
 
-        probdr._fft.GRID_SPACING = 1 / 3
+        probdr._compute.fft.GRID_SPACING = 1 / 3
         method = "tsne"
     cls = {"tsne": probdr.TSNE, "umap": probdr.UMAP, "largevis": probdr.LargeVis,
            "sne": probdr.SNE}[method]

@@ -24,8 +24,8 @@ import time
 import torch
 
 import probdr
-import probdr._fft as fft
-import probdr._pairwise as pairwise
+import probdr._compute.edges as edges
+import probdr._compute.fft as fft
 import probdr.estimators.coupling as coupling
 from probdr.infer import run_map
 from probdr.models.coupling import graph_coupling_model
@@ -56,8 +56,8 @@ def capture(X, threads: int):
 
 
 #: (module, name) of the pieces ``--parts`` times; ``Class.method`` for autograd functions
-PARTS = [(pairwise, "_EdgeLogKernelSum.forward"), (pairwise, "_edge_diffs"),
-         (pairwise, "_edge_value"), (pairwise, "_row_and_col_sums"),
+PARTS = [(edges, "_EdgeLogKernelSum.forward"), (edges, "_edge_diffs"),
+         (edges, "_edge_value"), (edges, "_row_and_col_sums"),
          (fft, "_CauchyLogTotalFFT.forward"), (fft, "_stencil"), (fft, "_cauchy_grids"),
          (fft, "Grid2D.gather")]
 

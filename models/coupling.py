@@ -31,20 +31,14 @@ which in expectation is a B law whose non-edges are down-weighted by
 
 from __future__ import annotations
 
-import contextlib
-
 import pyro
 import pyro.distributions as dist
 import torch
-import torch.nn.functional as F
 from pyro import poutine
 from torch.distributions import constraints
 
-from probdr._distributed import current_shard
-from probdr._utils import one_thread
-from probdr._utils import tensor_cache as _cached
-from probdr.config import sync_free_for
-from probdr.laws.graph import GraphPrior, edge_terms
+from probdr._compute.edges import used_edges
+from probdr.laws.graph import GraphPrior
 from probdr.laws.weights import KernelWeights
 
 __all__ = ["graph_coupling_model", "flat_prior"]
@@ -100,27 +94,21 @@ def graph_coupling_model(
         With negative sampling: optimiser steps per epoch, each using its share of the epoch's
         edges (see :func:`_negative_sampling_likelihood`).
 
-    Data-parallel (the model declares ``data_parallel = True``; see :mod:`probdr._distributed`):
-    inside a fit sharded over the ranks of a process group, each rank evaluates its share of the
-    log joint -- its chunk of the edges and negative samples, its rows of the normalisers -- and
-    carries ``1 / world_size`` of the replicated terms (the Z prior, the E law's combinatorial
-    constant), so that the ranks' shares sum to the log joint.
+    Data-parallel (the model declares ``data_parallel = True``): in a fit sharded over the ranks
+    of a process group, the latent weights and their law evaluate each rank's share of the log
+    joint -- its chunk of the edges and negative samples, its rows of the normalisers, its share
+    of the E law's constant -- and the MAP driver carries its share of the prior of Z
+    (:class:`probdr.infer.map.MAPFit`), so that the ranks' shares sum to the log joint.
     """
     n = W_X.shape[0]
-    shard = current_shard()
-    prior = flat_prior(n, n_components) if z_prior is None else z_prior
-    with (poutine.scale(scale=shard.share) if shard is not None and z_prior is not None
-          else contextlib.nullcontext()):
-        Z = pyro.sample("Z", prior)
+    Z = pyro.sample("Z", flat_prior(n, n_components) if z_prior is None else z_prior)
     normaliser = repulsion if repulsion in ("exact", "fft", "sampled") else "exact"
     K_Z = KernelWeights(Z, kernel, normaliser=normaliser, n_samples=negative_samples,
-                        pair_grad_clip=pair_grad_clip, shard=shard)
+                        pair_grad_clip=pair_grad_clip)
     law = prior_z.posterior(K_Z)
     with poutine.scale(scale=coupling_weight):
         if repulsion in ("exact", "fft", "sampled"):
             pyro.sample("W_Z", law, obs=W_X)
-            if shard is not None and prior_z.kind == "E":  # a constant every rank holds
-                pyro.factor("W_Z_replicated", (shard.share - 1.0) * law.log_combinatorial(W_X))
         elif repulsion == "negative_sampling":
             if prior_z.kind != "B":
                 raise ValueError("negative sampling is defined here for the B latent prior only.")
@@ -134,7 +122,7 @@ def graph_coupling_model(
     return Z
 
 
-#: the model evaluates its share of the log joint in a data-parallel fit (probdr._distributed)
+#: the model can be evaluated in shares, one per rank of a data-parallel fit
 graph_coupling_model.data_parallel = True
 
 
@@ -148,68 +136,17 @@ def _negative_sampling_likelihood(law, W_X, m, gamma, n, epoch_steps: int = 1):
     with the full step, but the points move between the parts of an epoch, as they do in
     umap-learn's sequential updates (which all read the latest positions)."""
     weights = law.weights
-    rows, cols, v, vmax = _cached(W_X, "_probdr_ns_edges",
-                                  lambda: _ns_edges(W_X, weights.Z.dtype))
-    shard, gen = weights.shard, None
-    if shard is not None:  # this rank's chunk of the edges, and its own random stream
-        rows, cols, v = shard.chunk(rows, cols, v)
-        gen = shard.generator
+    rows, cols, v, vmax = weights.observed_edges(W_X)
+    gen = weights.generator
     used = (torch.rand(v.shape, dtype=v.dtype, device=v.device, generator=gen)
             .mul_(vmax * epoch_steps) < v)
-    if sync_free_for(v.device):  # every edge, the unused with weight 0: fixed shapes
-        mask, neg_mask = poutine.mask(mask=used), poutine.mask(mask=used.repeat_interleave(m))
-        neg_rows = _cached(rows, f"_probdr_ns_neg_rows_{m}", lambda: rows.repeat_interleave(m))
-    else:  # the used edges: index_select on the nonzero positions (fewer operations; boolean
-        # masking is several times slower on millions of edges)
-        used = used.nonzero().squeeze(1)
-        rows, cols = rows.index_select(0, used), cols.index_select(0, used)
-        mask = neg_mask = contextlib.nullcontext()
-        neg_rows = rows.repeat_interleave(m)  # sorted like rows: a segment sum in the backward
-    with pyro.plate("edges", rows.numel()), poutine.scale(scale=vmax), mask:
-        pyro.sample("W_Z_edges", _EdgeBernoulli(logits=weights.log_at(rows, cols),
-                                                validate_args=False),
+    rows, cols, neg_rows, mask, neg_mask = used_edges(used, rows, cols, m)
+    with pyro.plate("edges", rows.numel()), poutine.scale(scale=vmax):
+        pyro.sample("W_Z_edges", law.edges_at(rows, cols, mask),
                     obs=torch.ones(rows.numel(), dtype=v.dtype, device=v.device))
     # uniform over the other n - 1 nodes: never the node itself
     neg_cols = (neg_rows + torch.randint(1, n, (neg_rows.numel(),), device=rows.device,
                                          generator=gen)) % n
-    with (pyro.plate("negatives", neg_rows.numel()), poutine.scale(scale=gamma * vmax),
-          neg_mask):
-        pyro.sample("W_Z_negatives", _EdgeBernoulli(logits=weights.log_at(neg_rows, neg_cols),
-                                                    validate_args=False),
+    with pyro.plate("negatives", neg_rows.numel()), poutine.scale(scale=gamma * vmax):
+        pyro.sample("W_Z_negatives", law.edges_at(neg_rows, neg_cols, neg_mask),
                     obs=torch.zeros(neg_rows.numel(), dtype=v.dtype, device=v.device))
-
-
-class _BernoulliLogProb(torch.autograd.Function):
-    r"""``Bernoulli(logits).log_prob(value)`` with torch's gradient :math:`(y - \sigma(x)) g`,
-    the same numbers, the sigmoid taken on one thread: its vector loop and its scalar tail
-    (the last elements of each thread's chunk) round differently, so on several threads the
-    gradient's last bits would depend on the thread count."""
-
-    @staticmethod
-    def forward(ctx, logits, value):
-        ctx.save_for_backward(logits, value)
-        return -F.binary_cross_entropy_with_logits(logits, value, reduction="none")
-
-    @staticmethod
-    def backward(ctx, g):
-        logits, value = ctx.saved_tensors
-        with one_thread():
-            s = torch.sigmoid(logits)
-        return s.sub_(value).mul_(g.neg()), None
-
-
-class _EdgeBernoulli(dist.Bernoulli):
-    """The Bernoulli law of the sampled edges, its log-prob by :class:`_BernoulliLogProb`."""
-
-    def log_prob(self, value):
-        logits, value = torch.broadcast_tensors(self.logits, value)
-        return _BernoulliLogProb.apply(logits, value)
-
-
-def _ns_edges(W_X, dtype):
-    """Off-diagonal edges of the observed graph, their values and the largest value (computed
-    once per observed tensor)."""
-    rows, cols, v = edge_terms(W_X)
-    keep = rows != cols
-    v = v[keep].to(dtype)
-    return rows[keep], cols[keep], v, float(v.max())

@@ -38,7 +38,7 @@ import torch
 import torch.nn.functional as F
 from torch.distributions import constraints
 
-from probdr._pairwise import pairwise_sq_distances
+from probdr._compute.allpairs import pairwise_sq_distances
 
 __all__ = ["ROW_LAWS", "new_point_log_likelihood", "new_points_model"]
 
@@ -65,7 +65,7 @@ def new_point_log_likelihood(Z: torch.Tensor, edges: tuple, Z_ref: torch.Tensor,
     nonedge_weight : tensor (m,), optional
         Bernoulli rows only: the weight of every pair's non-edge term (expected negative
         sampling); ``None`` is the exact B law, :math:`1 - p_{ij}`.
-    field : probdr._fft.CauchyField, optional
+    field : probdr._compute.fft.CauchyField, optional
         Categorical rows with the Cauchy kernel in 2-D: the normaliser
         :math:`\log\sum_j K_{ij}` interpolated from the reference points' field (computed
         once) instead of summed over all pairs.

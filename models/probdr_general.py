@@ -104,7 +104,7 @@ import pyro.distributions as dist
 import torch
 from torch.distributions import constraints
 
-from probdr._pairwise import pairwise_sq_distances
+from probdr._compute.allpairs import pairwise_sq_distances
 from probdr.laws.wishart import gram_logdet
 
 __all__ = [

@@ -72,7 +72,7 @@ import torch
 from pyro import poutine
 from torch.distributions import constraints
 
-from probdr._pairwise import pairwise_sq_distances
+from probdr._compute.allpairs import pairwise_sq_distances
 from probdr.laws.wishart import (
     KNNLaplacian,
     LowRankPrecisionWishart,

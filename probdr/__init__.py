@@ -7,9 +7,10 @@ and Wishart laws (:mod:`probdr.laws`) -> the input side (:mod:`probdr.input`) ->
 
 ``import probdr`` imports torch, Pyro and scikit-learn (the estimators subclass its
 ``BaseEstimator``); plotting (matplotlib), ArviZ, igraph, POT and anndata are imported by the
-functions that use them. In the process of the ``probdr`` command (its console script, or
-``python -m probdr.cli``) the package imports none of its layers: the command parses and checks
-its arguments with the standard library, then imports what the fit needs.
+functions that use them. In the process of the ``probdr`` command (its console script,
+``python -m probdr`` or ``python -m probdr.cli``) the package imports none of its layers: the
+command parses and checks its arguments with the standard library, then imports what the fit
+needs.
 """
 
 import sys as _sys
@@ -21,7 +22,8 @@ from ._version import __version__ as __version__
 def _started_as_the_command() -> bool:
     """Whether this process is the ``probdr`` command: its console script (``sys.argv[0]`` is
     ``probdr``, ``probdr.exe`` or ``probdr-script.py`` while the package is imported), or
-    ``python [options] -m probdr.cli`` (``torchrun -m probdr.cli``, the ranks of ``--nproc``)."""
+    ``python [options] -m probdr`` or ``-m probdr.cli`` (``torchrun -m probdr.cli``, the ranks of
+    ``--nproc``)."""
     import os
 
     script = os.path.basename(_sys.argv[0]) if _sys.argv else ""
@@ -32,7 +34,7 @@ def _started_as_the_command() -> bool:
         if arg in ("-X", "-W", "--check-hash-based-pycs"):
             next(args, None)  # an option's value
         elif arg.startswith("-m"):
-            return (arg[2:] or next(args, "")) == "probdr.cli"
+            return (arg[2:] or next(args, "")) in ("probdr", "probdr.cli")
         elif arg in ("-c", "-", "--") or not arg.startswith("-"):
             return False  # a command string, standard input or a script
     return False

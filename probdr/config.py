@@ -5,16 +5,16 @@ samples, Laplacians, dense kernel matrices): a request above it fails at once wi
 saying how much was needed and what to use instead. Default: 4 GiB, or the environment variable
 ``PROBDR_MEMORY_BUDGET_GB``; ``None`` disables the check.
 
-``heap_reuse`` (default on; environment variable ``PROBDR_HEAP_REUSE=0`` turns it off) keeps
-freed memory on the glibc heap during optimisation loops instead of returning it to the system
-after every step (see ``probdr._alloc``); peak memory is then the largest step's, held until
-the loop ends. The first step of each phase is the exception: it builds the graph's caches, and
-what it frees is returned to the system after it.
+``heap_reuse`` (default on; environment variable ``PROBDR_HEAP_REUSE=0`` turns it off) keeps freed
+memory on the glibc heap during optimisation loops instead of returning it to the system after every
+step (see :mod:`probdr._compute.alloc`); peak memory is then the largest step's, held until the loop
+ends. The first step of each phase is the exception: it builds the graph's caches, and what it frees
+is returned to the system after it.
 
 ``compile`` (default on; environment variable ``PROBDR_COMPILE=0`` turns it off) lets the edge sums
-of large graphs (t-SNE's attraction at scale, :mod:`probdr._edge_layout`) run as one loop compiled
-by :func:`torch.compile`; off, or where torch cannot compile (no C++ compiler: warned once), they
-keep the edge-list path, slower at scale. The numbers agree to rounding.
+of large graphs (t-SNE's attraction at scale, :mod:`probdr._compute.edge_layout`) run as one loop
+compiled by :func:`torch.compile`; off, or where torch cannot compile (no C++ compiler: warned
+once), they keep the edge-list path, slower at scale. The numbers agree to rounding.
 
 ``loss_every`` says how often a long MAP fit evaluates and records its loss. The gradient of every
 step is exact either way; what a step between two records skips is the value of the edge sums

@@ -262,6 +262,8 @@ def posterior_predictive_check(est, num_samples: int = 20, *, k: int = 15, X=Non
 # ArviZ
 # --------------------------------------------------------------------------------------------
 def posterior_of(obj) -> Posterior:
+    """The :class:`Posterior` of a fitted estimator, of draws (num_samples, m, q) of new points,
+    or the posterior itself."""
     if isinstance(obj, Posterior):
         return obj
     if isinstance(obj, np.ndarray) or (hasattr(obj, "shape") and len(obj.shape) == 3):

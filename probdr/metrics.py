@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from ._pairwise import pairwise_sq_distances
+from ._compute.allpairs import pairwise_sq_distances
 from ._utils import check_array, check_number
 from .input.neighbors import knn
 

@@ -626,7 +626,7 @@ def test_cli_helpers(blobs, tmp_path, capsys):
     import matplotlib
 
     matplotlib.use("Agg")
-    from probdr.cli import add_bayes_arguments, bayes_estimator_kwargs, run_bayes_outputs
+    from probdr.cli.bayes import add_bayes_arguments, bayes_estimator_kwargs, run_bayes_outputs
 
     X, y = blobs
     p = argparse.ArgumentParser()

@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 
 import probdr
-from probdr import cli
+from probdr.cli import command as cli
+from probdr.cli.files import UNLABELLED, Labels
 
 FAST = ["--quiet", "--perplexity", "10", "--n-iter", "150"]
 
@@ -249,14 +250,14 @@ def test_cli_posterior_summary_is_part_of_the_report(tmp_path, capsys, table):
 
 def test_labels_unknown_and_numeric_text():
     raw = np.array(["1", " 2", "", "-1", None], dtype=object)
-    lab = cli.Labels.from_raw(raw, "test")
+    lab = Labels.from_raw(raw, "test")
     assert lab.names.tolist() == [1, 2, "", -1, ""] and lab.codes.tolist() == [1, 2, -1, 0, -1]
-    sup = cli.Labels.from_raw(raw, "test", minus_one_unknown=True)
+    sup = Labels.from_raw(raw, "test", minus_one_unknown=True)
     assert sup.codes.tolist() == [0, 1, -1, -1, -1] and sup.n_classes == 2
-    assert sup.for_plot().tolist() == ["1", "2", cli.UNLABELLED, cli.UNLABELLED, cli.UNLABELLED]
-    text = cli.Labels.from_raw(["b", "a", float("nan")], "test")
+    assert sup.for_plot().tolist() == ["1", "2", UNLABELLED, UNLABELLED, UNLABELLED]
+    text = Labels.from_raw(["b", "a", float("nan")], "test")
     assert text.codes.tolist() == [1, 0, -1] and text.names.tolist() == ["b", "a", ""]
-    floats = cli.Labels.from_raw(np.array([1.0, np.nan, 2.0], dtype=np.float32), "test")
+    floats = Labels.from_raw(np.array([1.0, np.nan, 2.0], dtype=np.float32), "test")
     assert floats.names.tolist() == [1, "", 2] and floats.known.tolist() == [True, False, True]
 
 

@@ -1,7 +1,7 @@
-"""The fused edge pass over the locality-ordered layout (:mod:`probdr._edge_layout`): the same
-value and gradient as autograd through the plain expression, compiled or not, the same bits on
-one thread or two, the edge-list path (warned once) where torch cannot compile, and the same
-t-SNE."""
+"""The fused edge pass over the locality-ordered layout (:mod:`probdr._compute.edge_layout`):
+the same value and gradient as autograd through the plain expression, compiled or not, the same
+bits on one thread or two, the edge-list path (warned once) where torch cannot compile, and the
+same t-SNE."""
 
 import shutil
 import warnings
@@ -11,8 +11,9 @@ import pytest
 import torch
 
 import probdr
-from probdr import _edge_layout, config
-from probdr._pairwise import edge_log_kernel_sum
+from probdr import config
+from probdr._compute import edge_layout
+from probdr._compute.edges import edge_log_kernel_sum
 from probdr.kernels import GaussianKernel, StudentKernel, UMAPKernel
 
 CAN_COMPILE = shutil.which("g++") is not None or shutil.which("c++") is not None
@@ -57,20 +58,20 @@ needs_compiler = pytest.mark.skipif(not CAN_COMPILE, reason="no C++ compiler for
 @pytest.fixture
 def layout_always(monkeypatch):
     """Every edge sum may take the layout path (compilation on, not failed)."""
-    monkeypatch.setattr(_edge_layout, "MIN_EDGES", 0)
-    monkeypatch.setattr(_edge_layout, "BUILD_PART_EDGES", 50)  # several parts in the build
+    monkeypatch.setattr(edge_layout, "MIN_EDGES", 0)
+    monkeypatch.setattr(edge_layout, "BUILD_PART_EDGES", 50)  # several parts in the build
     monkeypatch.setattr(config, "_compile", True)
-    monkeypatch.setattr(_edge_layout, "_compile_failed", [])
+    monkeypatch.setattr(edge_layout, "_compile_failed", [])
     return monkeypatch
 
 
 def test_layout_lists_every_pair_once_in_each_direction(layout_always):
     Z, r, c, v = _graph(0, sorted_rows=False)
     n = Z.shape[0]
-    lay = _edge_layout.build(r, c, v.float(), n)
+    lay = edge_layout.build(r, c, v.float(), n)
     perm = lay.perm
     assert torch.equal(perm.sort().values, torch.arange(n))
-    K = _edge_layout.SLICE
+    K = edge_layout.SLICE
     row = lay.slice_row.long()[:, None].expand(-1, K)
     real = lay.vals != 0
     # padding: the row itself at weight 0
@@ -99,7 +100,7 @@ def test_layout_pass_matches_autograd(layout_always, q, kernel, sorted_rows):
     """Value and gradient of the edge sum over the layout (the function evaluated uncompiled)
     equal autograd's."""
     Z, r, c, v = _graph(q, q=q, sorted_rows=sorted_rows)
-    out, grad = _edge_layout.value_and_grad(Z.detach(), r.int(), c.int(), v, kernel,
+    out, grad = edge_layout.value_and_grad(Z.detach(), r.int(), c.int(), v, kernel,
                                             compiled=False)
     ref, gref = _reference(Z, r, c, v, kernel)
     assert torch.allclose(out, ref, rtol=1e-12)
@@ -111,13 +112,13 @@ def test_edge_sums_take_the_compiled_pass(layout_always):
     """Through the public edge sum: the compiled pass, with autograd's value and gradient."""
     Z, r, c, v = _graph(11, q=3)
     spy = []
-    real = _edge_layout.value_and_grad
-    layout_always.setattr(_edge_layout, "value_and_grad",
+    real = edge_layout.value_and_grad
+    layout_always.setattr(edge_layout, "value_and_grad",
                           lambda *a, **k: spy.append(1) or real(*a, **k))
     out = edge_log_kernel_sum(Z, r.int(), c.int(), v, StudentKernel())
     (1.5 * out).backward()
     ref, grad = _reference(Z, r, c, v, StudentKernel())
-    assert spy and not _edge_layout._compile_failed
+    assert spy and not edge_layout._compile_failed
     assert torch.allclose(out, ref, rtol=1e-12)
     assert torch.allclose(Z.grad, 1.5 * grad, rtol=1e-10, atol=1e-12)
 
@@ -137,10 +138,10 @@ def test_compiled_pass_equals_uncompiled_and_is_the_same_on_any_threads(layout_a
             for threads in (2, 1, 2):
                 torch.set_num_threads(threads)
                 for value in (True, False):
-                    runs.append(_edge_layout.value_and_grad(Z.detach(), r, c, v, kernel, value))
+                    runs.append(edge_layout.value_and_grad(Z.detach(), r, c, v, kernel, value))
     finally:
         torch.set_num_threads(before)
-    assert not _edge_layout._compile_failed
+    assert not edge_layout._compile_failed
     tol = dict(rtol=1e-5, atol=1e-5) if dtype == torch.float32 else dict(rtol=1e-12, atol=1e-12)
     assert torch.allclose(runs[0][0].double(), ref, **tol)
     assert torch.allclose(runs[0][1].double(), grad, **tol)
@@ -148,13 +149,13 @@ def test_compiled_pass_equals_uncompiled_and_is_the_same_on_any_threads(layout_a
     for _, grad_k in runs[2:]:  # every thread count, with or without the value: same bits
         assert torch.equal(grad_k, runs[0][1])
     assert torch.equal(runs[2][0], runs[0][0]) and torch.equal(runs[4][0], runs[0][0])
-    _, uncompiled = _edge_layout.value_and_grad(Z.detach(), r, c, v, kernel, True,
+    _, uncompiled = edge_layout.value_and_grad(Z.detach(), r, c, v, kernel, True,
                                                 compiled=False)
     assert torch.allclose(uncompiled, runs[0][1], **tol)
 
 
 def test_compile_failure_warns_once_and_keeps_the_edge_list_path(layout_always):
-    layout_always.setattr(_edge_layout, "_compiled", {})
+    layout_always.setattr(edge_layout, "_compiled", {})
     calls = []
 
     def broken(fn, **kwargs):
@@ -163,7 +164,7 @@ def test_compile_failure_warns_once_and_keeps_the_edge_list_path(layout_always):
             raise RuntimeError("InvalidCxxCompiler: No working C++ compiler found")
         return run
 
-    layout_always.setattr(_edge_layout.torch, "compile", broken)
+    layout_always.setattr(edge_layout.torch, "compile", broken)
     Z, r, c, v = _graph(3)
     kernel = StudentKernel()
     ref, gref = _reference(Z, r, c, v, kernel)
@@ -172,7 +173,7 @@ def test_compile_failure_warns_once_and_keeps_the_edge_list_path(layout_always):
     out.backward()
     assert torch.allclose(out, ref, rtol=1e-12) and torch.allclose(Z.grad, gref, rtol=1e-10)
     assert not hasattr(v, f"_probdr_edge_layout_{Z.shape[0]}_{Z.dtype}")  # layout dropped
-    assert not _edge_layout.use_for(Z, 10**9, kernel)
+    assert not edge_layout.use_for(Z, 10**9, kernel)
     Z.grad = None
     with warnings.catch_warnings():
         warnings.filterwarnings("error", message="probdr: torch.compile")  # warned once only
@@ -203,12 +204,12 @@ def test_tsne_through_the_layout_matches_the_edge_list_path(monkeypatch):
     X = load_digits().data[:500].astype(np.float32)
     kw = dict(random_state=0, n_iter=300, early_exaggeration_iter=100, n_jobs=1)
     base = probdr.TSNE(**kw).fit(X)
-    monkeypatch.setattr(_edge_layout, "MIN_EDGES", 0)
+    monkeypatch.setattr(edge_layout, "MIN_EDGES", 0)
     monkeypatch.setattr(config, "_compile", True)
-    monkeypatch.setattr(_edge_layout, "_compile_failed", [])
+    monkeypatch.setattr(edge_layout, "_compile_failed", [])
     spy = []
-    real = _edge_layout.build
-    monkeypatch.setattr(_edge_layout, "build", lambda *a: spy.append(1) or real(*a))
+    real = edge_layout.build
+    monkeypatch.setattr(edge_layout, "build", lambda *a: spy.append(1) or real(*a))
     fused = probdr.TSNE(**kw).fit(X)
     assert spy
     h0, h1 = np.asarray(base.loss_history_), np.asarray(fused.loss_history_)

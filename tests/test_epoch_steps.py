@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 import torch
 from pyro import poutine
+from pyro.distributions import MaskedDistribution
 
 import probdr
 from probdr.kernels import get_kernel
@@ -30,9 +31,11 @@ def _used_edges(W, steps, seed):
 
 def _sites_used(node) -> int:
     """The observations a site uses: all of them, or, at fixed shapes (sync-free mode), those
-    its 0/1 mask keeps."""
-    mask = node["mask"]
-    return int(mask.sum()) if isinstance(mask, torch.Tensor) else node["value"].numel()
+    its law's 0/1 mask keeps."""
+    law = node["fn"]
+    if isinstance(law, MaskedDistribution):
+        return int(law._mask.sum())
+    return node["value"].numel()
 
 
 @pytest.mark.parametrize("sync_free", [False, True])

@@ -9,9 +9,9 @@ ROOT = Path(__file__).resolve().parents[1]
 
 #: layers from the bottom up; a module may import from its own layer or any lower one
 LAYERS = [
-    ["probdr._utils", "probdr.config", "probdr._alloc", "probdr._fft", "probdr.datasets",
-     "probdr.kernels", "probdr._edge_layout", "probdr._pairwise", "probdr.optim", "probdr.serialize",
-     "probdr._distributed", "probdr._version"],
+    ["probdr._utils", "probdr.config", "probdr.datasets", "probdr.kernels", "probdr.optim",
+     "probdr.serialize", "probdr._version"],
+    ["probdr._compute"],  # the engine room: all-pairs and edge sums, FFT, memory, ranks, steps
     ["probdr.ot"],
     ["probdr.laws"],
     ["probdr.input"],
@@ -21,7 +21,7 @@ LAYERS = [
     ["probdr.estimators"],
     ["probdr.diagnostics", "probdr.metrics"],
     ["probdr.plotting"],
-    ["probdr.cli", "probdr.cli_files", "probdr.anndata"],
+    ["probdr.cli", "probdr.anndata", "probdr.__main__"],
 ]
 
 
@@ -111,6 +111,15 @@ def test_no_file_over_about_500_lines():
     long = {str(p.relative_to(ROOT)): n for _, p, _ in _modules()
             if (n := len(p.read_text().splitlines())) > 520}
     assert not long, long
+
+
+def test_every_package_is_installed():
+    """pyproject.toml lists every package of the tree (setuptools installs only those)."""
+    import re
+
+    text = (ROOT / "pyproject.toml").read_text()
+    listed = set(re.findall(r'"([\w.]+)"', re.search(r"^packages = \[(.*)\]$", text, re.M)[1]))
+    assert listed == {name for name, _, is_pkg in _modules() if is_pkg}
 
 
 def test_affinities_is_the_input_module():

@@ -7,10 +7,10 @@ import torch
 
 import probdr
 import probdr.laws.edge_lists as edge_lists
-from probdr import _alloc
+from probdr._compute import alloc
 from probdr.input import affinities
 from probdr.laws.edge_lists import _fold
-from probdr.laws.weights import SparseWeights, coo_tensor, sparse_to
+from probdr.laws.weights import SparseWeights, sparse_coo, sparse_to
 
 
 def test_blocked_bisection_gives_the_numbers_of_one_pass(monkeypatch):
@@ -73,12 +73,12 @@ def test_fold_matches_the_coalesce_of_unordered_pairs(dtype, part, monkeypatch):
     r, c = torch.randint(0, n, (m,), generator=g), torch.randint(0, n, (m,), generator=g)
     vals = torch.rand(m, generator=g, dtype=torch.float64)
     vals = (vals * 5).long() if dtype == torch.int64 else vals.to(dtype)  # a graph draw: counts
-    W = coo_tensor(torch.stack([r, c]), vals, (n, n)).coalesce()
+    W = sparse_coo(torch.stack([r, c]), vals, (n, n)).coalesce()
     fr, fc, fv = _fold(W)
     ri, ci = W.indices()
     lo, hi = torch.minimum(ri, ci), torch.maximum(ri, ci)
     keep = lo != hi
-    ref = coo_tensor(torch.stack([lo[keep], hi[keep]]), W.values()[keep], (n, n)).coalesce()
+    ref = sparse_coo(torch.stack([lo[keep], hi[keep]]), W.values()[keep], (n, n)).coalesce()
     assert fr.dtype == torch.int32 and fc.dtype == torch.int32
     assert torch.equal(fr.long(), ref.indices()[0]) and torch.equal(fc.long(), ref.indices()[1])
     assert torch.equal(fv, ref.values())
@@ -109,7 +109,7 @@ def test_scratch_buffers_are_reused_per_loop_and_thread():
     change); outside, and on another thread, fresh tensors; nothing is held after the loop."""
     import threading
 
-    from probdr._alloc import _scratch, buffer, scratch
+    from probdr._compute.alloc import _scratch, buffer, scratch
 
     assert buffer("x", (10,), torch.float32, "cpu").data_ptr() != 0
     with scratch():
@@ -128,7 +128,7 @@ def test_scratch_buffers_are_reused_per_loop_and_thread():
 def test_row_parts_segment_sums_equal_one_pass(monkeypatch):
     """Sorted rows cut into parts at row starts: the row sums are those of one segment sum bit
     for bit, the column sums (parts added in order) equal one scatter to rounding."""
-    from probdr import _pairwise
+    from probdr._compute import edges
 
     g = torch.Generator().manual_seed(3)
     n, m = 200, 5000
@@ -138,10 +138,10 @@ def test_row_parts_segment_sums_equal_one_pass(monkeypatch):
     lengths = torch.bincount(rows, minlength=n)
     whole = torch.view_as_complex(torch.segment_reduce(torch.view_as_real(src), "sum",
                                                        lengths=lengths, axis=0))
-    monkeypatch.setattr(_pairwise, "PART_EDGES", 700)
+    monkeypatch.setattr(edges, "PART_EDGES", 700)
     rows = rows.clone()  # no cached parts from another size
-    row, col = _pairwise._row_and_col_sums(src, rows, cols, n)
-    parts, _ = _pairwise._row_parts(rows, n)
+    row, col = edges._row_and_col_sums(src, rows, cols, n)
+    parts, _ = edges._row_parts(rows, n)
     assert len(parts) > 5 and parts[0][0] == 0 and parts[-1][1] == m
     assert all(rows[s - 1] != rows[s] for s, _, _, _ in parts[1:])  # cut at row starts
     assert torch.equal(row, whole)
@@ -154,21 +154,53 @@ def _rss_mib():
         return next(int(ln.split()[1]) for ln in f if ln.startswith("VmRSS")) / 1024
 
 
-@pytest.mark.skipif(not _alloc._glibc(), reason="glibc heap only")
+@pytest.mark.skipif(not alloc._glibc(), reason="glibc heap only")
 def test_release_free_returns_what_heap_reuse_keeps():
     """Inside heap_reuse a freed 256 MiB block stays resident (reused by the next step);
     release_free (called by the MAP loop after a phase's first step) gives it back."""
     if not probdr.config.get_heap_reuse():
         pytest.skip("heap reuse turned off")
-    with _alloc.heap_reuse():
+    with alloc.heap_reuse():
         big = torch.ones(2**26)  # 256 MiB, on the heap under heap reuse
         small = torch.ones(16)   # above it on the heap: freeing big cannot shrink the top
         del big
         kept = _rss_mib()
-        _alloc.release_free()
+        alloc.release_free()
         released = _rss_mib()
         del small
     assert kept - released > 200
+
+
+def test_the_step_context_records_what_it_does(monkeypatch):
+    """The MAP loop's one door into the engine room: per loop, heap reuse and scratch buffers;
+    per step, the edge sums' values deferred when the loss is not recorded, and the heap's free
+    memory released after the loop's first step; each step's record says so."""
+    from probdr._compute import edges
+    from probdr._compute.alloc import _scratch
+    from probdr._compute.step import StepContext
+
+    released = []
+    monkeypatch.setattr("probdr._compute.step.release_free", lambda: released.append(1) or True)
+    with StepContext() as ctx:
+        assert ctx.shard is None  # no process group
+        with pytest.raises(RuntimeError, match="inside StepContext.loop"):
+            with ctx.step():
+                pass
+        for _ in range(2):  # two loops (phases): each counts its steps and releases once
+            with ctx.loop():
+                assert getattr(_scratch, "buffers", None) == {}
+                records = []
+                for record in (True, False, True):
+                    with ctx.step(record) as step:
+                        assert getattr(edges._deferred, "on", False) is not record
+                    records.append(step)
+            assert getattr(_scratch, "buffers", None) is None
+            assert [s.number for s in records] == [1, 2, 3]
+            assert [s.values_deferred for s in records] == [False, True, False]
+            assert [s.released for s in records] == [True, False, False]
+            reused = bool(alloc._glibc()) and probdr.config.get_heap_reuse()
+            assert all(s.heap_reused is reused and s.shard is None for s in records)
+    assert len(released) == 2
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.int64])

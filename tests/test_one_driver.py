@@ -359,7 +359,7 @@ def test_loss_every_skips_edge_values_only(digits150, cls, monkeypatch):
     """Recording the loss every k-th step changes no number: the embedding is the one of a fit
     that records every step, bit for bit, and the recorded losses are that fit's at those steps
     (each phase's first and last step included). The steps between compute no edge-sum value."""
-    import probdr._pairwise as pairwise
+    import probdr._compute.edges as pairwise
     from probdr import config
 
     X = digits150

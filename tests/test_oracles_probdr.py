@@ -395,7 +395,7 @@ def test_appendix_a_gamma_law_and_covariance_of_squared_distances():
     :math:`2d\tilde k^2`), and :math:`\mathrm{Cov}(d^2_{ij}, d^2_{mn}) = 2d(k_{im}+k_{jn}-k_{in}-
     k_{jm})^2` for disjoint and for overlapping pairs, by Monte Carlo (100,000 draws, within 4
     standard errors)."""
-    from probdr._pairwise import pairwise_sq_distances
+    from probdr._compute.allpairs import pairwise_sq_distances
 
     gen = torch.Generator().manual_seed(7)
     n, d, N = 5, 6, 100000

@@ -10,7 +10,7 @@ import pytest
 import torch
 from pyro import poutine
 
-from probdr._pairwise import pairwise_sq_distances
+from probdr._compute.allpairs import pairwise_sq_distances
 from probdr.estimators.wishart import LaplacianWishart, WishartEigenmaps
 from probdr.input.graph import knn_laplacian
 from probdr.laws.wishart import laplacian_eigenmaps, probdr_epsilon

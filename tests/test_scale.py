@@ -9,7 +9,7 @@ import torch
 
 import probdr
 from probdr import config
-from probdr._fft import cauchy_log_total
+from probdr._compute.fft import cauchy_log_total
 from probdr.input.neighbors import knn, knn_brute, knn_pruned
 from probdr.kernels import StudentKernel, UMAPKernel
 from probdr.laws.graph import get_prior
@@ -114,7 +114,7 @@ def test_fft_normaliser_matches_exact(Z0, dtype, spacing, tol):
 def test_fft_gather_by_sparse_product_equals_the_contraction(dtype):
     """The CPU gather (a CSR interpolation matrix times the grid's rows) gives the numbers of
     gathering each point's 16 nodes and contracting them with its weights, bit for bit."""
-    from probdr._fft import Grid2D, _cauchy_grids
+    from probdr._compute.fft import Grid2D, _cauchy_grids
 
     Z = (torch.randn(3000, 2, generator=torch.Generator().manual_seed(3)) * 12).to(dtype)
     grid = Grid2D(Z)
@@ -220,7 +220,7 @@ def _autograd_log_k(Z, r, c, kernel, clip):
 def test_fused_edge_sum_matches_autograd(q, kernel, clip, sorted_rows, index):
     """The hand-written edge attraction (value and gradient, with umap-learn's per-pair clip and
     zero-valued edges; int64 or int32 indices) equals autograd through the plain expression."""
-    from probdr._pairwise import edge_log_kernel_sum
+    from probdr._compute.edges import edge_log_kernel_sum
 
     g = torch.Generator().manual_seed(q)
     Z, r, c = _random_edges(g, q, sorted_rows)
@@ -243,19 +243,19 @@ def test_edge_passes_in_parts_on_threads_equal_one_thread(monkeypatch, q, sorted
     """The gathers and the row / column sums of a long edge list run in parts on torch's
     threads: the value and gradient equal the one-thread run bit for bit, and autograd's (all
     edge values positive: the gradient computed in the forward pass)."""
-    from probdr import _pairwise
-    from probdr._pairwise import edge_log_kernel_sum
+    from probdr._compute import edges
+    from probdr._compute.edges import edge_log_kernel_sum
 
-    monkeypatch.setattr(_pairwise, "PART_EDGES", 70)  # 8 parts of the 500 edges
-    monkeypatch.setattr(_pairwise, "THREADED_MIN_EDGES", 1)
+    monkeypatch.setattr(edges, "PART_EDGES", 70)  # 8 parts of the 500 edges
+    monkeypatch.setattr(edges, "THREADED_MIN_EDGES", 1)
     pools = []
 
-    class Pool(_pairwise.ThreadPoolExecutor):
+    class Pool(edges.ThreadPoolExecutor):
         def __init__(self, *args, **kwargs):
             pools.append(torch.get_num_threads())
             super().__init__(*args, **kwargs)
 
-    monkeypatch.setattr(_pairwise, "ThreadPoolExecutor", Pool)
+    monkeypatch.setattr(edges, "ThreadPoolExecutor", Pool)
     g = torch.Generator().manual_seed(10 + q)
     Z, r, c = _random_edges(g, q, sorted_rows)
     v = torch.rand(r.numel(), dtype=torch.float64, generator=g) + 0.1
@@ -302,7 +302,7 @@ def test_gains_step_norm_clip_bounds_every_point_step():
 def test_fused_per_edge_log_kernel_matches_autograd(q, clip, sorted_rows):
     """Per-edge log k with the hand-written backward (used by negative sampling and the Monte
     Carlo normalisers) equals autograd for an arbitrary upstream gradient."""
-    from probdr._pairwise import edge_log_kernel
+    from probdr._compute.edges import edge_log_kernel
 
     g = torch.Generator().manual_seed(10 + q)
     Z, r, c = _random_edges(g, q, sorted_rows)
@@ -363,7 +363,7 @@ def test_knn_auto_is_exact_below_the_threshold():
 
 
 def test_heap_reuse_changes_no_result():
-    from probdr import _alloc
+    from probdr._compute import alloc
 
     X, _ = probdr.datasets.load("blobs", n_samples=300, n_features=5, centers=3, random_state=0)
     old = config.get_heap_reuse()
@@ -374,9 +374,9 @@ def test_heap_reuse_changes_no_result():
             Z.append(probdr.TSNE(n_iter=60, early_exaggeration_iter=20, random_state=0)
                      .fit_transform(X))
         assert np.array_equal(Z[0], Z[1])
-        with _alloc.heap_reuse(), _alloc.heap_reuse():  # nests
-            assert _alloc._depth == 2
-        assert _alloc._depth == 0
+        with alloc.heap_reuse(), alloc.heap_reuse():  # nests
+            assert alloc._depth == 2
+        assert alloc._depth == 0
     finally:
         config.set_heap_reuse(old)
 

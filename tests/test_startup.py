@@ -57,6 +57,12 @@ def test_the_command_answers_without_the_heavy_imports(tmp_path, argv, code, say
     assert not imported & set(HEAVY), sorted(imported & set(HEAVY))
 
 
+def test_python_m_probdr_is_the_command(tmp_path):
+    rc, out, err, imported = _run("-m", "probdr", "--help", cwd=tmp_path)
+    assert rc == 0 and "usage: probdr" in out, err[-2000:]
+    assert not imported & set(HEAVY), sorted(imported & set(HEAVY))
+
+
 def test_the_console_script_answers_without_the_heavy_imports(tmp_path):
     script = tmp_path / "probdr"
     script.write_text(CONSOLE_SCRIPT)
@@ -80,6 +86,9 @@ def test_import_probdr_leaves_the_optional_stacks_to_their_functions(tmp_path):
     ("/usr/bin/probdr", ["python", "/usr/bin/probdr", "--help"], True),
     ("/env/Scripts/probdr.exe", ["/env/Scripts/probdr.exe"], True),
     ("-m", ["python", "-m", "probdr.cli", "embed"], True),
+    ("-m", ["python", "-m", "probdr", "embed"], True),
+    ("-m", ["python", "-mprobdr", "--help"], True),
+    ("-m", ["python", "-m", "probdr.cli.command"], False),
     ("-m", ["python", "-X", "importtime", "-u", "-mprobdr.cli"], True),
     ("-m", ["python", "-m", "pytest", "-m", "probdr.cli"], False),
     ("script.py", ["python", "script.py", "-m", "probdr.cli"], False),

@@ -10,8 +10,9 @@ import torch
 from helpers import HostSyncs
 
 import probdr
-from probdr import _fft, config, metrics
-from probdr._fft import cauchy_log_total
+from probdr import config, metrics
+from probdr._compute import fft
+from probdr._compute.fft import cauchy_log_total
 from probdr.infer import map as map_module
 
 CASES = {
@@ -39,7 +40,7 @@ def sync_free():
 def small_grid(monkeypatch):
     """A fixed grid of 128 nodes a side instead of 1024: the same comparisons (both modes
     derive the spacing from MAX_GRID), at a CPU's pace."""
-    monkeypatch.setattr(_fft, "MAX_GRID", 128)
+    monkeypatch.setattr(fft, "MAX_GRID", 128)
 
 
 @pytest.fixture(scope="module")

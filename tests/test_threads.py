@@ -117,8 +117,8 @@ def _per_thread_count(f):
 def test_the_ops_that_depended_on_the_thread_count():
     """Each op found to round by thread count: a long sum, the addr_ of the exact pairwise
     distances, the FFT normaliser on the smallest grid (16) and on a larger one (720)."""
-    from probdr._fft import cauchy_log_total
-    from probdr._pairwise import pairwise_sq_distances
+    from probdr._compute.allpairs import pairwise_sq_distances
+    from probdr._compute.fft import cauchy_log_total
     from probdr._utils import fixed_sum
 
     g = torch.Generator().manual_seed(0)

@@ -285,7 +285,7 @@ def test_transform_validates_before_work(digits, tmp_path):
 def test_cauchy_field_matches_the_exact_sums():
     """The interpolated field of the training points (t-SNE's transform normaliser) against the
     exact sum and its autograd gradient; points off the grid are summed exactly."""
-    from probdr._fft import CauchyField
+    from probdr._compute.fft import CauchyField
 
     g = torch.Generator().manual_seed(0)
     Z_ref = torch.randn(2000, 2, generator=g, dtype=torch.float64) * 15

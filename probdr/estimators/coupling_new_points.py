@@ -22,7 +22,7 @@ import warnings
 import numpy as np
 import torch
 
-from .._fft import CauchyField
+from .._compute.fft import CauchyField
 from .._utils import check_number, generator
 from ..infer.map import Phase, run_map
 from ..input.graph import prior_kind
@@ -43,7 +43,7 @@ BATCH_PAIRS = 2**22
 #: this many times its RMS spread as scale (weak, but proper)
 SAMPLE_PRIOR_SCALE = 10.0
 #: with at least this many training points, 2-D Cauchy rows take their normaliser from the
-#: training points' interpolated field (:class:`probdr._fft.CauchyField`, built once per call)
+#: training points' interpolated field (:class:`probdr._compute.fft.CauchyField`, built once per call)
 FIELD_MIN_N = 1000
 #: target acceptance rate of the random-walk chains (about optimal in 1 to 3 dimensions)
 TARGET_ACCEPT = 0.35

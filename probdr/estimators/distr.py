@@ -37,7 +37,7 @@ from ..init import pad_columns
 from ..input.calibration import InputGraph
 from ..input.graph import sea_affinity
 from ..models.ot_distr import distr_model, prototype_affinity, srgw_energy
-from ..ot.srgw import srgw_f1
+from ..ot.srgw import gw_f1
 from .base import DREstimator, in_fit_environment, set_init_params
 
 __all__ = ["DistR"]
@@ -294,7 +294,7 @@ class DistR(DREstimator):
         C_X = self._input_affinity(X)
         self.input_affinity_ = C_X.cpu().numpy()
         h = torch.full((N,), 1.0 / N, dtype=torch.float64)
-        const = float((srgw_f1(C_X, self.loss) * h[:, None] * h[None, :]).sum())
+        const = float((gw_f1(C_X, self.loss) * h[:, None] * h[None, :]).sum())
         T = self._init_T(X, h, gen)
         Z0 = self._init_Z(X, T, gen)
         kind, loss = self.affinity_out, self.loss

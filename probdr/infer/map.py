@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Callable
-from contextlib import ExitStack, nullcontext
+from contextlib import ExitStack
 from numbers import Integral
 from typing import Any
 
@@ -32,11 +32,8 @@ from pyro.infer.autoguide.initialization import init_to_value
 from tqdm.auto import tqdm
 
 from .. import config
-from .._alloc import heap_reuse, release_free, scratch
-from .._distributed import process_group_shard, use_shard
-from .._pairwise import values_deferred
+from .._compute.step import StepContext
 from .schedule import (
-    _CALLBACK,
     COLLAPSE_FLOOR,
     OPTIMIZERS,
     LossQueue,
@@ -44,13 +41,15 @@ from .schedule import (
     Phase,
     RelativeChange,
     SyncFreeELBO,
-    _carry_optimizer,
-    _column_spread,
-    _make_optimizer,
-    _reparam_guide,
-    _rescue_collapsed_columns,
+    carry_optimizer,
+    column_spread,
+    fit_callback,
     fit_callbacks,
+    latent_share,
+    make_optimizer,
     random_stream,
+    reparam_guide,
+    rescue_collapsed_columns,
     set_random_stream,
 )
 
@@ -101,7 +100,7 @@ class MAPFit:
     collapse_floor : float or None
         With ``"gains"`` and ``"sgd"`` and a site ``"Z"`` of shape (n, q) (not reparametrised),
         a column of Z whose spread falls below this value is re-centred and scaled back to 1e-4
-        together with its velocity (see :func:`_rescue_collapsed_columns`). ``None`` disables it.
+        together with its velocity (see :func:`rescue_collapsed_columns`). ``None`` disables it.
     verbose, total_steps, desc : bool, int or None, str
         A progress bar (over ``total_steps`` steps, showing the recorded loss); ``desc`` names
         the fit there and in errors.
@@ -118,18 +117,19 @@ class MAPFit:
         Evaluate and record the loss every ``loss_every``-th step of a phase (and at its first
         and last step, and at the callback's steps); the steps between compute their gradients
         only (exact: only the edge sums' values are skipped,
-        :func:`probdr._pairwise.values_deferred`).
+        :func:`probdr._compute.edges.values_deferred`).
         Phases with a stopping rule and L-BFGS record every step. Default: the setting of
         :func:`probdr.config.set_loss_every` (every step below 100,000 points of the site
         ``"Z"``, every 50th above).
 
     Data-parallel fits: when the model declares ``data_parallel = True`` and a process group
-    of more than one process is initialised (:mod:`probdr._distributed`), the fit is sharded:
-    the initial values are broadcast from rank 0, the model runs with this rank's
-    :class:`~probdr._distributed.Shard` current (it evaluates its share of the loss), and every
-    step sums the gradients and the loss over ranks (one all-reduce) before clipping and the
-    optimiser step -- so every rank takes the same steps and records the same history. Other
-    models run whole on every rank.
+    of more than one process is initialised (:mod:`probdr._compute.distributed`), the fit is
+    sharded: the initial values are broadcast from rank 0, the model runs with this rank's
+    :class:`~probdr._compute.distributed.Shard` current (it evaluates its share of the loss; the
+    priors of the latent sites are carried at ``1 / world size``, :func:`latent_share`), and
+    every step sums the gradients and the loss over ranks (one all-reduce) before clipping and
+    the optimiser step -- so every rank takes the same steps and records the same history.
+    Other models run whole on every rank.
 
     Attributes
     ----------
@@ -137,7 +137,8 @@ class MAPFit:
         The loss before every recorded step run so far (L-BFGS: at the start of each call);
         ``loss_steps`` their step numbers (from 1), ``n_steps`` the steps run, ``n_rescued``
         the number of collapsed columns rescued, ``guide`` the guide, ``shard`` this rank's
-        shard of a data-parallel fit (``None`` otherwise).
+        shard of a data-parallel fit (``None`` otherwise), ``last_step`` the engine room's
+        record of the last step (:class:`probdr._compute.step.Step`).
     """
 
     def __init__(self, model: Callable, init_values, *, optimizer: str = "gains",
@@ -185,14 +186,14 @@ class MAPFit:
         self._elbo = SyncFreeELBO() if self.sync_free else Trace_ELBO()
         self._stack: ExitStack | None = None
         self._bar = None
-        default_cb, default_every = _CALLBACK.get()
+        default_cb, default_every = fit_callback()
         self.callback = callback if callback is not None else default_cb
         if self.callback is False:
             self.callback = None
         self.callback_every = int(callback_every if callback_every is not None else default_every)
         self._initial_state = optimizer_state
         self.stopped = False
-        self.shard = None
+        self.shard = self._steps = self.last_step = None
 
     # -- context --------------------------------------------------------------------------
     def __enter__(self) -> MAPFit:
@@ -201,15 +202,16 @@ class MAPFit:
         self._bar = stack.enter_context(tqdm(total=self.total_steps, desc=self.desc,
                                              disable=not self.verbose, leave=False))
         self._stack = stack
-        if getattr(self.model, "data_parallel", False):
-            first = next(iter(self.init_values.values()))
-            self.shard = process_group_shard(first.device)
+        self._steps = stack.enter_context(StepContext(
+            getattr(self.model, "data_parallel", False),
+            next(iter(self.init_values.values())).device))
+        self.shard = self._steps.shard
+        self._model = latent_share(self.model, self.shard.share) if self.shard else self.model
         if self.shard is not None:  # every rank starts from rank 0's point
             self.init_values = {k: self.shard.broadcast_(v.detach().clone())
                                 for k, v in self.init_values.items()}
-            stack.enter_context(use_shard(self.shard))
         if self.reparam:
-            self.guide = _reparam_guide(self.init_values, self.reparam)
+            self.guide = reparam_guide(self.init_values, self.reparam)
         else:
             self.guide = AutoDelta(self.model, init_loc_fn=init_to_value(
                 values={k: v.detach().clone() for k, v in self.init_values.items()}))
@@ -273,7 +275,7 @@ class MAPFit:
 
     # -- steps ----------------------------------------------------------------------------
     def _loss(self, kwargs) -> torch.Tensor:
-        return self._elbo.differentiable_loss(self.model, self.guide, **kwargs)
+        return self._elbo.differentiable_loss(self._model, self.guide, **kwargs)
 
     def _gradient_step(self, kwargs) -> torch.Tensor:
         opt = self.opt
@@ -287,7 +289,7 @@ class MAPFit:
                 p.grad.clamp_(-self.grad_clip, self.grad_clip)
         opt.step()
         if self._z_param is not None:
-            self._rescued = self._rescued + _rescue_collapsed_columns(
+            self._rescued = self._rescued + rescue_collapsed_columns(
                 self._z_param, opt, self.collapse_floor, self.sync_free)
         return loss.detach()
 
@@ -330,12 +332,12 @@ class MAPFit:
             raise ValueError("optimizer='lbfgs' needs a deterministic objective; a fresh graph "
                              "at every step (observe) needs a stochastic-gradient optimiser.")
         if self.opt is None or not keep_state:
-            self.opt = _make_optimizer(self.optimizer, self.params, phase)
+            self.opt = make_optimizer(self.optimizer, self.params, phase)
             if self._initial_state is not None:
                 self._load_state(self._initial_state)
                 self._initial_state = None
         else:
-            _carry_optimizer(self.opt, phase)
+            carry_optimizer(self.opt, phase)
         kwargs = {**model_kwargs, **phase.model_kwargs}
         step_fn = self._lbfgs_step if self.optimizer == "lbfgs" else self._gradient_step
         hist, queue = self._losses.history, self._losses
@@ -344,7 +346,7 @@ class MAPFit:
         every = 1 if self.optimizer == "lbfgs" or stops else self.loss_every
         cb_every = self.callback_every if self.callback is not None else 0
         read_every = config.SYNC_EVERY if self.sync_free and not stops else 1
-        with pyro.validation_enabled(False), heap_reuse(), scratch():
+        with pyro.validation_enabled(False), self._steps.loop():
             for t in range(phase.n_iter):
                 if phase.final_learning_rate is not None:
                     frac = (phase.decay_start + t) / max(phase.decay_steps or phase.n_iter, 1)
@@ -357,12 +359,10 @@ class MAPFit:
                 step = self._n_steps + 1
                 record = (every == 1 or t % every == 0 or t == phase.n_iter - 1
                           or (cb_every and step % cb_every == 0))
-                with nullcontext() if record else values_deferred():
+                with self._steps.step(record) as self.last_step:
                     # between records: the gradient, a partial loss
                     queue.put(step, record, step_fn(kwargs))
                 self._n_steps = step
-                if t == 0:  # the first step's cache-building temporaries: back to the system
-                    release_free()
                 called = self.callback is not None and step % self.callback_every == 0
                 if (step % read_every == 0 or t == phase.n_iter - 1 or called
                         or (self.verbose and total and step == total)):
@@ -466,7 +466,7 @@ def run_map(
     Z = values.get("Z")
     floor = collapse_floor or COLLAPSE_FLOOR
     if warn_collapse and Z is not None and Z.ndim == 2 and Z.shape[0] > 1:
-        flat = (Z.amax(0) == Z.amin(0)) | (_column_spread(Z) < floor)
+        flat = (Z.amax(0) == Z.amin(0)) | (column_spread(Z) < floor)
         if bool(flat.any()):
             warnings.warn(f"{desc}: the embedding collapsed: column(s) "
                           f"{flat.nonzero().flatten().tolist()} have a spread below "

@@ -1,6 +1,7 @@
 r"""The pieces of a MAP fit (:mod:`probdr.infer.map`): its schedule (:class:`Phase`, stopping
-rules), its result (:class:`MAPResult`), the optimisers it can run, the collapse rescue and the
-callbacks of the fit in progress (:func:`fit_callbacks`)."""
+rules), its result (:class:`MAPResult`), the optimisers it can run, the collapse rescue, the
+callbacks of the fit in progress (:func:`fit_callbacks`) and a rank's share of the latent priors
+in a data-parallel fit (:func:`latent_share`)."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ import pyro
 import torch
 from pyro.infer import Trace_ELBO
 from pyro.infer.util import is_identically_zero
+from pyro.poutine.messenger import Messenger
 
 from ..optim import SGD, Adam, GainsMomentum
 
@@ -29,6 +31,12 @@ OPTIMIZERS = ("gains", "sgd", "adam", "lbfgs")
 #: the callback of the MAP fits run inside :func:`fit_callbacks` (an estimator's ``fit``)
 _CALLBACK: contextvars.ContextVar = contextvars.ContextVar("probdr_fit_callback",
                                                           default=(None, 50))
+
+
+def fit_callback() -> tuple[Callable | None, int]:
+    """``(callback, every)`` of the block of :func:`fit_callbacks` that runs this fit (``(None,
+    50)`` outside one)."""
+    return _CALLBACK.get()
 
 
 @contextlib.contextmanager
@@ -154,7 +162,7 @@ class MAPResult:
 
 
 #: a column of Z whose spread (RMS about its mean) falls below this has collapsed (see
-#: :func:`_rescue_collapsed_columns`); it is re-centred and scaled back to ``_RESCUE_SPREAD``
+#: :func:`rescue_collapsed_columns`); it is re-centred and scaled back to ``_RESCUE_SPREAD``
 COLLAPSE_FLOOR = 1e-8
 _RESCUE_SPREAD = 1e-4
 
@@ -218,13 +226,32 @@ class SyncFreeELBO(Trace_ELBO):
         return loss
 
 
-def _column_spread(Z: torch.Tensor) -> torch.Tensor:
+class _LatentScale(Messenger):
+    def __init__(self, scale: float):
+        super().__init__()
+        self.scale = scale
+
+    def _process_message(self, msg):
+        if msg["type"] == "sample" and not msg["is_observed"]:
+            msg["scale"] = self.scale * msg["scale"]
+
+
+def latent_share(model: Callable, share: float) -> Callable:
+    """``model`` with the log-densities of its latent sample sites (those not observed: the
+    prior of Z) scaled by ``share``. In a data-parallel fit every rank holds the whole latent
+    sites, and a data-parallel model evaluates the rank's share of the rest
+    (:mod:`probdr._compute.distributed`): each rank carries ``share = 1 / world size`` of the
+    priors, so that the ranks' shares sum to the log joint."""
+    return _LatentScale(share)(model)
+
+
+def column_spread(Z: torch.Tensor) -> torch.Tensor:
     """RMS of each column of Z about its mean."""
     return (Z - Z.mean(0)).square().mean(0).sqrt()
 
 
 @torch.no_grad()
-def _rescue_collapsed_columns(Z: torch.Tensor, opt, floor: float, sync_free: bool = False):
+def rescue_collapsed_columns(Z: torch.Tensor, opt, floor: float, sync_free: bool = False):
     """Re-centre and scale up every column of ``Z`` whose spread fell below ``floor``, and scale
     the optimiser's velocity with it; returns the number of columns rescued (``sync_free``: as a
     tensor, and without the host's early exit -- the unselected columns are written back
@@ -246,7 +273,7 @@ def _rescue_collapsed_columns(Z: torch.Tensor, opt, floor: float, sync_free: boo
     prior on Z is linear too but not translation invariant; its pull on the mean is negligible
     at these scales.
     """
-    spread = _column_spread(Z)
+    spread = column_spread(Z)
     low = (spread < floor) & (spread > 0)
     if not sync_free and not bool(low.any()):
         return 0
@@ -256,7 +283,8 @@ def _rescue_collapsed_columns(Z: torch.Tensor, opt, floor: float, sync_free: boo
     return low.sum() if sync_free else int(low.sum())
 
 
-def _make_optimizer(name: str, params, phase: Phase):
+def make_optimizer(name: str, params, phase: Phase):
+    """A new optimiser ``name`` (:data:`OPTIMIZERS`) of the parameters at the phase's settings."""
     if name == "gains":
         return GainsMomentum(params, lr=phase.learning_rate, momentum=phase.momentum)
     if name == "sgd":
@@ -270,14 +298,16 @@ def _make_optimizer(name: str, params, phase: Phase):
     raise ValueError(f"optimizer must be one of {OPTIMIZERS}, got {name!r}.")
 
 
-def _carry_optimizer(opt, phase):
+def carry_optimizer(opt, phase):
     """Keep the optimiser's state (gains, velocity, moments); set the phase's lr and momentum."""
     for g in opt.param_groups:
         g["lr"] = phase.learning_rate
         g["momentum"] = phase.momentum
 
 
-def _reparam_guide(init_values, reparam):
+def reparam_guide(init_values, reparam):
+    """The point-mass guide of a change of variables: ``reparam[site] = (to, from)``, the site
+    ``to(raw)`` with the parameter ``raw`` started at ``from(init)``."""
     import pyro.distributions as dist
 
     raw0 = {k: reparam[k][1](v.detach()).clone() for k, v in init_values.items()}

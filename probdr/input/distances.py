@@ -130,7 +130,7 @@ def _cosine_fix(D: torch.Tensor, zero_a: torch.Tensor, zero_b: torch.Tensor) -> 
 
 def _dense_block(A: torch.Tensor, B: torch.Tensor, name, params) -> torch.Tensor:
     """Distances between the rows of two dense float64 blocks, ``(a, b)``."""
-    from .._pairwise import pairwise_sq_distances
+    from .._compute.allpairs import pairwise_sq_distances
 
     if callable(name):
         from scipy.spatial.distance import cdist

@@ -32,7 +32,7 @@ __all__ = ["knn_ivf"]
 
 
 def kmeans(X: torch.Tensor, n_cells: int, gen: torch.Generator, n_iter: int = 8,
-            per_cell: int = 40):
+           per_cell: int = 40):
     """Lloyd's k-means on a sample of at most ``per_cell`` points per cell (centroids only).
     ``gen`` is a CPU generator: the same sample and start on every device."""
     n = X.shape[0]

@@ -16,8 +16,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from .._alloc import heap_reuse
-from .._pairwise import pairwise_sq_distances
+from .._compute.alloc import heap_reuse
+from .._compute.allpairs import pairwise_sq_distances
 from .._utils import check_data, check_number
 from .ivf import centroid_d2, kmeans, knn_ivf, nearest_centroid, rerank
 

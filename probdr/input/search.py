@@ -3,7 +3,7 @@ r"""The neighbour step of the input side: each row's ``k`` nearest rows and thei
 the training points (:func:`neighbor_lists`), for new points against them
 (:func:`query_lists`), and with the rows' calibration (:func:`calibrated_lists`), by the
 strategy the run calls for: one process searches every row; in a data-parallel fit
-(:mod:`probdr._distributed`) each rank searches and calibrates its block of rows.
+(:mod:`probdr._compute.distributed`) each rank searches and calibrates its block of rows.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from collections.abc import Callable
 import numpy as np
 import torch
 
-from .._distributed import all_gather_rows, broadcast_, process_group_rows
+from .._compute.distributed import all_gather_rows, broadcast_, process_group_rows
 from .distances import (
     check_knn,
     is_sparse,

@@ -30,7 +30,7 @@ import torch
 from .._utils import check_array, check_number
 from ..config import check_dense
 from .graph import GraphLaw
-from .weights import coo_tensor
+from .weights import sparse_coo
 
 __all__ = [
     "laplacian",
@@ -281,7 +281,7 @@ def laplacian(W: torch.Tensor, symmetrize: bool = True) -> torch.Tensor:
         deg = torch.sparse.sum(A, 1).to_dense()
         n = W.shape[0]
         idx = torch.arange(n)
-        D = coo_tensor(torch.stack([idx, idx]), deg, (n, n))
+        D = sparse_coo(torch.stack([idx, idx]), deg, (n, n))
         return (D - A).coalesce()
     check_dense(W.shape[0], "a dense Laplacian", "Pass a sparse graph.")
     A = W + W.T if symmetrize else W

@@ -41,7 +41,7 @@ import warnings
 
 import torch
 
-from .._pairwise import pairwise_sq_distances
+from .._compute.allpairs import pairwise_sq_distances
 from .._utils import tensor_cache as _cached
 from ..config import check_dense
 from ..ot.entropic import SEAConvergenceWarning

@@ -98,13 +98,15 @@ def _near(value):
 
 
 def row_sums(value, n):
+    """The row sums :math:`W_{i+}` of a graph (cached on a sparse one)."""
     def compute():
         r, _, v = edge_terms(value)
         return torch.zeros(n, dtype=v.dtype).index_add(0, r, v)
     return _cached(value, "_probdr_rowsums", compute) if value.is_sparse else compute()
 
 
-def total_weight(value):
+def graph_total(value):
+    """The total :math:`W_{++}` of a graph (cached on a sparse one)."""
     if value.is_sparse:
         return _cached(value, "_probdr_total", lambda: fixed_sum(edge_terms(value)[2]))
     return fixed_sum(value)

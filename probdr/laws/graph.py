@@ -35,12 +35,13 @@ from __future__ import annotations
 import math
 
 import torch
-from pyro.distributions import TorchDistribution
+from pyro.distributions import Bernoulli, TorchDistribution
 from torch.distributions import constraints
 
+from .._compute.edges import bernoulli_log_prob
 from .._utils import tensor_cache as _cached
 from ..config import check_dense
-from .edge_lists import edge_terms, folded_edges, near_pairs, row_sums, sum_lgamma1, total_weight
+from .edge_lists import edge_terms, folded_edges, graph_total, near_pairs, row_sums, sum_lgamma1
 from .weights import (
     MAX_LOGIT,
     NEG_INF,
@@ -48,7 +49,7 @@ from .weights import (
     KernelWeights,
     SparseWeights,
     Weights,
-    coo_tensor,
+    sparse_coo,
 )
 
 __all__ = [
@@ -113,6 +114,9 @@ class GraphLaw(TorchDistribution):
 
     def log_prob(self, value):
         lp = self.attraction(value) - self.normaliser(value) + self.log_combinatorial(value)
+        share = self.weights.share
+        if share != 1.0:  # a data-parallel fit: every rank holds the constant, carries its share
+            lp = lp + (share - 1.0) * self.log_combinatorial(value)
         return lp
 
     def cross_entropy(self, P) -> torch.Tensor:
@@ -171,6 +175,21 @@ class BinaryGraph(GraphLaw):
         """The law of :math:`\\tilde W = \\mathbb 1[W + W^\\top \\ge 1]` (UMAP's input graph)."""
         return SymmetrizedBinaryGraph(self)
 
+    def edges_at(self, rows: torch.Tensor, cols: torch.Tensor, mask=None):
+        """The law of the edges :math:`W_{r_e c_e}` alone, :math:`\\mathcal B(w/(1+w))` each
+        (negative sampling: the sampled edges and non-edges); ``mask``, a boolean per edge,
+        leaves those where it is false out of the log-probability."""
+        law = EdgeBernoulli(logits=self.weights.log_at(rows, cols), validate_args=False)
+        return law if mask is None else law.mask(mask)
+
+
+class EdgeBernoulli(Bernoulli):
+    """The Bernoulli law of sampled edges, its log-prob's gradient independent of the number
+    of threads (:func:`probdr._compute.edges.bernoulli_log_prob`)."""
+
+    def log_prob(self, value):
+        return bernoulli_log_prob(self.logits, value)
+
 
 class SymmetrizedBinaryGraph(GraphLaw):
     r"""B~ law: :math:`\tilde W = \mathbb 1[W + W^\top \ge 1]` with W ~ B; symmetric,
@@ -227,14 +246,14 @@ class SymmetrizedBinaryGraph(GraphLaw):
                 idx, val = idx[:, up], val[up]
                 low = idx.clone()
                 low[-2], low[-1] = idx[-1], idx[-2]
-                return coo_tensor(torch.cat([idx, low], 1), torch.cat([val, val]), W.shape).coalesce()
+                return sparse_coo(torch.cat([idx, low], 1), torch.cat([val, val]), W.shape).coalesce()
             U = torch.triu(W, diagonal=1)
             return U + U.transpose(-1, -2)
         W = self.base.sample(sample_shape)
         if W.is_sparse:
             WT = W.transpose(-1, -2).coalesce()
             S = (W + WT).coalesce()
-            S = coo_tensor(S.indices(), (S.values() >= 1).to(torch.long), S.shape)
+            S = sparse_coo(S.indices(), (S.values() >= 1).to(torch.long), S.shape)
             return S.coalesce()
         return ((W + W.transpose(-1, -2)) >= 1).to(torch.long)
 
@@ -291,7 +310,7 @@ class NEdgeGraph(GraphLaw):
 
     def normaliser(self, value):
         self._with_near(value)
-        return total_weight(value) * self.weights.total_logsumexp()
+        return graph_total(value) * self.weights.total_logsumexp()
 
     def log_combinatorial(self, value):
         def compute():
@@ -300,7 +319,7 @@ class NEdgeGraph(GraphLaw):
         return _cached(value, "_probdr_logcomb", compute) if value.is_sparse else compute()
 
     def in_support(self, value):
-        return bool(total_weight(value) == self.n)
+        return bool(graph_total(value) == self.n)
 
     @property
     def mean(self):
@@ -340,9 +359,9 @@ def _stack_sparse(rows, cols, draws, n, sample_shape):
     b, e = torch.nonzero(draws, as_tuple=True)
     vals = draws[b, e].to(torch.long)
     if tuple(sample_shape) == ():
-        return coo_tensor(torch.stack([rows[e], cols[e]]), vals, (n, n)).coalesce()
+        return sparse_coo(torch.stack([rows[e], cols[e]]), vals, (n, n)).coalesce()
     idx = torch.stack([b, rows[e], cols[e]])
-    S = coo_tensor(idx, vals, (N, n, n)).coalesce()
+    S = sparse_coo(idx, vals, (N, n, n)).coalesce()
     return S if len(sample_shape) == 1 else S.to_dense().view(*sample_shape, n, n)
 
 
@@ -379,7 +398,7 @@ class GraphPrior:
             return pi
         if isinstance(pi, torch.Tensor) and pi.is_sparse:
             pi = pi.coalesce()
-            return coo_tensor(pi.indices(), torch.log(pi.values().double()),
+            return sparse_coo(pi.indices(), torch.log(pi.values().double()),
                                            pi.shape).coalesce()
         pi = torch.as_tensor(pi, dtype=torch.float64)
         if (pi < 0).any():

@@ -10,8 +10,12 @@ from __future__ import annotations
 import torch
 
 from .. import config
-from .._pairwise import edge_log_kernel, edge_log_kernel_sum, pair_reduce, pairwise_sq_distances
+from .._compute.allpairs import pair_reduce, pairwise_sq_distances
+from .._compute.distributed import current_shard
+from .._compute.edges import edge_log_kernel, edge_log_kernel_sum
+from .._utils import tensor_cache
 from ..config import check_dense
+from .edge_lists import edge_terms
 
 __all__ = ["Weights", "DenseWeights", "SparseWeights", "KernelWeights", "MAX_LOGIT",
            "sparse_to"]
@@ -19,7 +23,7 @@ __all__ = ["Weights", "DenseWeights", "SparseWeights", "KernelWeights", "MAX_LOG
 NEG_INF = float("-inf")
 
 
-def coo_tensor(indices, values, size, coalesced: bool = False):
+def sparse_coo(indices, values, size, coalesced: bool = False):
     """Sparse COO tensor (invariant checks off: indices are built here, in range); with
     ``coalesced=True`` the indices are known sorted and unique, and are shared, not copied."""
     if coalesced:
@@ -32,7 +36,7 @@ def sparse_to(S: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     """The sparse tensor ``S`` coalesced, its values cast to ``dtype``, sharing its indices
     (``S.to(dtype)`` copies them: gigabytes on a million-point graph)."""
     S = S.coalesce()
-    return coo_tensor(S.indices(), S.values().to(dtype), S.shape, coalesced=True)
+    return sparse_coo(S.indices(), S.values().to(dtype), S.shape, coalesced=True)
 
 
 def _coalesced_off_diagonal(rows, cols, n: int) -> bool:
@@ -63,6 +67,9 @@ class Weights:
 
     n: int
     is_sparse = False
+    #: the part of its log-probability that a law on these weights carries: 1, or a rank's
+    #: share in a data-parallel fit (:class:`KernelWeights`)
+    share = 1.0
 
     def log_at(self, rows: torch.Tensor, cols: torch.Tensor) -> torch.Tensor:
         raise NotImplementedError
@@ -126,7 +133,7 @@ class SparseWeights(Weights):
             self.values = values
         else:
             keep = rows != cols
-            t = coo_tensor(torch.stack([rows[keep], cols[keep]]), values[keep], (n, n)).coalesce()
+            t = sparse_coo(torch.stack([rows[keep], cols[keep]]), values[keep], (n, n)).coalesce()
             self.indices, self.values = t.indices(), t.values()
         self.rows, self.cols = self.indices  # views: the sparse tensors below share them
         self.n = n
@@ -176,7 +183,7 @@ class SparseWeights(Weights):
     def to_sparse(self, values=None):
         """The sparse COO tensor of the edge list (coalesced; it shares the index tensor)."""
         v = self.values if values is None else values
-        return coo_tensor(self.indices, v, (self.n, self.n), coalesced=True)
+        return sparse_coo(self.indices, v, (self.n, self.n), coalesced=True)
 
 
 class KernelWeights(Weights):
@@ -191,13 +198,16 @@ class KernelWeights(Weights):
       :math:`\hat S_i = \frac{n-1}{m}\sum_{k} w_{ik}` (a consistent, slightly biased estimate of
       the log-normaliser; unbiased for the B law's sum).
 
-    With a ``shard`` (a rank of a data-parallel fit, :mod:`probdr._distributed`) the edge sums
+    With a ``shard`` (a rank of a data-parallel fit, :mod:`probdr._compute.distributed`; by
+    default the shard current where the weights are made, inside such a fit) the edge sums
     and the normalisers return this rank's *share*, the shares of all ranks summing to the
     value: :meth:`weighted_sum_at` sums the rank's chunk of the edges; :meth:`row_logsumexp`
     gives the rank's block of rows (0 elsewhere); :meth:`sum_softplus` sums the pairs of the
     rank's rows; :meth:`total_logsumexp` combines the ranks' partial sums by an all-reduce and
     returns ``1 / world_size`` of the log-total. The Monte Carlo normalisers are not split: each
-    rank computes them whole and carries ``1 / world_size`` of them.
+    rank computes them whole and carries ``1 / world_size`` (:attr:`share`) of them; so does a
+    law of these weights with its combinatorial constant. :meth:`observed_edges` gives the
+    rank's chunk of an observed graph's edges and :attr:`generator` its random stream.
     """
 
     NORMALISERS = ("exact", "fft", "sampled")
@@ -213,7 +223,31 @@ class KernelWeights(Weights):
         #: clamp each pair's gradient (w.r.t. z_i - z_j) to [-c, c], as umap-learn does
         self.pair_grad_clip = pair_grad_clip
         #: this rank's shard in a data-parallel fit (None: the whole sums)
-        self.shard = shard
+        self.shard = shard if shard is not None else current_shard()
+
+    @property
+    def share(self) -> float:
+        return 1.0 if self.shard is None else self.shard.share
+
+    @property
+    def generator(self) -> torch.Generator | None:
+        """The random stream of draws that differ between the ranks of a data-parallel fit
+        (``None``: torch's global stream)."""
+        return None if self.shard is None else self.shard.generator
+
+    def observed_edges(self, W: torch.Tensor):
+        """The off-diagonal edges of an observed graph ``W`` as ``(rows, cols, values, largest
+        value)``, the values in Z's dtype (cached on ``W``); in a data-parallel fit this rank's
+        chunk of them (the largest value is over all)."""
+        def compute():
+            rows, cols, v = edge_terms(W)
+            keep = rows != cols
+            v = v[keep].to(self.Z.dtype)
+            return rows[keep], cols[keep], v, float(v.max())
+        rows, cols, v, vmax = tensor_cache(W, "_probdr_ns_edges", compute)
+        if self.shard is not None:
+            rows, cols, v = self.shard.chunk(rows, cols, v)
+        return rows, cols, v, vmax
 
     def weighted_sum_at(self, rows, cols, v):
         if self.shard is not None:
@@ -274,7 +308,7 @@ class KernelWeights(Weights):
         return None if self.shard is None else self.shard.block(self.n)
 
     def _replicated(self, value):
-        return value if self.shard is None else value * self.shard.share
+        return value if self.shard is None else value * self.share
 
     def row_logsumexp(self):
         if self.normaliser == "sampled":
@@ -308,7 +342,7 @@ class KernelWeights(Weights):
             return self._replicated(self._sampled_total_logsumexp())
         rows = self._rows()
         if self.normaliser == "fft":
-            from .._fft import cauchy_log_total
+            from .._compute.fft import cauchy_log_total
 
             k = self.kernel
             if not (getattr(k, "name", "") == "student" and getattr(k, "dof", None) == 1.0

@@ -7,7 +7,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from .._pairwise import pairwise_sq_distances
+from .._compute.allpairs import pairwise_sq_distances
 from .._utils import check_array
 
 __all__ = ["as_tensor_2d", "sq_euclidean_cost", "check_cost", "upper_pairs",

@@ -56,7 +56,7 @@ class SEAConvergenceWarning(UserWarning):
 # --------------------------------------------------------------------------------------------
 # helpers
 # --------------------------------------------------------------------------------------------
-def cost_matrix(X: Any, precomputed: bool) -> torch.Tensor:
+def input_cost(X: Any, precomputed: bool) -> torch.Tensor:
     if precomputed:
         return check_cost(X, name="C")
     return sq_euclidean_cost(as_tensor_2d(X))
@@ -96,7 +96,7 @@ def check_perplexity(perplexity: float, n: int, exclude_self: bool) -> float:
 # entropic affinities (EA)
 # --------------------------------------------------------------------------------------------
 def ea_log(C: torch.Tensor, perplexity: float, exclude_self: bool, tol: float = 1e-10,
-            max_iter: int = 200) -> tuple[torch.Tensor, torch.Tensor]:
+           max_iter: int = 200) -> tuple[torch.Tensor, torch.Tensor]:
     """Log EA and the bandwidths, by vectorised bisection on log(beta) (float64)."""
     n = C.shape[0]
     Cm = C.clone()
@@ -152,7 +152,7 @@ def entropic_affinity_matrix(
     -------
     P : (n, n) array (numpy in, numpy out; torch in, torch out)
     """
-    C = cost_matrix(X, precomputed)
+    C = input_cost(X, precomputed)
     check_perplexity(perplexity, C.shape[0], exclude_self)
     lp, _ = ea_log(C, float(perplexity), exclude_self)
     return as_output(lp if return_log else torch.exp(lp), X)

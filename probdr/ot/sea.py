@@ -58,8 +58,8 @@ from .entropic import (
     SEA_BLOCK,
     SEAConvergenceWarning,
     check_perplexity,
-    cost_matrix,
     ea_log,
+    input_cost,
     row_entropy,
 )
 
@@ -305,7 +305,7 @@ def symmetric_entropic(
     H. Van Assel, T. Vayer, R. Flamary, N. Courty, *SNEkhorn: Dimension Reduction with Symmetric
     Entropic Affinities*, NeurIPS 2023.
     """
-    C = cost_matrix(X, precomputed)
+    C = input_cost(X, precomputed)
     n = C.shape[0]
     xi = check_perplexity(perplexity, n, exclude_self)
     optimizer = _check_options(optimizer, init, tol, max_iter, n)

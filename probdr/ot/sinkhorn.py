@@ -14,7 +14,7 @@ from typing import Any
 import torch
 
 from .._utils import as_output
-from .entropic import SEAConvergenceWarning, check_perplexity, cost_matrix, row_entropy
+from .entropic import SEAConvergenceWarning, check_perplexity, input_cost, row_entropy
 
 __all__ = ["symmetric_sinkhorn", "sinkhorn_kernel_domain", "sinkhorn_affinity"]
 
@@ -189,7 +189,7 @@ def sinkhorn_affinity(
     -------
     P : (n, n) array, symmetric, doubly stochastic
     """
-    C = cost_matrix(X, precomputed)
+    C = input_cost(X, precomputed)
     n = C.shape[0]
 
     def solve(nu, f0=None):

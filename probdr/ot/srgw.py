@@ -9,7 +9,7 @@ import torch
 __all__ = ["srgw_objective", "srgw_gradient"]
 
 
-def srgw_f1(C: torch.Tensor, loss: str) -> torch.Tensor:
+def gw_f1(C: torch.Tensor, loss: str) -> torch.Tensor:
     if loss == "square":
         return C * C
     return torch.special.xlogy(C, C) - C
@@ -24,7 +24,7 @@ def srgw_objective(C: torch.Tensor, Cbar: torch.Tensor, T: torch.Tensor, loss: s
     ``loss``: ``"square"`` :math:`(a-b)^2` or ``"kl"`` :math:`a\log(a/b) - a + b`."""
     h, q = T.sum(1), T.sum(0)
     A = T.T @ C @ T
-    const = (srgw_f1(C, loss) * h[:, None] * h[None, :]).sum()
+    const = (gw_f1(C, loss) * h[:, None] * h[None, :]).sum()
     if loss == "square":
         return const + (Cbar * Cbar * q[:, None] * q[None, :]).sum() - 2.0 * (A * Cbar).sum()
     if loss == "kl":

@@ -1,20 +1,19 @@
-r"""Exact all-pairs reductions of a kernel matrix :math:`K_{ij} = \pi_{ij} k(\|z_i - z_j\|^2)`,
-diagonal excluded, with a hand-written gradient (about 8x faster than autograd through the
-n x n graph).
+r"""Edge sums over an edge list: :math:`\sum_e v_e \log k(\|z_{r_e} - z_{c_e}\|^2)` and the
+per-edge :math:`\log k`, with hand-written gradients (:func:`edge_log_kernel_sum`,
+:func:`edge_log_kernel`).
 
-``mode``:
+Autograd through ``index_select -> pow -> sum -> log_k -> where -> sum`` keeps ten (E, q)
+intermediates and scatters twice; here the gradient is written out and the memory traffic, which
+is what costs on large edge lists, is cut: the differences :math:`z_r - z_c` are gathered in parts
+on torch's threads (a complex vector for 2-D embeddings), the row and column sums of the gradient
+are segment sums over sorted rows, and the lists of large graphs take one fused pass over a
+locality-ordered layout (:mod:`probdr._compute.edge_layout`). The parts depend on the list only,
+so the numbers do not depend on the number of threads.
 
-* ``"row"``      -- :math:`R_i = \log \sum_{j \ne i} K_{ij}` (D-prior normaliser),
-* ``"total"``    -- :math:`T = \log \sum_{i \ne j} K_{ij}` (E-prior normaliser),
-* ``"softplus"`` -- :math:`S = \sum_{i \ne j} \log(1 + K_{ij})` (B-prior normaliser).
-
-The gradient: with :math:`M_{ij} = \partial L / \partial d^2_{ij}`,
-:math:`\nabla_{z_i} L = 2 \sum_j (M_{ij} + M_{ji})(z_i - z_j)`.
-
-Heavy-tailed kernels without an edge prior take a direct path (:math:`k` and
-:math:`\partial \log k` in closed form, no log/exp round trip); other kernels are evaluated in
-log space with max-shifts so that nothing underflows. Rows are processed in blocks; the n x n
-intermediate is cached between forward and backward when it fits ``CACHE_BYTES``.
+:func:`values_deferred` lets the steps of a long fit whose loss is not recorded skip the sums'
+values (their gradients are the same, number for number). For negative sampling:
+:func:`used_edges` (the edges a step uses) and :func:`bernoulli_log_prob` (the sampled edges'
+log-likelihood, its gradient independent of the thread count).
 """
 
 from __future__ import annotations
@@ -26,14 +25,11 @@ from contextlib import contextmanager
 import torch
 import torch.nn.functional as F
 
-from . import _edge_layout
-from ._alloc import buffer
-from ._utils import fixed_sum, one_thread, tensor_cache
-from .config import sync_free_for
+from .._utils import fixed_sum, one_thread, tensor_cache
+from ..config import sync_free_for
+from . import edge_layout
+from .alloc import buffer
 
-CACHE_BYTES = 2**30
-BLOCK_BYTES = 2**27
-#: the indexed passes over an edge list (the gathers of z_r and z_c, the row and column sums of
 #: the gradient), which torch runs on one core each, are cut into parts of about this many edges
 #: and run on torch's threads. The parts depend on the list only: the numbers do not depend on
 #: the number of threads.
@@ -42,175 +38,7 @@ PART_EDGES = 1 << 24
 THREADED_MIN_EDGES = 1 << 20
 
 
-def pairwise_sq_distances(A: torch.Tensor, B: torch.Tensor | None = None) -> torch.Tensor:
-    """Squared Euclidean distances between rows of ``A`` and ``B`` (clamped at 0).
 
-    In up to 3 dimensions the cross term is added by rank-one updates, several times faster than
-    a matrix product with so few columns (2-D embeddings)."""
-    B = A if B is None else B
-    a2 = (A * A).sum(1, keepdim=True)
-    b2 = (B * B).sum(1)
-    if A.shape[1] > 3:
-        d2 = torch.addmm(a2 + b2, A, B.T, alpha=-2.0)
-        return d2.clamp_min_(0.0)
-    d2 = a2 + b2
-    with one_thread():  # addr_'s vector loop fuses a multiply-add, its scalar tail does not
-        for k in range(A.shape[1]):  # (split at the threads' chunk edges: other last bits)
-            d2.addr_(A[:, k].contiguous(), B[:, k].contiguous(), alpha=-2.0)
-    return d2.clamp_min_(0.0)
-
-
-def _blocks(n: int, itemsize: int, rows: tuple[int, int] | None = None):
-    """Row blocks ``(s, e)`` of an n x n pass, over all rows or over ``rows = (start, stop)``
-    (a rank's block in a data-parallel fit)."""
-    start, stop = (0, n) if rows is None else rows
-    bs = max(1, min(n, BLOCK_BYTES // (itemsize * n)))
-    return [(s, min(stop, s + bs)) for s in range(start, stop, bs)]
-
-
-def _block(Z, s, e, kernel, log_pi, direct):
-    """Return (a, dlogk) for rows s:e: a = k (direct) or log k (log space); diagonal masked."""
-    d2 = pairwise_sq_distances(Z[s:e], Z)
-    idx = torch.arange(e - s)
-    if direct:
-        k, dk = kernel.k_and_dlog_k(d2)
-        k[idx, idx + s] = 0.0
-        return k, dk
-    f = kernel.log_k(d2)
-    if log_pi is not None:  # (n, n), or a scalar: the same on every pair
-        f = f + (log_pi if log_pi.ndim == 0 else log_pi[s:e]).to(f.dtype)
-    f[idx, idx + s] = float("-inf")
-    dk = kernel.dlog_k(d2)
-    dk[idx, idx + s] = 0.0
-    return f, dk
-
-
-class _PairReduce(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, Z, mode, kernel, log_pi, rows):
-        n = Z.shape[0]
-        blocks = _blocks(n, Z.element_size(), rows)
-        s0 = blocks[0][0] if blocks else 0
-        cache = n * n * Z.element_size() * 2 <= CACHE_BYTES
-        direct = log_pi is None and kernel.heavy_tailed
-        saved, parts = [], []
-        for s, e in blocks:
-            a, dk = _block(Z, s, e, kernel, log_pi, direct)
-            if mode == "softplus":
-                parts.append((torch.log1p(a) if direct else F.softplus(a)).sum())
-            elif direct:
-                parts.append(a.sum(1))
-            else:
-                parts.append(torch.logsumexp(a, 1))
-            if cache:
-                saved.append((a, dk))
-        if mode == "softplus":
-            out = torch.stack(parts).sum()
-        else:
-            r = torch.cat(parts)
-            if direct:
-                out = torch.log(r) if mode == "row" else torch.log(r.sum())
-            else:
-                out = r if mode == "row" else torch.logsumexp(r, 0)
-        ctx.mode, ctx.kernel, ctx.blocks, ctx.cache, ctx.direct = mode, kernel, blocks, cache, direct
-        ctx.saved, ctx.s0 = saved, s0
-        ctx.save_for_backward(Z, out, log_pi if log_pi is not None else Z.new_empty(0))
-        return out
-
-    @staticmethod
-    def backward(ctx, g):
-        Z, out, log_pi = ctx.saved_tensors
-        log_pi = None if log_pi.numel() == 0 else log_pi
-        grad = torch.zeros_like(Z)
-        for b, (s, e) in enumerate(ctx.blocks):
-            a, dk = ctx.saved[b] if ctx.cache else _block(Z, s, e, ctx.kernel, log_pi, ctx.direct)
-            if ctx.mode == "softplus":
-                # d/dd2 log(1 + K) = K/(1+K) * dlogk
-                w = a / (1.0 + a) if ctx.direct else torch.sigmoid(a)
-                M = w.mul_(dk).mul_(g)
-            elif ctx.mode == "row":
-                i, j = s - ctx.s0, e - ctx.s0  # positions in the output (a block of rows)
-                w = a / torch.exp(out[i:j, None]) if ctx.direct else torch.exp(a - out[i:j, None])
-                M = w.mul_(dk).mul_(g[i:j, None])
-            else:
-                w = a * torch.exp(-out) if ctx.direct else torch.exp(a - out)
-                M = w.mul_(dk).mul_(g)
-            grad[s:e] += 2.0 * (M.sum(1, keepdim=True) * Z[s:e] - M @ Z)
-            grad += 2.0 * (M.sum(0)[:, None] * Z - M.T @ Z[s:e])
-        ctx.saved = None
-        return grad, None, None, None, None
-
-
-class _CauchyTotal(torch.autograd.Function):
-    r"""Fast path of t-SNE's normaliser :math:`\log \sum_{i\ne j} 1/(1 + d^2_{ij})`.
-
-    With :math:`w = 1/(1+d^2)`, :math:`\partial \log w / \partial d^2 = -w` and the matrix of
-    coefficients :math:`M = -g\,w^2/S` is symmetric, so
-    :math:`\nabla_{z_i} = 4 (M_{i+} z_i - (MZ)_i)`: one matmul, no log/exp.
-
-    Over a block of rows (``rows``, a rank's block) it returns the log of the block's partial
-    sum :math:`S_r` and, in the backward, the block's rows of the gradient of the *full* sum,
-    scaled by :math:`g / S_r`: summed over ranks whose partial sums are combined by an all-reduce
-    (whose backward gives every rank the same :math:`\partial L / \partial S`,
-    :meth:`probdr._distributed.Shard.logsumexp`), this is the full gradient.
-    """
-
-    @staticmethod
-    def forward(ctx, Z, rows):
-        n = Z.shape[0]
-        blocks = _blocks(n, Z.element_size(), rows)
-        cache = n * n * Z.element_size() <= CACHE_BYTES
-        total = Z.new_zeros((), dtype=torch.float64)
-        saved = []
-        for s, e in blocks:
-            w = pairwise_sq_distances(Z[s:e], Z).add_(1.0).reciprocal_()
-            idx = torch.arange(e - s)
-            w[idx, idx + s] = 0.0
-            total += w.sum(dtype=torch.float64)
-            if cache:
-                saved.append(w)
-        ctx.blocks, ctx.cache, ctx.saved = blocks, cache, saved
-        S = total.to(Z.dtype)
-        ctx.save_for_backward(Z, S)
-        return torch.log(S)
-
-    @staticmethod
-    def backward(ctx, g):
-        Z, S = ctx.saved_tensors
-        grad = torch.empty_like(Z) if ctx.blocks[-1][1] - ctx.blocks[0][0] == Z.shape[0] \
-            else torch.zeros_like(Z)
-        for b, (s, e) in enumerate(ctx.blocks):
-            if ctx.cache:
-                w = ctx.saved[b]
-            else:
-                w = pairwise_sq_distances(Z[s:e], Z).add_(1.0).reciprocal_()
-                idx = torch.arange(e - s)
-                w[idx, idx + s] = 0.0
-            M = w.mul_(w)  # in place: the cache is not needed again
-            grad[s:e] = (M.sum(1, keepdim=True) * Z[s:e] - M @ Z).mul_(-4.0 * g / S)
-        ctx.saved = None
-        return grad, None
-
-
-def pair_reduce(Z: torch.Tensor, mode: str, kernel, log_pi: torch.Tensor | None = None,
-                rows: tuple[int, int] | None = None):
-    """Exact all-pairs reduction (see module docstring) with a custom backward.
-
-    ``rows = (start, stop)`` restricts the sum to the pairs (i, j) with i in that block (a rank's
-    share in a data-parallel fit): ``"row"`` then returns the block's ``stop - start`` values,
-    ``"softplus"`` and ``"total"`` the block's partial sum (``"total"``: its log; with the Cauchy
-    kernel its gradient is meant for an all-reduce, see :class:`_CauchyTotal`)."""
-    if mode not in ("row", "total", "softplus"):
-        raise ValueError(f"mode must be 'row', 'total' or 'softplus', got {mode!r}.")
-    if (mode == "total" and log_pi is None and getattr(kernel, "name", "") == "student"
-            and getattr(kernel, "dof", None) == 1.0):
-        return _CauchyTotal.apply(Z, rows)
-    return _PairReduce.apply(Z, mode, kernel, log_pi, rows)
-
-
-# --------------------------------------------------------------------------------------------
-# edge sums: sum_e v_e log k(||z_r - z_c||^2) over an edge list
-# --------------------------------------------------------------------------------------------
 def _run(tasks, device, m: int) -> None:
     """Run the callables (passes over an edge list of length ``m``), on up to
     ``torch.get_num_threads()`` threads when there are several, the list is long and the device
@@ -235,7 +63,7 @@ def _parts(m: int) -> list[tuple[int, int]]:
 
 def _gather_diff(z: torch.Tensor, rows: torch.Tensor, cols: torch.Tensor, reuse: str = ""):
     """``z[rows] - z[cols]`` for a vector ``z`` (the gathers in parts, on torch's threads);
-    ``reuse``: a name, the buffers are the loop's scratch (:func:`probdr._alloc.buffer`)."""
+    ``reuse``: a name, the buffers are the loop's scratch (:func:`probdr._compute.alloc.buffer`)."""
     def new(name):
         if reuse:
             return buffer(reuse + name, (rows.shape[0],), z.dtype, z.device)
@@ -422,8 +250,8 @@ class _EdgeLogKernelSum(torch.autograd.Function):
             # the gradient is linear in the incoming g without a clip: computed here, only the
             # (n, q) gradient is kept (not the edge-list intermediates, gigabytes at scale)
             fused = None
-            if _edge_layout.use_for(Z, rows.shape[0], kernel):  # large lists: one fused pass
-                fused = _edge_layout.value_and_grad(Z.detach(), rows, cols, v, kernel, value)
+            if edge_layout.use_for(Z, rows.shape[0], kernel):  # large lists: one fused pass
+                fused = edge_layout.value_and_grad(Z.detach(), rows, cols, v, kernel, value)
             out, grad = fused if fused is not None else \
                 _value_and_grad(Z.detach(), rows, cols, v.to(Z.dtype), ctx, value)
             ctx.save_for_backward(grad)
@@ -518,3 +346,49 @@ def edge_log_kernel_sum(Z, rows, cols, v, kernel, clip=None):
     r""":math:`\sum_e v_e \log k(\|z_{r_e} - z_{c_e}\|^2)` with a hand-written gradient; terms with
     :math:`v_e \le 0` are dropped; ``clip`` clamps each pair's gradient per coordinate."""
     return _EdgeLogKernelSum.apply(Z, rows, cols, v, kernel, clip)
+
+
+# --------------------------------------------------------------------------------------------
+# sampled edges (negative sampling)
+# --------------------------------------------------------------------------------------------
+def used_edges(used: torch.Tensor, rows: torch.Tensor, cols: torch.Tensor, m: int):
+    """The edges of a list that ``used`` marks, and the rows of ``m`` negative samples for each,
+    as ``(rows, cols, neg_rows, mask, neg_mask)``.
+
+    Selected by index (boolean masking is several times slower on millions of edges): the masks
+    are ``None``, and the negatives' rows are sorted like the rows (a segment sum in the
+    backward). On a device in sync-free mode (:func:`probdr.config.sync_free_for`), every edge
+    instead, fixed shapes: the masks (a boolean per edge and per negative) leave the unused
+    edges and their negatives out."""
+    if sync_free_for(used.device):
+        neg_rows = tensor_cache(rows, f"_probdr_ns_neg_rows_{m}", lambda: rows.repeat_interleave(m))
+        return rows, cols, neg_rows, used, used.repeat_interleave(m)
+    used = used.nonzero().squeeze(1)
+    rows, cols = rows.index_select(0, used), cols.index_select(0, used)
+    return rows, cols, rows.repeat_interleave(m), None, None
+
+
+class _BernoulliLogProb(torch.autograd.Function):
+    r"""``Bernoulli(logits).log_prob(value)`` with torch's gradient :math:`(y - \sigma(x)) g`,
+    the same numbers, the sigmoid taken on one thread: its vector loop and its scalar tail
+    (the last elements of each thread's chunk) round differently, so on several threads the
+    gradient's last bits would depend on the thread count."""
+
+    @staticmethod
+    def forward(ctx, logits, value):
+        ctx.save_for_backward(logits, value)
+        return -F.binary_cross_entropy_with_logits(logits, value, reduction="none")
+
+    @staticmethod
+    def backward(ctx, g):
+        logits, value = ctx.saved_tensors
+        with one_thread():
+            s = torch.sigmoid(logits)
+        return s.sub_(value).mul_(g.neg()), None
+
+
+def bernoulli_log_prob(logits: torch.Tensor, value: torch.Tensor) -> torch.Tensor:
+    """The Bernoulli log-likelihood of ``value`` (0 or 1 per edge) under ``logits``, elementwise
+    (broadcast), with a gradient that does not depend on the number of threads."""
+    logits, value = torch.broadcast_tensors(logits, value)
+    return _BernoulliLogProb.apply(logits, value)

@@ -32,7 +32,7 @@ from contextvars import ContextVar
 
 import torch
 
-from ._utils import tensor_cache
+from .._utils import tensor_cache
 
 __all__ = ["Shard", "current_shard", "use_shard", "process_group_shard", "process_group_rows",
            "all_gather_rows", "broadcast_"]

@@ -21,8 +21,8 @@ from contextlib import nullcontext
 
 import torch
 
-from . import config
-from ._utils import one_thread
+from .. import config
+from .._utils import one_thread
 
 #: default grid spacing: the Cauchy kernel varies on a unit scale; the gradient's relative error
 #: scales as spacing^4 (measured against the exact sum: about 2.7% at 1/2, 0.7% at 1/3, 0.25% at
@@ -243,7 +243,7 @@ def cauchy_log_total(Z: torch.Tensor, spacing: float | None = None, *,
     the result is the log of the block's partial sum :math:`S_r = \sum_{i \in r} \sum_{j \ne i}
     w_{ij}`; its backward gives the block's rows of the gradient of the full sum, scaled by
     :math:`g / S_r` -- the full gradient once the partial sums are combined by an all-reduce
-    (:meth:`probdr._distributed.Shard.logsumexp`) and the ranks' gradients summed."""
+    (:meth:`probdr._compute.distributed.Shard.logsumexp`) and the ranks' gradients summed."""
     if Z.ndim != 2 or Z.shape[1] != 2:
         raise ValueError("the FFT normaliser is implemented for 2-D embeddings only.")
     return _CauchyLogTotalFFT.apply(Z, GRID_SPACING if spacing is None else spacing, rows,

@@ -26,11 +26,13 @@ from contextlib import contextmanager
 
 import torch
 
-from . import config
+from .. import config
 
 _M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3
 _DEFAULT = 128 * 1024
 _depth = 0
+#: whether an open :func:`heap_reuse` raised glibc's thresholds
+_raised = False
 _libc = None
 
 
@@ -51,36 +53,42 @@ def _glibc():
 
 @contextmanager
 def heap_reuse(threshold: int = 1 << 30):
-    """Keep freed blocks below ``threshold`` bytes on the heap while the block runs (glibc)."""
-    global _depth
+    """Keep freed blocks below ``threshold`` bytes on the heap while the block runs (glibc).
+    Yields whether they are kept (by this block or an outer one): false where the heap is not
+    glibc's or heap reuse is off (:func:`probdr.config.set_heap_reuse`)."""
+    global _depth, _raised
     lib = _glibc() if config.get_heap_reuse() else False
     if not lib or _depth:
         _depth += 1
         try:
-            yield
+            yield _raised
         finally:
             _depth -= 1
         return
     _depth += 1
     lib.mallopt(_M_MMAP_THRESHOLD, int(threshold))
     lib.mallopt(_M_TRIM_THRESHOLD, 2**31 - 1)
+    _raised = True
     try:
-        yield
+        yield True
     finally:
         _depth -= 1
+        _raised = False
         lib.mallopt(_M_MMAP_THRESHOLD, _DEFAULT)
         lib.mallopt(_M_TRIM_THRESHOLD, _DEFAULT)
         release_free()
 
 
-def release_free() -> None:
-    """Return the heap's free memory to the system (glibc's ``malloc_trim``; elsewhere nothing).
-    Inside :func:`heap_reuse`, after a loop's first step: that step builds the loop's caches (a
-    graph's folded edge list, its row segments) and frees their temporaries, gigabytes at a
-    million points, which the heap would otherwise keep for the whole loop."""
+def release_free() -> bool:
+    """Return the heap's free memory to the system (glibc's ``malloc_trim``; elsewhere nothing);
+    returns whether it was asked. Inside :func:`heap_reuse`, after a loop's first step: that step
+    builds the loop's caches (a graph's folded edge list, its row segments) and frees their
+    temporaries, gigabytes at a million points, which the heap would otherwise keep for the
+    whole loop."""
     lib = _glibc()
     if lib:
         lib.malloc_trim(0)
+    return bool(lib)
 
 
 _scratch = threading.local()

@@ -1,8 +1,8 @@
-"""Reading the data files of ``probdr embed`` and writing its embeddings: ``.npy``; ``.csv``,
-``.tsv``, whitespace ``.txt`` (compressed too), with the header row detected; ``.h5ad``; the
-labels (a column, an ``obs`` column or a file). The module imports only the standard library:
-numpy, pandas and anndata are imported by the functions that read and write, so the command
-checks its paths before loading them."""
+"""Reading the data files of ``probdr embed`` and writing its embeddings and figures: ``.npy``;
+``.csv``, ``.tsv``, whitespace ``.txt`` (compressed too), with the header row detected; ``.h5ad``;
+the labels (a column, an ``obs`` column or a file); the checks of the paths. The module imports
+only the standard library: numpy, pandas, anndata and matplotlib are imported by the functions
+that read and write, so the command checks its paths before loading them."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from .datasets import NAMES as BUNDLED
+from ..datasets import NAMES as BUNDLED
 
 if TYPE_CHECKING:
     import numpy as np
@@ -22,10 +22,13 @@ DATA_SUFFIXES = (".npy", *TABLES, ".h5ad")
 OUT_SUFFIXES = (".npy", ".csv", ".tsv")
 UNLABELLED = "(unlabelled)"  # the plot's legend entry for unknown labels
 
-_is_bundled = lambda data: data in BUNDLED and not os.path.exists(data)
+
+def is_bundled(data: str) -> bool:
+    """Whether ``--data`` names a bundled data set (and no file of that name)."""
+    return data in BUNDLED and not os.path.exists(data)
 
 
-def _suffix(path: str, compressed: bool = False) -> str:
+def file_suffix(path: str, compressed: bool = False) -> str:
     """The lower-cased suffix of ``path`` (``.csv`` for ``x.csv.gz`` when ``compressed``)."""
     name = os.path.basename(path).lower()
     if compressed:
@@ -33,7 +36,8 @@ def _suffix(path: str, compressed: bool = False) -> str:
     return os.path.splitext(name)[1]
 
 
-def _is_number(text: str) -> bool:
+def is_number(text: str) -> bool:
+    """Whether ``text`` reads as a number."""
     try:
         float(text)
     except ValueError:
@@ -41,7 +45,7 @@ def _is_number(text: str) -> bool:
     return True
 
 
-def _check_path(path: str | None, option: str, write: bool = True) -> None:
+def check_path(path: str | None, option: str, write: bool = True) -> None:
     """Fail before the fit if an output file cannot be written (or an input file read)."""
     if not path:
         return
@@ -78,7 +82,7 @@ class Labels:
             raise ValueError(f"labels ({source}): one label per row, got shape {arr.shape}.")
         names = [str(v).strip() for v in arr]
         names = ["" if v in ("None", "nan", "NaN", "<NA>") else v for v in names]
-        if all(_is_number(v) for v in names if v):  # numbers, integers when they are
+        if all(is_number(v) for v in names if v):  # numbers, integers when they are
             names = [v and (int(float(v)) if float(v).is_integer() else float(v)) for v in names]
         names = np.array(names, dtype=object)
         known = np.array([v != "" and not (minus_one_unknown and v == -1) for v in names], bool)
@@ -110,7 +114,7 @@ def _read_table(path: str, header: str, spec: str | None, minus_one: bool):
     import numpy as np
 
     pd = _pandas()
-    sep = TABLES[_suffix(path, compressed=True)]
+    sep = TABLES[file_suffix(path, compressed=True)]
     kw = dict(sep=sep, skipinitialspace=sep != r"\s+")
     try:
         first = pd.read_csv(path, header=None, nrows=1, dtype=str, keep_default_na=False, **kw)
@@ -118,7 +122,7 @@ def _read_table(path: str, header: str, spec: str | None, minus_one: bool):
         raise ValueError(f"--data {path!r} is empty.") from None
     cells = [str(c).strip() for c in first.iloc[0]]
     # auto: a first row with a cell that is not a number is a header
-    has_header = any(c and not _is_number(c) for c in cells) if header == "auto" else \
+    has_header = any(c and not is_number(c) for c in cells) if header == "auto" else \
         header == "yes"
     # an empty first header cell (pandas' to_csv with its index, R's write.csv): row names
     row_names = has_header and len(cells) > 1 and cells[0] == ""
@@ -129,7 +133,7 @@ def _read_table(path: str, header: str, spec: str | None, minus_one: bool):
     first_line = 2 if has_header else 1
     doubt = ""  # a header guessed from text cells over text columns only: say so
     if header == "auto" and has_header and all(not pd.api.types.is_numeric_dtype(df[c])
-                                               for c in df.columns if not _is_number(str(c))):
+                                               for c in df.columns if not is_number(str(c))):
         doubt = " (the first row was read as a header, as it holds text; if it is data, give " \
                 "--header no)"
     name = (lambda c: repr(c)) if has_header else (lambda c: f"{c} (0-based)")
@@ -170,7 +174,7 @@ def _read_table(path: str, header: str, spec: str | None, minus_one: bool):
         raise ValueError(f"--data {path!r}: {int(missing.sum())} missing or infinite value(s), "
                          f"the first on line {first_line + i} (column {name(feats.columns[j])})"
                          "; fill or drop them first.")
-    info = {"format": _suffix(path, compressed=True)[1:], "header": has_header}
+    info = {"format": file_suffix(path, compressed=True)[1:], "header": has_header}
     return X, labels, {**info, "row_names": True} if row_names else info
 
 
@@ -211,25 +215,25 @@ def load_data(args):
     import numpy as np
     import scipy.sparse as sp
 
-    from . import datasets
+    from .. import datasets
 
     minus_one, spec = bool(args.supervised), args.labels
     labels, info = None, {}
-    if _is_bundled(args.data):
+    if is_bundled(args.data):
         X, y = datasets.load(args.data, random_state=args.random_state or 0)
         labels = Labels.from_raw(y, "bundled", minus_one)
-    elif _suffix(args.data) == ".npy":
+    elif file_suffix(args.data) == ".npy":
         X, info = np.load(args.data, allow_pickle=False), {"format": "npy"}
         if X.ndim != 2:
             raise ValueError(f"--data {args.data!r} holds an array of shape {X.shape}; probdr "
                              "needs a 2-D array (rows x features).")
-    elif _suffix(args.data) == ".h5ad":
+    elif file_suffix(args.data) == ".h5ad":
         X, labels, info = _read_h5ad(args.data, args.use_rep, spec, minus_one)
     else:
         X, labels, info = _read_table(args.data, args.header, spec, minus_one)
     if spec is not None and (labels is None or labels.source == "bundled"):  # a labels file
-        _check_path(spec, "--labels", write=False)
-        if _suffix(spec) == ".npy":
+        check_path(spec, "--labels", write=False)
+        if file_suffix(spec) == ".npy":
             raw = np.load(spec, allow_pickle=False)
         else:
             with open(spec, encoding="utf-8") as f:
@@ -258,7 +262,7 @@ def write_embedding(path: str, Z: np.ndarray, labels: Labels | None = None) -> N
     ...`` and a ``label`` column when labels are given."""
     import numpy as np
 
-    suffix = _suffix(path)
+    suffix = file_suffix(path)
     if suffix not in OUT_SUFFIXES:
         raise ValueError(f"cannot write the embedding as {suffix!r}; use .npy, .csv or .tsv.")
     if suffix == ".npy":
@@ -271,3 +275,11 @@ def write_embedding(path: str, Z: np.ndarray, labels: Labels | None = None) -> N
     single = np.array_equal(Z, np.asarray(Z, dtype=np.float32))
     table.to_csv(path, sep="," if suffix == ".csv" else "\t", index=False,
                  float_format="%.9g" if single else None)
+
+
+def save_figure(ax, path: str) -> None:
+    """Write the figure of the axes ``ax`` to ``path`` (its format by the suffix) and close it."""
+    import matplotlib.pyplot as plt
+
+    ax.figure.savefig(path, dpi=120, bbox_inches="tight")
+    plt.close(ax.figure)

@@ -1,0 +1,194 @@
+r"""Exact all-pairs reductions of a kernel matrix :math:`K_{ij} = \pi_{ij} k(\|z_i - z_j\|^2)`,
+diagonal excluded, with a hand-written gradient (about 8x faster than autograd through the
+n x n graph).
+
+``mode``:
+
+* ``"row"``      -- :math:`R_i = \log \sum_{j \ne i} K_{ij}` (D-prior normaliser),
+* ``"total"``    -- :math:`T = \log \sum_{i \ne j} K_{ij}` (E-prior normaliser),
+* ``"softplus"`` -- :math:`S = \sum_{i \ne j} \log(1 + K_{ij})` (B-prior normaliser).
+
+The gradient: with :math:`M_{ij} = \partial L / \partial d^2_{ij}`,
+:math:`\nabla_{z_i} L = 2 \sum_j (M_{ij} + M_{ji})(z_i - z_j)`.
+
+Heavy-tailed kernels without an edge prior take a direct path (:math:`k` and
+:math:`\partial \log k` in closed form, no log/exp round trip); other kernels are evaluated in
+log space with max-shifts so that nothing underflows. Rows are processed in blocks; the n x n
+intermediate is cached between forward and backward when it fits ``CACHE_BYTES``.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from .._utils import one_thread
+
+CACHE_BYTES = 2**30
+BLOCK_BYTES = 2**27
+
+
+def pairwise_sq_distances(A: torch.Tensor, B: torch.Tensor | None = None) -> torch.Tensor:
+    """Squared Euclidean distances between rows of ``A`` and ``B`` (clamped at 0).
+
+    In up to 3 dimensions the cross term is added by rank-one updates, several times faster than
+    a matrix product with so few columns (2-D embeddings)."""
+    B = A if B is None else B
+    a2 = (A * A).sum(1, keepdim=True)
+    b2 = (B * B).sum(1)
+    if A.shape[1] > 3:
+        d2 = torch.addmm(a2 + b2, A, B.T, alpha=-2.0)
+        return d2.clamp_min_(0.0)
+    d2 = a2 + b2
+    with one_thread():  # addr_'s vector loop fuses a multiply-add, its scalar tail does not
+        for k in range(A.shape[1]):  # (split at the threads' chunk edges: other last bits)
+            d2.addr_(A[:, k].contiguous(), B[:, k].contiguous(), alpha=-2.0)
+    return d2.clamp_min_(0.0)
+
+
+def _blocks(n: int, itemsize: int, rows: tuple[int, int] | None = None):
+    """Row blocks ``(s, e)`` of an n x n pass, over all rows or over ``rows = (start, stop)``
+    (a rank's block in a data-parallel fit)."""
+    start, stop = (0, n) if rows is None else rows
+    bs = max(1, min(n, BLOCK_BYTES // (itemsize * n)))
+    return [(s, min(stop, s + bs)) for s in range(start, stop, bs)]
+
+
+def _block(Z, s, e, kernel, log_pi, direct):
+    """Return (a, dlogk) for rows s:e: a = k (direct) or log k (log space); diagonal masked."""
+    d2 = pairwise_sq_distances(Z[s:e], Z)
+    idx = torch.arange(e - s)
+    if direct:
+        k, dk = kernel.k_and_dlog_k(d2)
+        k[idx, idx + s] = 0.0
+        return k, dk
+    f = kernel.log_k(d2)
+    if log_pi is not None:  # (n, n), or a scalar: the same on every pair
+        f = f + (log_pi if log_pi.ndim == 0 else log_pi[s:e]).to(f.dtype)
+    f[idx, idx + s] = float("-inf")
+    dk = kernel.dlog_k(d2)
+    dk[idx, idx + s] = 0.0
+    return f, dk
+
+
+class _PairReduce(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, Z, mode, kernel, log_pi, rows):
+        n = Z.shape[0]
+        blocks = _blocks(n, Z.element_size(), rows)
+        s0 = blocks[0][0] if blocks else 0
+        cache = n * n * Z.element_size() * 2 <= CACHE_BYTES
+        direct = log_pi is None and kernel.heavy_tailed
+        saved, parts = [], []
+        for s, e in blocks:
+            a, dk = _block(Z, s, e, kernel, log_pi, direct)
+            if mode == "softplus":
+                parts.append((torch.log1p(a) if direct else F.softplus(a)).sum())
+            elif direct:
+                parts.append(a.sum(1))
+            else:
+                parts.append(torch.logsumexp(a, 1))
+            if cache:
+                saved.append((a, dk))
+        if mode == "softplus":
+            out = torch.stack(parts).sum()
+        else:
+            r = torch.cat(parts)
+            if direct:
+                out = torch.log(r) if mode == "row" else torch.log(r.sum())
+            else:
+                out = r if mode == "row" else torch.logsumexp(r, 0)
+        ctx.mode, ctx.kernel, ctx.blocks, ctx.cache, ctx.direct = mode, kernel, blocks, cache, direct
+        ctx.saved, ctx.s0 = saved, s0
+        ctx.save_for_backward(Z, out, log_pi if log_pi is not None else Z.new_empty(0))
+        return out
+
+    @staticmethod
+    def backward(ctx, g):
+        Z, out, log_pi = ctx.saved_tensors
+        log_pi = None if log_pi.numel() == 0 else log_pi
+        grad = torch.zeros_like(Z)
+        for b, (s, e) in enumerate(ctx.blocks):
+            a, dk = ctx.saved[b] if ctx.cache else _block(Z, s, e, ctx.kernel, log_pi, ctx.direct)
+            if ctx.mode == "softplus":
+                # d/dd2 log(1 + K) = K/(1+K) * dlogk
+                w = a / (1.0 + a) if ctx.direct else torch.sigmoid(a)
+                M = w.mul_(dk).mul_(g)
+            elif ctx.mode == "row":
+                i, j = s - ctx.s0, e - ctx.s0  # positions in the output (a block of rows)
+                w = a / torch.exp(out[i:j, None]) if ctx.direct else torch.exp(a - out[i:j, None])
+                M = w.mul_(dk).mul_(g[i:j, None])
+            else:
+                w = a * torch.exp(-out) if ctx.direct else torch.exp(a - out)
+                M = w.mul_(dk).mul_(g)
+            grad[s:e] += 2.0 * (M.sum(1, keepdim=True) * Z[s:e] - M @ Z)
+            grad += 2.0 * (M.sum(0)[:, None] * Z - M.T @ Z[s:e])
+        ctx.saved = None
+        return grad, None, None, None, None
+
+
+class _CauchyTotal(torch.autograd.Function):
+    r"""Fast path of t-SNE's normaliser :math:`\log \sum_{i\ne j} 1/(1 + d^2_{ij})`.
+
+    With :math:`w = 1/(1+d^2)`, :math:`\partial \log w / \partial d^2 = -w` and the matrix of
+    coefficients :math:`M = -g\,w^2/S` is symmetric, so
+    :math:`\nabla_{z_i} = 4 (M_{i+} z_i - (MZ)_i)`: one matmul, no log/exp.
+
+    Over a block of rows (``rows``, a rank's block) it returns the log of the block's partial
+    sum :math:`S_r` and, in the backward, the block's rows of the gradient of the *full* sum,
+    scaled by :math:`g / S_r`: summed over ranks whose partial sums are combined by an all-reduce
+    (whose backward gives every rank the same :math:`\partial L / \partial S`,
+    :meth:`probdr._compute.distributed.Shard.logsumexp`), this is the full gradient.
+    """
+
+    @staticmethod
+    def forward(ctx, Z, rows):
+        n = Z.shape[0]
+        blocks = _blocks(n, Z.element_size(), rows)
+        cache = n * n * Z.element_size() <= CACHE_BYTES
+        total = Z.new_zeros((), dtype=torch.float64)
+        saved = []
+        for s, e in blocks:
+            w = pairwise_sq_distances(Z[s:e], Z).add_(1.0).reciprocal_()
+            idx = torch.arange(e - s)
+            w[idx, idx + s] = 0.0
+            total += w.sum(dtype=torch.float64)
+            if cache:
+                saved.append(w)
+        ctx.blocks, ctx.cache, ctx.saved = blocks, cache, saved
+        S = total.to(Z.dtype)
+        ctx.save_for_backward(Z, S)
+        return torch.log(S)
+
+    @staticmethod
+    def backward(ctx, g):
+        Z, S = ctx.saved_tensors
+        grad = torch.empty_like(Z) if ctx.blocks[-1][1] - ctx.blocks[0][0] == Z.shape[0] \
+            else torch.zeros_like(Z)
+        for b, (s, e) in enumerate(ctx.blocks):
+            if ctx.cache:
+                w = ctx.saved[b]
+            else:
+                w = pairwise_sq_distances(Z[s:e], Z).add_(1.0).reciprocal_()
+                idx = torch.arange(e - s)
+                w[idx, idx + s] = 0.0
+            M = w.mul_(w)  # in place: the cache is not needed again
+            grad[s:e] = (M.sum(1, keepdim=True) * Z[s:e] - M @ Z).mul_(-4.0 * g / S)
+        ctx.saved = None
+        return grad, None
+
+
+def pair_reduce(Z: torch.Tensor, mode: str, kernel, log_pi: torch.Tensor | None = None,
+                rows: tuple[int, int] | None = None):
+    """Exact all-pairs reduction (see module docstring) with a custom backward.
+
+    ``rows = (start, stop)`` restricts the sum to the pairs (i, j) with i in that block (a rank's
+    share in a data-parallel fit): ``"row"`` then returns the block's ``stop - start`` values,
+    ``"softplus"`` and ``"total"`` the block's partial sum (``"total"``: its log; with the Cauchy
+    kernel its gradient is meant for an all-reduce, see :class:`_CauchyTotal`)."""
+    if mode not in ("row", "total", "softplus"):
+        raise ValueError(f"mode must be 'row', 'total' or 'softplus', got {mode!r}.")
+    if (mode == "total" and log_pi is None and getattr(kernel, "name", "") == "student"
+            and getattr(kernel, "dof", None) == 1.0):
+        return _CauchyTotal.apply(Z, rows)
+    return _PairReduce.apply(Z, mode, kernel, log_pi, rows)
