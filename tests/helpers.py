@@ -76,3 +76,35 @@ def random_spd(n: int, seed: int = 0, jitter: float = 0.3) -> torch.Tensor:
     g = torch.Generator().manual_seed(seed)
     A = torch.randn(n, n, dtype=torch.float64, generator=g)
     return A @ A.T / n + jitter * torch.eye(n, dtype=torch.float64)
+
+
+#: The one table of estimator cases: every public estimator with the settings of a short fit,
+#: on the 150 digits of the module-level tests ("digits") and on scikit-learn's check data of
+#: 10 to 30 points ("tiny"). Serialisation, scikit-learn's checks and the property tests read it;
+#: tests/estimators/test_sklearn.py checks that it covers every public estimator.
+ESTIMATOR_CASES = {
+    "SNE": {"digits": dict(perplexity=10, n_iter=100, early_exaggeration_iter=25),
+            "tiny": dict(perplexity=3, n_iter=20, early_exaggeration_iter=5)},
+    "TSNE": {"digits": dict(perplexity=10, n_iter=100, early_exaggeration_iter=25),
+             "tiny": dict(perplexity=3, n_iter=20, early_exaggeration_iter=5)},
+    "LargeVis": {"digits": dict(perplexity=10, n_iter=20), "tiny": dict(perplexity=3, n_iter=10)},
+    "UMAP": {"digits": dict(n_neighbors=10, n_epochs=20), "tiny": dict(n_neighbors=4, n_epochs=10)},
+    "GraphCoupling": {"digits": dict(perplexity=10, n_iter=100, early_exaggeration_iter=25),
+                      "tiny": dict(perplexity=3, n_iter=20, early_exaggeration_iter=5)},
+    "WishartPCA": {"digits": dict(n_components=2, n_iter=20),
+                   "tiny": dict(n_components=1, n_iter=20)},
+    "ccPCA": {"digits": dict(n_components=2, perplexity=10, n_samples=5),
+              "tiny": dict(n_components=1, perplexity=3, n_samples=5)},
+    "LaplacianWishart": {"digits": dict(n_neighbors=10, n_iter=5),
+                         "tiny": dict(n_neighbors=3, n_iter=5)},
+    "WishartEigenmaps": {"digits": dict(n_neighbors=10, n_iter=20),
+                         "tiny": dict(n_neighbors=3, n_iter=20)},
+    "SNEkhorn": {"digits": dict(perplexity=10, n_iter=10), "tiny": dict(perplexity=3, n_iter=10)},
+    "TSNEkhorn": {"digits": dict(perplexity=10, n_iter=100, early_exaggeration_iter=25),
+                  "tiny": dict(perplexity=3, n_iter=20, early_exaggeration_iter=5)},
+    "DistR": {"digits": dict(n_prototypes=5, perplexity=10, n_outer=3),
+              "tiny": dict(n_prototypes=3, perplexity=3, n_outer=3)},
+    "GWMDS": {"digits": dict(n_iter=5), "tiny": dict(n_iter=5)},
+    "ProbDR": {"digits": dict(n_neighbors=10, n_iter=10), "tiny": dict(n_neighbors=3, n_iter=10)},
+}
+

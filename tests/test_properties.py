@@ -23,6 +23,7 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 import torch
+from helpers import ESTIMATOR_CASES
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
@@ -128,9 +129,7 @@ def invalid_data(draw, min_samples: int = 3):
 
 
 # -- estimators: fast valid parameters and invalid parameter values -----------------------------
-ESTIMATORS = ("SNE", "TSNE", "LargeVis", "UMAP", "GraphCoupling", "WishartPCA", "ccPCA",
-              "LaplacianWishart", "WishartEigenmaps", "SNEkhorn", "TSNEkhorn", "DistR", "GWMDS",
-              "ProbDR")
+ESTIMATORS = tuple(ESTIMATOR_CASES)  # the shared table of estimator cases
 MIN_N = {"GWMDS": 8, "ProbDR": 8, "LaplacianWishart": 8, "WishartEigenmaps": 8}
 
 

@@ -10,27 +10,13 @@ import zipfile
 import numpy as np
 import pytest
 import torch
+from helpers import ESTIMATOR_CASES
 
 import probdr
 from probdr import serialize
 
-#: small fits on 150 digits (each well under a second)
-FITS = {
-    "SNE": dict(perplexity=10, n_iter=100, early_exaggeration_iter=25),
-    "TSNE": dict(perplexity=10, n_iter=100, early_exaggeration_iter=25),
-    "LargeVis": dict(perplexity=10, n_iter=20),
-    "UMAP": dict(n_neighbors=10, n_epochs=20),
-    "GraphCoupling": dict(perplexity=10, n_iter=100, early_exaggeration_iter=25),
-    "WishartPCA": dict(n_components=2, n_iter=20),
-    "ccPCA": dict(n_components=2, perplexity=10, n_samples=5),
-    "LaplacianWishart": dict(n_neighbors=10, n_iter=5),
-    "WishartEigenmaps": dict(n_neighbors=10, n_iter=20),
-    "SNEkhorn": dict(perplexity=10, n_iter=10),
-    "TSNEkhorn": dict(perplexity=10, n_iter=100, early_exaggeration_iter=25),
-    "DistR": dict(n_prototypes=5, perplexity=10, n_outer=3),
-    "GWMDS": dict(n_iter=5),
-    "ProbDR": dict(n_neighbors=10, n_iter=10),
-}
+#: small fits on 150 digits (each well under a second): the shared table of estimator cases
+FITS = {name: case["digits"] for name, case in ESTIMATOR_CASES.items()}
 
 
 @pytest.fixture(scope="module")
