@@ -141,3 +141,23 @@ def test_precomputed_inputs_keep_no_reference_data(digits):
     assert Z.shape == (X_new.shape[0], 2) and np.isfinite(Z).all()
     with pytest.raises(ValueError, match=f"expecting {X.shape[0]} features"):
         est.transform(cdist(X_new, X[:10]))
+
+
+@pytest.mark.parametrize("name", ["TSNE", "UMAP", "SNEkhorn"])
+def test_every_host_name_the_new_points_mixin_reads_exists_on_a_fitted_host(digits, name):
+    """The mixin reads its host's attributes by name: a renamed attribute fails here, not
+    silently in a user's transform."""
+    import ast
+    import inspect
+
+    from probdr.estimators import coupling_new_points as cnp
+
+    tree = ast.parse(inspect.getsource(cnp.NewPointsMixin))
+    used = {node.attr for node in ast.walk(tree) if isinstance(node, ast.Attribute)
+            and isinstance(node.value, ast.Name) and node.value.id == "self"}
+    X, _ = digits
+    fast = {"TSNE": dict(n_iter=30, early_exaggeration_iter=10), "UMAP": dict(n_epochs=10),
+            "SNEkhorn": dict(n_iter=10)}[name]
+    est = getattr(probdr, name)(random_state=0, **fast).fit(X[:100])
+    missing = sorted(a for a in used if not hasattr(est, a))
+    assert not missing, missing
