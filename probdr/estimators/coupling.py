@@ -385,8 +385,7 @@ class GraphCoupling(InputKindsMixin, ContinueMixin, NewPointsMixin, DREstimator)
             return self.repulsion
         k = self._make_kernel()
         if (n > FFT_REPULSION_MIN_N and _prior_kind(self._latent_prior()) == "E"
-                and self.n_components == 2 and getattr(k, "name", "") == "student"
-                and getattr(k, "dof", None) == 1.0 and self.latent_edge_prior is None):
+                and self.n_components == 2 and k.is_cauchy and self.latent_edge_prior is None):
             return "fft"
         return "exact" if n <= EXACT_REPULSION_MAX_N else "sampled"
 
