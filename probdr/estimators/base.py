@@ -25,7 +25,7 @@ from ..infer.map import fit_callbacks
 from .params import check_init, constraints_for
 
 __all__ = ["DREstimator", "resolve_seed", "resolve_n_jobs", "thread_limit", "fit_environment",
-           "isolated_random_state", "set_init_params"]
+           "isolated_random_state"]
 
 #: random_state integers accepted (numpy's legacy seeding takes 32-bit seeds)
 MAX_SEED = 2**32 - 1
@@ -50,13 +50,6 @@ def resolve_seed(random_state) -> int:
         return int(random_state.integers(np.iinfo(np.int32).max))
     raise TypeError("random_state must be None, an int, a numpy RandomState or Generator; got "
                     f"{type(random_state).__name__}.")
-
-
-def set_init_params(est, params: dict) -> None:
-    """Store an ``__init__``'s arguments (``locals()``) as attributes, and nothing else."""
-    for k, v in params.items():
-        if k not in ("self", "__class__"):
-            setattr(est, k, v)
 
 
 def resolve_n_jobs(n_jobs) -> int | None:

@@ -50,7 +50,7 @@ from ..laws.components import (
     component_statistics,
     sample_memberships,
 )
-from .base import DREstimator, set_init_params
+from .base import DREstimator
 from .out_of_sample import averaged_rows
 
 __all__ = ["ccPCA"]
@@ -109,7 +109,15 @@ class ccPCA(DREstimator):
     def __init__(self, n_components: int = 2, prior_x: str = "D", perplexity: float = 30.0,
                  n_samples: int = 100, random_state: int | None = None, *,
                  metric="euclidean", metric_params=None, n_jobs=None, device="auto"):
-        set_init_params(self, locals())
+        self.n_components = n_components
+        self.prior_x = prior_x
+        self.perplexity = perplexity
+        self.n_samples = n_samples
+        self.random_state = random_state
+        self.metric = metric
+        self.metric_params = metric_params
+        self.n_jobs = n_jobs
+        self.device = device
 
     def _check_params(self, n: int, p: int) -> None:
         from ..input.distances import check_metric

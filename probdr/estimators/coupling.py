@@ -26,7 +26,7 @@ from ..laws.edge_priors import check_support
 from ..laws.graph import GraphLaw, GraphPrior, check_coupling, get_prior
 from ..laws.weights import KernelWeights, sparse_to
 from ..models.coupling import graph_coupling_model
-from .base import DREstimator, set_init_params
+from .base import DREstimator
 from .inputs import ContinueMixin, InputKindsMixin
 from .out_of_sample import NewPointsMixin, attraction_mass, auto_coupling_weight
 from .params import POSITIVE, StrOptions
@@ -224,7 +224,47 @@ class GraphCoupling(InputKindsMixin, ContinueMixin, NewPointsMixin, DREstimator)
         precomputed_knn=None,
         target_weight: float = 0.5,
     ):
-        set_init_params(self, locals())
+        self.prior_x = prior_x
+        self.prior_z = prior_z
+        self.kernel_z = kernel_z
+        self.perplexity = perplexity
+        self.n_components = n_components
+        self.affinity = affinity
+        self.n_neighbors = n_neighbors
+        self.kernel_params = kernel_params
+        self.edge_prior = edge_prior
+        self.repulsion = repulsion
+        self.negative_samples = negative_samples
+        self.negative_weight = negative_weight
+        self.observe = observe
+        self.init = init
+        self.n_iter = n_iter
+        self.early_exaggeration = early_exaggeration
+        self.early_exaggeration_iter = early_exaggeration_iter
+        self.learning_rate = learning_rate
+        self.momentum = momentum
+        self.early_momentum = early_momentum
+        self.optimizer = optimizer
+        self.learning_rate_decay = learning_rate_decay
+        self.grad_clip = grad_clip
+        self.init_scale = init_scale
+        self.neighbors = neighbors
+        self.inference = inference
+        self.inference_params = inference_params
+        self.z_prior = z_prior
+        self.coupling_weight = coupling_weight
+        self.latent_edge_prior = latent_edge_prior
+        self.dtype = dtype
+        self.random_state = random_state
+        self.verbose = verbose
+        self.callbacks = callbacks
+        self.callbacks_every = callbacks_every
+        self.n_jobs = n_jobs
+        self.device = device
+        self.metric = metric
+        self.metric_params = metric_params
+        self.precomputed_knn = precomputed_knn
+        self.target_weight = target_weight
 
     # -- configuration ----------------------------------------------------------------------
     def _affinity(self) -> str:

@@ -37,7 +37,7 @@ from ..init import pad_columns
 from ..input.graph import sea_affinity
 from ..models.ot_distr import distr_model, prototype_affinity, srgw_energy
 from ..ot.srgw import _f1
-from .base import DREstimator, set_init_params
+from .base import DREstimator
 from .out_of_sample import averaged_rows
 
 __all__ = ["DistR"]
@@ -153,7 +153,27 @@ class DistR(DREstimator):
         n_jobs: int | None = None,
         device="auto",
     ):
-        set_init_params(self, locals())
+        self.n_prototypes = n_prototypes
+        self.n_components = n_components
+        self.affinity_in = affinity_in
+        self.perplexity = perplexity
+        self.affinity_out = affinity_out
+        self.loss = loss
+        self.solver = solver
+        self.md_epsilon = md_epsilon
+        self.n_outer = n_outer
+        self.z_steps = z_steps
+        self.learning_rate = learning_rate
+        self.init = init
+        self.init_T = init_T
+        self.tol = tol
+        self.srgw_max_iter = srgw_max_iter
+        self.random_state = random_state
+        self.verbose = verbose
+        self.callbacks = callbacks
+        self.callbacks_every = callbacks_every
+        self.n_jobs = n_jobs
+        self.device = device
 
     # ------------------------------------------------------------------------------------------
     def _check_params(self, n: int, p: int) -> None:

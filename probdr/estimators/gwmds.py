@@ -30,7 +30,7 @@ from ..init import pad_columns
 from ..input.graph import dense_cost, euclidean_distance_matrix, geodesic_distances
 from ..models.ot_gwmds import euclidean_distances, gwmds_model
 from ..ot.costs import pearson_distance_correlation
-from .base import DREstimator, set_init_params
+from .base import DREstimator
 from .out_of_sample import transform_only_if
 
 __all__ = ["GWMDS"]
@@ -144,7 +144,24 @@ class GWMDS(DREstimator):
         metric="euclidean",
         metric_params: dict | None = None,
     ):
-        set_init_params(self, locals())
+        self.n_components = n_components
+        self.geodesic = geodesic
+        self.n_neighbors = n_neighbors
+        self.init = init
+        self.n_iter = n_iter
+        self.learning_rate = learning_rate
+        self.optimizer = optimizer
+        self.tol = tol
+        self.align = align
+        self.gw_max_iter = gw_max_iter
+        self.random_state = random_state
+        self.verbose = verbose
+        self.callbacks = callbacks
+        self.callbacks_every = callbacks_every
+        self.n_jobs = n_jobs
+        self.device = device
+        self.metric = metric
+        self.metric_params = metric_params
 
     def _check_params(self, n: int, p: int) -> None:
         from ..input.distances import check_metric

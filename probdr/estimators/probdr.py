@@ -24,7 +24,7 @@ from ..infer.map import map_estimate
 from ..input.graph import knn_laplacian
 from ..laws.wishart import probdr_epsilon, theorem2_solution
 from ..models.probdr_general import KERNELS, closed_form, probdr_general_model
-from .base import DREstimator, set_init_params
+from .base import DREstimator
 from .out_of_sample import GraphRowMixin, LinearMapMixin, transform_only_if
 from .params import Int, StrOptions
 from .wishart import _principal_axes as _rotate_to_axes
@@ -179,7 +179,30 @@ class ProbDR(GraphRowMixin, DREstimator):
                  n_iter: int | None = None, learning_rate: float = 1.0, max_n: int = 6000,
                  neighbors: str = "auto", callbacks=None,
                  callbacks_every: int = 50, n_jobs=None, device="auto", metric="euclidean", metric_params=None):
-        set_init_params(self, locals())
+        self.n_components = n_components
+        self.covariance = covariance
+        self.random_state = random_state
+        self.alpha = alpha
+        self.kernel = kernel
+        self.gamma = gamma
+        self.nu = nu
+        self.n_neighbors = n_neighbors
+        self.n_neg = n_neg
+        self.ridge = ridge
+        self.precision_scale = precision_scale
+        self.solver = solver
+        self.optimizer = optimizer
+        self.init = init
+        self.n_iter = n_iter
+        self.learning_rate = learning_rate
+        self.max_n = max_n
+        self.neighbors = neighbors
+        self.callbacks = callbacks
+        self.callbacks_every = callbacks_every
+        self.n_jobs = n_jobs
+        self.device = device
+        self.metric = metric
+        self.metric_params = metric_params
 
     # -- parameters ------------------------------------------------------------------------------
     def _gamma(self, n: int) -> float:

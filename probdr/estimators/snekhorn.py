@@ -11,7 +11,6 @@ import torch
 from ..input.graph import sea_input_graph
 from ..laws.doubly_stochastic import DoublyStochasticPrior
 from ..laws.graph import GraphLaw, GraphPrior
-from .base import set_init_params
 from .coupling import GraphCoupling
 
 __all__ = ["SNEkhorn", "TSNEkhorn"]
@@ -96,7 +95,30 @@ class SNEkhorn(GraphCoupling):
                  optimizer: str = "adam", learning_rate_decay: bool = True, init="pca",
                  dtype: str = "float32", random_state: int | None = None, verbose: bool = False, callbacks=None,
                  callbacks_every: int = 50, n_jobs=None, device="auto", metric="euclidean", metric_params=None):
-        set_init_params(self, locals())
+        self.perplexity = perplexity
+        self.n_components = n_components
+        self.kernel_z = kernel_z
+        self.sea_tol = sea_tol
+        self.sinkhorn_tol = sinkhorn_tol
+        self.sinkhorn_max_iter = sinkhorn_max_iter
+        self.n_iter = n_iter
+        self.early_exaggeration = early_exaggeration
+        self.early_exaggeration_iter = early_exaggeration_iter
+        self.learning_rate = learning_rate
+        self.momentum = momentum
+        self.early_momentum = early_momentum
+        self.optimizer = optimizer
+        self.learning_rate_decay = learning_rate_decay
+        self.init = init
+        self.dtype = dtype
+        self.random_state = random_state
+        self.verbose = verbose
+        self.callbacks = callbacks
+        self.callbacks_every = callbacks_every
+        self.n_jobs = n_jobs
+        self.device = device
+        self.metric = metric
+        self.metric_params = metric_params
 
     # SEA has the entropic affinities' perplexity constraints plus the self-loop exclusion
     # (perplexity <= n - 2); the latent prior is the doubly stochastic one
@@ -157,4 +179,26 @@ class TSNEkhorn(SNEkhorn):
                  dtype: str = "float32", random_state: int | None = None,
                  verbose: bool = False, callbacks=None,
                  callbacks_every: int = 50, n_jobs=None, device="auto", metric="euclidean", metric_params=None):
-        set_init_params(self, locals())
+        self.perplexity = perplexity
+        self.n_components = n_components
+        self.sea_tol = sea_tol
+        self.sinkhorn_tol = sinkhorn_tol
+        self.sinkhorn_max_iter = sinkhorn_max_iter
+        self.n_iter = n_iter
+        self.early_exaggeration = early_exaggeration
+        self.early_exaggeration_iter = early_exaggeration_iter
+        self.learning_rate = learning_rate
+        self.momentum = momentum
+        self.early_momentum = early_momentum
+        self.optimizer = optimizer
+        self.learning_rate_decay = learning_rate_decay
+        self.init = init
+        self.dtype = dtype
+        self.random_state = random_state
+        self.verbose = verbose
+        self.callbacks = callbacks
+        self.callbacks_every = callbacks_every
+        self.n_jobs = n_jobs
+        self.device = device
+        self.metric = metric
+        self.metric_params = metric_params

@@ -50,7 +50,7 @@ from ..models.probdr_wishart import (
     laplacian_wishart_model,
 )
 from ..models.wishart_pca import coupling_gamma, default_dofs, whitening, wishart_pca_model
-from .base import DREstimator, set_init_params
+from .base import DREstimator
 from .inference import PosteriorInference
 from .out_of_sample import GraphRowMixin, LinearMapMixin
 from .params import StrOptions
@@ -153,7 +153,23 @@ class WishartPCA(LinearMapMixin, PosteriorInference, DREstimator):
                  inference_params: dict | None = None, z_prior=None,
                  coupling_weight: float = 1.0, callbacks=None,
                  callbacks_every: int = 50, n_jobs=None, device="auto"):
-        set_init_params(self, locals())
+        self.n_components = n_components
+        self.nu_x = nu_x
+        self.nu_z = nu_z
+        self.random_state = random_state
+        self.solver = solver
+        self.optimizer = optimizer
+        self.n_iter = n_iter
+        self.learning_rate = learning_rate
+        self.center = center
+        self.inference = inference
+        self.inference_params = inference_params
+        self.z_prior = z_prior
+        self.coupling_weight = coupling_weight
+        self.callbacks = callbacks
+        self.callbacks_every = callbacks_every
+        self.n_jobs = n_jobs
+        self.device = device
 
     def _check_params(self, n: int, p: int) -> None:
         default_dofs(n, p, self.n_components, self.nu_x, self.nu_z)
@@ -283,7 +299,24 @@ class WishartEigenmaps(_LaplacianEstimator):
                  inference_params: dict | None = None, z_prior=None,
                  coupling_weight: float = 1.0, callbacks=None,
                  callbacks_every: int = 50, n_jobs=None, device="auto", metric="euclidean", metric_params=None):
-        set_init_params(self, locals())
+        self.n_components = n_components
+        self.n_neighbors = n_neighbors
+        self.random_state = random_state
+        self.beta = beta
+        self.ridge = ridge
+        self.solver = solver
+        self.n_iter = n_iter
+        self.neighbors = neighbors
+        self.inference = inference
+        self.inference_params = inference_params
+        self.z_prior = z_prior
+        self.coupling_weight = coupling_weight
+        self.callbacks = callbacks
+        self.callbacks_every = callbacks_every
+        self.n_jobs = n_jobs
+        self.device = device
+        self.metric = metric
+        self.metric_params = metric_params
 
     def _check_params(self, n: int, p: int) -> None:
         self._check_neighbors(n, p)
@@ -408,7 +441,28 @@ class LaplacianWishart(_LaplacianEstimator):
                  inference_params: dict | None = None, z_prior=None,
                  coupling_weight: float = 1.0, callbacks=None,
                  callbacks_every: int = 50, n_jobs=None, device="auto", metric="euclidean", metric_params=None):
-        set_init_params(self, locals())
+        self.n_components = n_components
+        self.n_neighbors = n_neighbors
+        self.random_state = random_state
+        self.n_neg = n_neg
+        self.eps_tilde = eps_tilde
+        self.nu = nu
+        self.model = model
+        self.init = init
+        self.n_iter = n_iter
+        self.learning_rate = learning_rate
+        self.max_n = max_n
+        self.neighbors = neighbors
+        self.inference = inference
+        self.inference_params = inference_params
+        self.z_prior = z_prior
+        self.coupling_weight = coupling_weight
+        self.callbacks = callbacks
+        self.callbacks_every = callbacks_every
+        self.n_jobs = n_jobs
+        self.device = device
+        self.metric = metric
+        self.metric_params = metric_params
 
     def _eps(self, n: int) -> float:
         return probdr_epsilon(n, self.n_neg, self.n_neighbors) if self.eps_tilde is None \
