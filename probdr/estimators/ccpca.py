@@ -52,6 +52,7 @@ from ..laws.components import (
 )
 from .base import DREstimator
 from .out_of_sample import averaged_rows
+from .params import Num, StrOptions
 
 __all__ = ["ccPCA"]
 
@@ -105,6 +106,8 @@ class ccPCA(DREstimator):
     """
 
     _components_at_most_features = True
+    _constraint_overrides = {"prior_x": [StrOptions({"B", "D", "E", "b", "d", "e"})],
+                             "perplexity": [Num(1)]}
 
     def __init__(self, n_components: int = 2, prior_x: str = "D", perplexity: float = 30.0,
                  n_samples: int = 100, random_state: int | None = None, *,
@@ -119,21 +122,14 @@ class ccPCA(DREstimator):
         self.n_jobs = n_jobs
         self.device = device
 
-    def _check_params(self, n: int, p: int) -> None:
+    def _check_params_vs_input(self, n: int, p: int) -> None:
         from ..input.distances import check_metric
 
         check_metric(self.metric, self.metric_params, n_features=p)
-        if str(self.prior_x).upper() not in ("B", "D", "E"):
-            raise ValueError(f"prior_x must be 'B', 'D' or 'E', got {self.prior_x!r}.")
-        if not (isinstance(self.perplexity, (int, float, np.integer, np.floating))
-                and not isinstance(self.perplexity, bool) and self.perplexity >= 1):
-            raise ValueError(f"perplexity must be a number >= 1, got {self.perplexity!r}.")
         if self.perplexity >= n - 1:
             raise ValueError(
                 f"perplexity={self.perplexity} is too large for n={n} samples: it must be "
                 f"smaller than n - 1 = {n - 1} (use a smaller perplexity or more data).")
-        if not (isinstance(self.n_samples, (int, np.integer)) and self.n_samples >= 1):
-            raise ValueError(f"n_samples must be a positive integer, got {self.n_samples!r}.")
 
     def _after_fit(self) -> None:
         # a new node joining training node j's component C in draw l has the CC mean

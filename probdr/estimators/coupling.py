@@ -21,7 +21,7 @@ from .._utils import generator
 from ..infer import Phase, run_map
 from ..init import INITS
 from ..input.graph import AFFINITIES, _prior_kind, build_input_graph
-from ..kernels import get_kernel
+from ..kernels import Kernel, get_kernel
 from ..laws.edge_priors import check_support
 from ..laws.graph import GraphLaw, GraphPrior, check_coupling, get_prior
 from ..laws.weights import KernelWeights, sparse_to
@@ -29,7 +29,7 @@ from ..models.coupling import graph_coupling_model
 from .base import DREstimator
 from .inputs import ContinueMixin, InputKindsMixin
 from .out_of_sample import NewPointsMixin, attraction_mass, auto_coupling_weight
-from .params import POSITIVE, StrOptions
+from .params import POSITIVE, InvalidParameterError, StrOptions
 
 __all__ = ["GraphCoupling", "auto_coupling_weight"]
 
@@ -173,8 +173,14 @@ class GraphCoupling(InputKindsMixin, ContinueMixin, NewPointsMixin, DREstimator)
     """
 
     _defaults_kernel: dict[str, Any] = {}
-    _constraint_overrides = {"learning_rate": [POSITIVE, StrOptions({"auto"})],
-                             "coupling_weight": [POSITIVE, StrOptions({"auto"})]}
+    _constraint_overrides = {
+        "learning_rate": [POSITIVE, StrOptions({"auto"})],
+        "coupling_weight": [POSITIVE, StrOptions({"auto"})],
+        "repulsion": [StrOptions(set(REPULSIONS))],
+        "optimizer": [StrOptions({"gains", "sgd", "adam"})],
+        "init": [StrOptions(set(INITS)), "array-like"],
+        "kernel_z": [StrOptions({"gaussian", "student", "cauchy", "t", "umap", "umap_odds"}),
+                     Kernel]}
     _keeps_training_data = True
     _accepts_sparse = True
     _uses_labels = True
@@ -284,9 +290,7 @@ class GraphCoupling(InputKindsMixin, ContinueMixin, NewPointsMixin, DREstimator)
             return None
         if zp is None:
             zp = DEFAULT_Z_PRIOR_SCALE
-        if isinstance(zp, (int, float)):
-            if zp <= 0:
-                raise ValueError(f"z_prior scale must be positive, got {zp}.")
+        if isinstance(zp, (int, float)):  # positive: the table
             return dist.Normal(torch.zeros((), dtype=dtype), torch.tensor(float(zp), dtype=dtype)
                                ).expand([n, self.n_components]).to_event(2)
         return zp
@@ -334,43 +338,42 @@ class GraphCoupling(InputKindsMixin, ContinueMixin, NewPointsMixin, DREstimator)
                     f"n_neighbors={self.n_neighbors} is too large for n={n} samples (at most "
                     f"{limit}).")
 
-    def _check_params(self, n: int, p: int) -> None:
+    def _check_params_together(self) -> None:
+        super()._check_params_together()
+        if self.repulsion == "negative_sampling" and _prior_kind(self._latent_prior()) != "B":
+            raise InvalidParameterError(
+                "repulsion='negative_sampling' is implemented for the B latent prior (UMAP, "
+                "LargeVis); use repulsion='exact' with D or E.")
+        n_iter = getattr(self, "n_iter", None)  # UMAP counts epochs (n_epochs, epoch_steps)
+        if n_iter is not None and self.early_exaggeration_iter > n_iter:
+            raise InvalidParameterError(f"early_exaggeration_iter={self.early_exaggeration_iter} "
+                                        f"exceeds n_iter={n_iter}.")
+        try:
+            self._make_kernel()
+        except (TypeError, ValueError) as err:  # kernel_params, UMAP's min_dist and spread
+            raise InvalidParameterError(f"the latent kernel of {type(self).__name__}: {err}") \
+                from err
+        if self.inference != "map":
+            from ..infer.posterior import check_inference_options
+
+            try:
+                check_inference_options(self.inference, **(self.inference_params or {}))
+            except (TypeError, ValueError) as err:
+                raise InvalidParameterError(f"The 'inference_params' parameter of "
+                                            f"{type(self).__name__}: {err}") from err
+
+    def _check_params_vs_input(self, n: int, p: int) -> None:
         self._check_input_side(n)
         self._check_input_kind(n, p)
-        kz = _prior_kind(self._latent_prior())
-        if self.repulsion not in REPULSIONS:
-            raise ValueError(f"repulsion must be one of {REPULSIONS}, got {self.repulsion!r}.")
-        if self.repulsion == "negative_sampling" and kz != "B":
-            raise ValueError("repulsion='negative_sampling' is implemented for the B latent prior "
-                             "(UMAP, LargeVis); use repulsion='exact' with D or E.")
-        if self.inference not in ("map", "svi", "mcmc"):
-            raise ValueError(f"inference must be 'map', 'svi' or 'mcmc', got {self.inference!r}.")
-        # types and ranges of the parameters: the shared table (params.py), checked in fit
-        if self.observe not in ("mean", "sample"):
-            raise ValueError(f"observe must be 'mean' or 'sample', got {self.observe!r}.")
-        n_iter = self._n_iter(n)
-        if not (isinstance(n_iter, (int, np.integer)) and n_iter >= 1):
-            raise ValueError(f"n_iter must be a positive integer, got {n_iter!r}.")
-        if self.early_exaggeration_iter > n_iter:
-            raise ValueError(f"early_exaggeration_iter={self.early_exaggeration_iter} exceeds "
-                             f"n_iter={n_iter}.")
-        if isinstance(self.init, str) and self.init not in INITS:
-            raise ValueError(f"init must be one of {INITS} or an (n, q) array, got {self.init!r}.")
-        if self.neighbors not in ("auto", "exact", "approximate", "pynndescent"):
-            raise ValueError("neighbors must be 'auto', 'exact', 'approximate' or 'pynndescent', got "
-                             f"{self.neighbors!r}.")
-        if self.optimizer not in ("gains", "sgd", "adam"):
-            raise ValueError(f"optimizer must be 'gains', 'sgd' or 'adam', got {self.optimizer!r}.")
-        self._make_kernel()  # raises on a bad kernel name
         from ..laws.edge_priors import check_edge_prior
 
         check_edge_prior(self.edge_prior, n, "edge_prior")
         check_edge_prior(self.latent_edge_prior, n, "latent_edge_prior")
-        if self.inference != "map":  # fail before the MAP fit, not after it
-            from ..infer.posterior import check_inference
+        if self.inference == "mcmc":  # fail before the MAP fit, not after it
+            from ..infer.posterior import check_mcmc_setup
 
-            check_inference(self.inference, n, self.n_components,
-                            repulsion=self._repulsion(n), **(self.inference_params or {}))
+            check_mcmc_setup(n, self.n_components, repulsion=self._repulsion(n),
+                             max_params=(self.inference_params or {}).get("max_params"))
 
     def _phases(self, n: int) -> tuple[list[Phase], float, float | None]:
         """Optimisation schedule, loss scale and gradient clip (umap-learn's per-pair clip at 4

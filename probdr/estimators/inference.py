@@ -31,8 +31,8 @@ import math
 
 import torch
 
-from ..infer.posterior import check_inference, fit_posterior
-from .params import POSITIVE
+from ..infer.posterior import check_inference_options, check_mcmc_setup, fit_posterior
+from .params import InvalidParameterError
 
 __all__ = ["PosteriorInference", "DEFAULT_Z_PRIOR_RMS_FACTOR", "isotropic_gaussian"]
 
@@ -84,22 +84,30 @@ class PosteriorInference:
         distribution).
     """
 
-    def _check_inference(self, n: int, q: int) -> None:
-        """Validate the posterior settings (before any heavy work)."""
-        zp = self.z_prior  # inference and coupling_weight: the parameter table
+    def _check_params_together(self) -> None:
+        """The options of the posterior inference (``inference_params``), which need no data
+        (the types of ``inference``, ``inference_params``, ``z_prior`` and ``coupling_weight``:
+        the parameter table)."""
+        super()._check_params_together()
+        if self.inference != "map":
+            try:
+                check_inference_options(self.inference, **(self.inference_params or {}))
+            except (TypeError, ValueError) as err:
+                raise InvalidParameterError(f"The 'inference_params' parameter of "
+                                            f"{type(self).__name__}: {err}") from err
+
+    def _check_inference(self, n: int, q: int, repulsion: str = "exact") -> None:
+        """The posterior settings against the data (before any heavy work): a ``z_prior``
+        distribution over (n, q); NUTS's size limit and exact ``repulsion``."""
+        zp = self.z_prior
         if isinstance(zp, torch.distributions.Distribution):
             if tuple(zp.batch_shape) != () or tuple(zp.event_shape) != (n, q):
                 raise ValueError(f"z_prior must be a distribution of event shape ({n}, {q}) and "
                                  f"no batch shape, got event shape {tuple(zp.event_shape)}, "
                                  f"batch shape {tuple(zp.batch_shape)}.")
-        elif zp is not None and not POSITIVE.is_satisfied_by(zp):
-            raise ValueError(f"z_prior must be None, a positive scale (isotropic Gaussian) or a "
-                             f"distribution over (n, q), got {zp!r}.")
-        params = self.inference_params
-        if params is not None and not isinstance(params, dict):
-            raise ValueError(f"inference_params must be a dict or None, got {params!r}.")
-        if self.inference != "map":
-            check_inference(self.inference, n, q, **(params or {}))
+        if self.inference == "mcmc":
+            check_mcmc_setup(n, q, repulsion=repulsion,
+                             max_params=(self.inference_params or {}).get("max_params"))
 
     def _map_prior(self, n: int, q: int):
         """The prior of the MAP fit: the user's ``z_prior`` (a number: isotropic Gaussian of

@@ -20,8 +20,6 @@ from __future__ import annotations
 
 import math
 
-import numpy as np
-
 from ..kernels import find_ab_params, get_kernel
 from .coupling import GraphCoupling
 
@@ -283,14 +281,3 @@ class UMAP(_SGDPreset):
         self.epoch_steps_ = (min(4, math.ceil(math.sqrt(n / 20_000))) if self.epoch_steps == "auto"
                              else int(self.epoch_steps))
         return self.epoch_steps_
-
-    def _check_params(self, n, p):
-        if self.n_epochs is not None and not (isinstance(self.n_epochs, (int, np.integer))
-                                               and self.n_epochs > 0):
-            raise ValueError(f"n_epochs must be a positive integer or None, got {self.n_epochs!r}.")
-        if self.epoch_steps != "auto" and not (isinstance(self.epoch_steps, (int, np.integer))
-                                               and not isinstance(self.epoch_steps, bool)
-                                               and self.epoch_steps > 0):
-            raise ValueError("epoch_steps must be 'auto' or a positive integer, got "
-                             f"{self.epoch_steps!r}.")
-        super()._check_params(n, p)

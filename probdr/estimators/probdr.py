@@ -26,7 +26,7 @@ from ..laws.wishart import probdr_epsilon, theorem2_solution
 from ..models.probdr_general import KERNELS, closed_form, probdr_general_model
 from .base import DREstimator
 from .out_of_sample import GraphRowMixin, LinearMapMixin, transform_only_if
-from .params import Int, StrOptions
+from .params import Int, InvalidParameterError, StrOptions
 from .wishart import _principal_axes as _rotate_to_axes
 
 __all__ = ["ProbDR"]
@@ -168,8 +168,7 @@ class ProbDR(GraphRowMixin, DREstimator):
         "kernel": [StrOptions(set(KERNELS)), callable],
         "solver": [StrOptions({"map", "closed_form"})],
         "optimizer": [StrOptions({"auto", "lbfgs", "adam"})],
-        "init": [StrOptions({"pca", "eigen", "random"}), "array-like"],
-        "neighbors": [StrOptions({"auto", "exact", "approximate", "pynndescent"})]}
+        "init": [StrOptions({"pca", "eigen", "random"}), "array-like"]}
 
     def __init__(self, n_components: int = 2, covariance="laplacian",
                  random_state: int | None = None, *, alpha: float = 0.5, kernel="student",
@@ -210,7 +209,27 @@ class ProbDR(GraphRowMixin, DREstimator):
             return float(self.gamma)
         return 0.5 / probdr_epsilon(n, self.n_neg, self.n_neighbors)
 
-    def _check_params(self, n: int, p: int) -> None:
+    def _check_params_together(self) -> None:
+        super()._check_params_together()
+        cov = self.covariance
+        if not isinstance(cov, str):
+            S = np.asarray(cov)
+            if S.dtype.kind not in "biuf" or S.ndim != 2:
+                raise InvalidParameterError(
+                    f"covariance must be 'laplacian', 'sample' or a real (n, n) array, got "
+                    f"{type(cov).__name__} of shape {getattr(S, 'shape', None)}.")
+            S = S.astype(np.float64)
+            if not np.isfinite(S).all():
+                raise InvalidParameterError("covariance contains non-finite values.")
+            if S.shape[0] != S.shape[1] or not np.allclose(
+                    S, S.T, rtol=1e-10, atol=1e-12 * max(np.abs(S).max(initial=0), 1e-300)):
+                raise InvalidParameterError("covariance must be a symmetric matrix.")
+        if self.solver == "closed_form" and self.alpha != 0:
+            raise InvalidParameterError(
+                f"solver='closed_form' needs alpha=0 (the kernel term has no closed form), got "
+                f"alpha={self.alpha!r}.")
+
+    def _check_params_vs_input(self, n: int, p: int) -> None:
         from ..input.distances import check_metric
 
         check_metric(self.metric, self.metric_params, n_features=p)
@@ -223,33 +242,19 @@ class ProbDR(GraphRowMixin, DREstimator):
         if q > n - 1:
             raise ValueError(f"n_components={q} must be at most n - 1 = {n - 1} (the centred "
                              "embedding has rank <= n - 1).")
-        cov = self.covariance
-        if not isinstance(cov, str):
-            S = np.asarray(cov)
-            if S.dtype.kind not in "biuf" or S.shape != (n, n):
-                raise ValueError(f"covariance must be 'laplacian', 'sample' or a real array of "
-                                 f"shape ({n}, {n}), got {type(cov).__name__} of shape "
-                                 f"{getattr(S, 'shape', None)}.")
-            S = S.astype(np.float64)
-            if not np.isfinite(S).all():
-                raise ValueError("covariance contains non-finite values.")
-            if not np.allclose(S, S.T, rtol=1e-10, atol=1e-12 * max(np.abs(S).max(), 1e-300)):
-                raise ValueError("covariance must be a symmetric matrix.")
-        if isinstance(cov, str) and cov == "laplacian":
-            if self.n_neighbors > n - 1:
-                raise ValueError(f"n_neighbors={self.n_neighbors} is too large for n={n} "
-                                 f"samples: the kNN graph needs n_neighbors <= n - 1 = {n - 1}.")
+        cov = self.covariance  # a real symmetric array: _check_params_together
+        if not isinstance(cov, str) and np.shape(cov) != (n, n):
+            raise ValueError(f"covariance must be 'laplacian', 'sample' or a real array of shape "
+                             f"({n}, {n}), got shape {np.shape(cov)}.")
+        if isinstance(cov, str) and cov == "laplacian" and self.n_neighbors > n - 1:
+            raise ValueError(f"n_neighbors={self.n_neighbors} is too large for n={n} samples: "
+                             f"the kNN graph needs n_neighbors <= n - 1 = {n - 1}.")
         if self.nu is not None and not self.nu > n - 1:
             raise ValueError(f"nu must be a finite number > n - 1 = {n - 1} (inverse Wishart "
                              f"degrees of freedom) or None, got {self.nu!r}.")
-        if self.solver == "closed_form" and self.alpha != 0:
-            raise ValueError(f"solver='closed_form' needs alpha=0 (the kernel term has no closed "
-                             f"form), got alpha={self.alpha!r}.")
-        if not isinstance(self.init, str):
-            Z0 = np.asarray(self.init)
-            if Z0.dtype.kind not in "biuf" or Z0.shape != (n, q) or not np.isfinite(Z0).all():
-                raise ValueError(f"init must be 'pca', 'eigen', 'random' or a finite array of "
-                                 f"shape ({n}, {q}), got {self.init!r:.60}.")
+        if not isinstance(self.init, str) and np.shape(self.init) != (n, q):
+            raise ValueError(f"init must be 'pca', 'eigen', 'random' or a finite array of shape "
+                             f"({n}, {q}), got shape {np.shape(self.init)}.")
 
     # -- new points -----------------------------------------------------------------------------
     def _after_fit(self) -> None:
@@ -285,7 +290,7 @@ class ProbDR(GraphRowMixin, DREstimator):
             ridge = self.ridge
             if ridge is None:
                 ridge = L.default_ridge(self.n_graph_components_, warn_for=self.n_neighbors,
-                                        stacklevel=4)
+                                        stacklevel=5)  # the user's fit
             self.ridge_ = float(ridge)
             return c * (L.dense() + self.ridge_ * torch.eye(n, dtype=torch.float64)), None
         if isinstance(cov, str):  # sample covariance, dual PPCA

@@ -5,13 +5,13 @@ Courty, NeurIPS 2023)."""
 
 from __future__ import annotations
 
-import numpy as np
 import torch
 
 from ..input.graph import sea_input_graph
 from ..laws.doubly_stochastic import DoublyStochasticPrior
 from ..laws.graph import GraphLaw, GraphPrior
 from .coupling import GraphCoupling
+from .params import Num, StrOptions
 
 __all__ = ["SNEkhorn", "TSNEkhorn"]
 
@@ -86,6 +86,8 @@ class SNEkhorn(GraphCoupling):
     target_weight = 0.0
     _accepts_sparse = False
     _uses_labels = False
+    _constraint_overrides = {"kernel_z": [StrOptions({"gaussian", "student"})],
+                             "perplexity": [Num(1, None, closed="neither")]}
 
     def __init__(self, perplexity: float = 30.0, n_components: int = 2, *,
                  kernel_z: str = "gaussian", sea_tol: float = 1e-5, sinkhorn_tol: float = 1e-5,
@@ -121,20 +123,12 @@ class SNEkhorn(GraphCoupling):
         self.metric_params = metric_params
 
     # SEA has the entropic affinities' perplexity constraints plus the self-loop exclusion
-    # (perplexity <= n - 2); the latent prior is the doubly stochastic one
+    # (perplexity <= n - 2; perplexity > 1, kernel_z, the tolerances: the table); the latent
+    # prior is the doubly stochastic one
     def _check_input_side(self, n: int) -> None:
-        if self.kernel_z not in ("gaussian", "student"):
-            raise ValueError(f"kernel_z must be 'gaussian' or 'student', got {self.kernel_z!r}.")
-        if not (isinstance(self.perplexity, (int, float, np.integer, np.floating))
-                and 1 < self.perplexity <= n - 2):
+        if self.perplexity > n - 2:
             raise ValueError(f"perplexity must lie in (1, n - 2] = (1, {n - 2}] for SEA without "
                              f"self-loops (n={n}), got {self.perplexity!r}.")
-        if not (self.sinkhorn_tol > 0 and self.sea_tol > 0):
-            raise ValueError("sinkhorn_tol and sea_tol must be positive.")
-        if not (isinstance(self.sinkhorn_max_iter, (int, np.integer))
-                and self.sinkhorn_max_iter >= 1):
-            raise ValueError(f"sinkhorn_max_iter must be a positive integer, got "
-                             f"{self.sinkhorn_max_iter!r}.")
 
     def _latent_prior(self) -> GraphPrior:
         prior = getattr(self, "latent_prior_", None)

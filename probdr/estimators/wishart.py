@@ -53,7 +53,7 @@ from ..models.wishart_pca import coupling_gamma, default_dofs, whitening, wishar
 from .base import DREstimator
 from .inference import PosteriorInference
 from .out_of_sample import GraphRowMixin, LinearMapMixin
-from .params import StrOptions
+from .params import InvalidParameterError, StrOptions
 
 __all__ = ["WishartPCA", "WishartEigenmaps", "LaplacianWishart"]
 
@@ -74,6 +74,13 @@ def _principal_axes(Z: torch.Tensor) -> torch.Tensor:
 # Theorem 2
 # ------------------------------------------------------------------------------------------------
 SOLVERS = StrOptions({"map", "closed_form"})
+
+
+def _check_closed_form_prior(est) -> None:
+    """The closed form is the flat-prior MAP: a ``z_prior`` needs ``solver="map"``."""
+    if est.solver == "closed_form" and est.z_prior is not None:
+        raise InvalidParameterError("z_prior needs solver='map': the closed form is the "
+                                    "flat-prior MAP.")
 
 
 class WishartPCA(LinearMapMixin, PosteriorInference, DREstimator):
@@ -171,11 +178,13 @@ class WishartPCA(LinearMapMixin, PosteriorInference, DREstimator):
         self.n_jobs = n_jobs
         self.device = device
 
-    def _check_params(self, n: int, p: int) -> None:
+    def _check_params_together(self) -> None:
+        super()._check_params_together()
+        _check_closed_form_prior(self)
+
+    def _check_params_vs_input(self, n: int, p: int) -> None:
         default_dofs(n, p, self.n_components, self.nu_x, self.nu_z)
         self._check_inference(n, self.n_components)
-        if self.solver == "closed_form" and self.z_prior is not None:
-            raise ValueError("z_prior needs solver='map': the closed form is the flat-prior MAP.")
 
     def _fit(self, X: torch.Tensor) -> torch.Tensor:
         n, p = X.shape
@@ -318,16 +327,16 @@ class WishartEigenmaps(_LaplacianEstimator):
         self.metric = metric
         self.metric_params = metric_params
 
-    def _check_params(self, n: int, p: int) -> None:
+    def _check_params_together(self) -> None:
+        super()._check_params_together()
+        _check_closed_form_prior(self)
+
+    def _check_params_vs_input(self, n: int, p: int) -> None:
         self._check_neighbors(n, p)
-        if self.ridge is not None and not self.ridge >= 0:
-            raise ValueError(f"ridge must be >= 0 or None, got {self.ridge!r}.")
         if self.n_components > n - 2:
             raise ValueError(f"n_components={self.n_components} needs at least "
                              f"{self.n_components + 2} samples, got {n}.")
         self._check_inference(n, self.n_components)
-        if self.solver == "closed_form" and self.z_prior is not None:
-            raise ValueError("z_prior needs solver='map': the closed form is the flat-prior MAP.")
 
     def _column_eigenvalues(self) -> np.ndarray:
         # the MAP's columns are eigenvectors 2..q+1 of the Laplacian (principal axes)
@@ -340,7 +349,7 @@ class WishartEigenmaps(_LaplacianEstimator):
         ridge = self.ridge
         if ridge is None:
             ridge = L.default_ridge(self.n_graph_components_, warn_for=self.n_neighbors,
-                                    stacklevel=3)
+                                    stacklevel=4)  # the user's fit (past _fit_context)
         self.ridge_ = ridge
         Zcf, w = eigenmaps_solution(L, q, self.beta, ridge)
         self.eigenvalues_ = w.cpu().numpy()
@@ -468,15 +477,13 @@ class LaplacianWishart(_LaplacianEstimator):
         return probdr_epsilon(n, self.n_neg, self.n_neighbors) if self.eps_tilde is None \
             else float(self.eps_tilde)
 
-    def _check_params(self, n: int, p: int) -> None:
+    def _check_params_vs_input(self, n: int, p: int) -> None:
         self._check_neighbors(n, p)
         if n > self.max_n:
             raise ValueError(
                 f"LaplacianWishart works with dense n x n matrices (O(n^3) per step); n={n} "
                 f"exceeds max_n={self.max_n}. Subsample, or raise max_n if you have the memory.")
-        eps = self._eps(n)
-        if not eps > 0:
-            raise ValueError(f"eps_tilde must be positive, got {eps!r}.")
+        eps = self._eps(n)  # positive (the table: eps_tilde, n_neg, n_neighbors)
         if self.model == "bernoulli" and eps >= 1:
             raise ValueError(
                 f"model='bernoulli' needs eps_tilde < 1 (edge probabilities eps_tilde/(1+d^2)); "
