@@ -27,14 +27,13 @@ from ..laws.graph import GraphLaw, GraphPrior, check_coupling, get_prior
 from ..laws.weights import KernelWeights, sparse_to
 from ..models.coupling import graph_coupling_model
 from .base import DREstimator
+from .inference import PosteriorInference
 from .inputs import ContinueMixin, InputKindsMixin
 from .out_of_sample import NewPointsMixin, attraction_mass, auto_coupling_weight
 from .params import POSITIVE, InvalidParameterError, StrOptions
 
 __all__ = ["GraphCoupling", "auto_coupling_weight"]
 
-#: scale of the isotropic Gaussian prior on Z used when a posterior is asked for
-DEFAULT_Z_PRIOR_SCALE = 10.0
 REPULSIONS = ("auto", "exact", "fft", "sampled", "negative_sampling")
 #: with repulsion="auto", the exact O(n^2) normaliser is used up to this many points
 EXACT_REPULSION_MAX_N = 4000
@@ -44,7 +43,8 @@ FFT_REPULSION_MIN_N = 1000
 SAMPLED_LR_SHRINK = 16.0
 
 
-class GraphCoupling(InputKindsMixin, ContinueMixin, NewPointsMixin, DREstimator):
+class GraphCoupling(InputKindsMixin, ContinueMixin, NewPointsMixin, PosteriorInference,
+                    DREstimator):
     r"""Probabilistic graph coupling (Van Assel et al., 2022) fitted by MAP.
 
     Parameters
@@ -111,13 +111,18 @@ class GraphCoupling(InputKindsMixin, ContinueMixin, NewPointsMixin, DREstimator)
         100,000 points (brute force, then a pruned cell search), the torch approximate search beyond.
     inference : {"map", "svi", "mcmc"}
         MAP (the classical methods), or a posterior over Z by SVI or NUTS, started from the MAP
-        embedding (see :mod:`probdr.infer.posterior`).
+        embedding (see :mod:`probdr.infer.posterior`), as in the Wishart estimators
+        (:class:`~probdr.estimators.inference.PosteriorInference`).
     inference_params : dict, optional
         Options of the posterior inference (guide, steps, draws, chains, ...).
     z_prior : None, float or distribution
-        Prior on Z. ``None``: flat (improper) for MAP, isotropic Gaussian of scale
-        ``DEFAULT_Z_PRIOR_SCALE`` for SVI/MCMC; a float: isotropic Gaussian of that scale; or a
-        Pyro distribution with event shape (n, q).
+        Prior on Z, by the rule of every probdr posterior
+        (:class:`~probdr.estimators.inference.PosteriorInference`). ``None``: flat (improper)
+        in the MAP fit, also when a posterior follows; the posterior then takes the isotropic
+        Gaussian of scale ``DEFAULT_Z_PRIOR_RMS_FACTOR`` (10) times the RMS of the MAP
+        embedding (:func:`~probdr.estimators.inference.default_z_prior_scale`), stored as
+        ``z_prior_scale_``. A float: isotropic Gaussian of that scale, in the MAP fit and the
+        posterior. Or a Pyro distribution with event shape (n, q), likewise.
     coupling_weight : float or "auto"
         Weight of the coupling likelihood (an inverse temperature): the posterior's spread
         depends on it; MAP does not, up to the Z prior. ``"auto"`` (default): 1 for MAP; for
@@ -168,8 +173,14 @@ class GraphCoupling(InputKindsMixin, ContinueMixin, NewPointsMixin, DREstimator)
         Optimised objective (exaggerated; stochastic under negative sampling) at the steps
         ``loss_steps_`` (from 1): all below 100,000 points, every 50th above (``probdr.config``).
     kernel_ : Kernel
-    posterior_samples_ : ndarray (draws, n, q)
-        Posterior draws of Z (``inference="svi"`` or ``"mcmc"`` only).
+    model_kwargs_ : dict
+        The arguments of :func:`~probdr.models.coupling.graph_coupling_model` in the fit; after
+        a posterior fit, with the posterior's prior on Z as ``z_prior``.
+    posterior_, posterior_samples_, map_embedding_, z_prior_scale_
+        With ``inference="svi"`` or ``"mcmc"``: the posterior (draws of Z aligned to the MAP,
+        whose mean is ``embedding_``), its draws, the MAP embedding it starts from, and the
+        scale of its isotropic Gaussian prior (``None`` for a given distribution); see
+        :class:`~probdr.estimators.inference.PosteriorInference`.
     """
 
     _defaults_kernel: dict[str, Any] = {}
@@ -281,20 +292,6 @@ class GraphCoupling(InputKindsMixin, ContinueMixin, NewPointsMixin, DREstimator)
     def _latent_prior(self) -> GraphPrior:
         return get_prior(self.prior_z, self.latent_edge_prior)
 
-    def _resolve_z_prior(self, n: int, dtype):
-        """The prior on Z: flat for MAP unless given; isotropic Gaussian for SVI/MCMC."""
-        import pyro.distributions as dist
-
-        zp = self.z_prior
-        if zp is None and self.inference == "map":
-            return None
-        if zp is None:
-            zp = DEFAULT_Z_PRIOR_SCALE
-        if isinstance(zp, (int, float)):  # positive: the table
-            return dist.Normal(torch.zeros((), dtype=dtype), torch.tensor(float(zp), dtype=dtype)
-                               ).expand([n, self.n_components]).to_event(2)
-        return zp
-
     def _make_kernel(self):
         params = dict(self._defaults_kernel)
         params.update(self.kernel_params or {})
@@ -353,14 +350,6 @@ class GraphCoupling(InputKindsMixin, ContinueMixin, NewPointsMixin, DREstimator)
         except (TypeError, ValueError) as err:  # kernel_params, UMAP's min_dist and spread
             raise InvalidParameterError(f"the latent kernel of {type(self).__name__}: {err}") \
                 from err
-        if self.inference != "map":
-            from ..infer.posterior import check_inference_options
-
-            try:
-                check_inference_options(self.inference, **(self.inference_params or {}))
-            except (TypeError, ValueError) as err:
-                raise InvalidParameterError(f"The 'inference_params' parameter of "
-                                            f"{type(self).__name__}: {err}") from err
 
     def _check_params_vs_input(self, n: int, p: int) -> None:
         self._check_input_side(n)
@@ -369,11 +358,9 @@ class GraphCoupling(InputKindsMixin, ContinueMixin, NewPointsMixin, DREstimator)
 
         check_edge_prior(self.edge_prior, n, "edge_prior")
         check_edge_prior(self.latent_edge_prior, n, "latent_edge_prior")
-        if self.inference == "mcmc":  # fail before the MAP fit, not after it
-            from ..infer.posterior import check_mcmc_setup
-
-            check_mcmc_setup(n, self.n_components, repulsion=self._repulsion(n),
-                             max_params=(self.inference_params or {}).get("max_params"))
+        # a z_prior distribution over (n, q); NUTS: fail before the MAP fit, not after it
+        self._check_inference(n, self.n_components,
+                              self._repulsion(n) if self.inference == "mcmc" else "exact")
 
     def _phases(self, n: int) -> tuple[list[Phase], float, float | None]:
         """Optimisation schedule, loss scale and gradient clip (umap-learn's per-pair clip at 4
@@ -457,7 +444,8 @@ class GraphCoupling(InputKindsMixin, ContinueMixin, NewPointsMixin, DREstimator)
             W_X=W_X, prior_z=self._latent_prior(), kernel=self.kernel_,
             n_components=self.n_components, repulsion=self._repulsion(n),
             negative_samples=self.negative_samples, negative_weight=self.negative_weight,
-            z_prior=self._resolve_z_prior(n, dtype), coupling_weight=self.coupling_weight_,
+            z_prior=self._map_prior(n, self.n_components, dtype),
+            coupling_weight=self.coupling_weight_,
             pair_grad_clip=self.grad_clip, epoch_steps=self._epoch_steps(n))
         phases, scale, clip = self._phases(n)
         res = run_map(graph_coupling_model, self.model_kwargs_, Z0, phases,
@@ -470,13 +458,9 @@ class GraphCoupling(InputKindsMixin, ContinueMixin, NewPointsMixin, DREstimator)
         self._keep_map_state(res, phases)
         if self.inference == "map":
             return res.Z
-        from ..infer.posterior import fit_posterior
-
-        self.posterior_ = fit_posterior(
-            graph_coupling_model, self.model_kwargs_, res.Z, method=self.inference,
-            generator=gen, verbose=self.verbose, **(self.inference_params or {}))
-        self.posterior_samples_ = self.posterior_.samples
-        return torch.as_tensor(self.posterior_.mean)
+        # the posterior's prior, by the rule of PosteriorInference (from the MAP embedding)
+        self.model_kwargs_["z_prior"] = prior = self._posterior_z_prior(res.Z)
+        return self._posterior(graph_coupling_model, self.model_kwargs_, res.Z, gen, prior=prior)
 
     def _weight_now(self) -> float:
         """The resolved coupling weight (before a fit: the given one, or 1 for ``"auto"``)."""

@@ -10,7 +10,8 @@ MAP gives the classical methods; this module gives the posterior, e.g. for the g
     \mathbb P_{\mathcal P_Z}\big(W_Z = \mathbb E[W_X];\ \pi \odot K_Z\big)^{\beta},
 
 with a proper prior :math:`p(Z)` (the estimators use :math:`Z_{ia} \sim \mathcal N(0, s^2)`,
-:math:`s = 10` unless ``z_prior`` says otherwise) and the **temperature** :math:`1/\beta`, where
+:math:`s` ten times the RMS of the MAP embedding unless ``z_prior`` says otherwise:
+:class:`probdr.estimators.inference.PosteriorInference`) and the **temperature** :math:`1/\beta`, where
 :math:`\beta` is the estimator's ``coupling_weight`` (``poutine.scale`` on the likelihood).
 
 The temperature sets the spread
