@@ -116,13 +116,10 @@ class GraphCoupling(InputKindsMixin, ContinueMixin, NewPointsMixin, PosteriorInf
     inference_params : dict, optional
         Options of the posterior inference (guide, steps, draws, chains, ...).
     z_prior : None, float or distribution
-        Prior on Z, by the rule of every probdr posterior
-        (:class:`~probdr.estimators.inference.PosteriorInference`). ``None``: flat (improper)
-        in the MAP fit, also when a posterior follows; the posterior then takes the isotropic
-        Gaussian of scale ``DEFAULT_Z_PRIOR_RMS_FACTOR`` (10) times the RMS of the MAP
-        embedding (:func:`~probdr.estimators.inference.default_z_prior_scale`), stored as
-        ``z_prior_scale_``. A float: isotropic Gaussian of that scale, in the MAP fit and the
-        posterior. Or a Pyro distribution with event shape (n, q), likewise.
+        Prior on Z (:class:`~probdr.estimators.inference.PosteriorInference`'s rule). ``None``:
+        flat in the MAP fit, also when a posterior follows, whose prior is then the isotropic
+        Gaussian of scale 10 x the RMS of the MAP embedding (``z_prior_scale_``); a float:
+        isotropic Gaussian of that scale; or a Pyro distribution with event shape (n, q).
     coupling_weight : float or "auto"
         Weight of the coupling likelihood (an inverse temperature): the posterior's spread
         depends on it; MAP does not, up to the Z prior. ``"auto"`` (default): 1 for MAP; for
@@ -174,12 +171,9 @@ class GraphCoupling(InputKindsMixin, ContinueMixin, NewPointsMixin, PosteriorInf
         ``loss_steps_`` (from 1): all below 100,000 points, every 50th above (``probdr.config``).
     kernel_ : Kernel
     model_kwargs_ : dict
-        The arguments of :func:`~probdr.models.coupling.graph_coupling_model` in the fit; after
-        a posterior fit, with the posterior's prior on Z as ``z_prior``.
+        The model's arguments (after a posterior fit, ``z_prior`` is the posterior's prior).
     posterior_, posterior_samples_, map_embedding_, z_prior_scale_
-        With ``inference="svi"`` or ``"mcmc"``: the posterior (draws of Z aligned to the MAP,
-        whose mean is ``embedding_``), its draws, the MAP embedding it starts from, and the
-        scale of its isotropic Gaussian prior (``None`` for a given distribution); see
+        With ``inference="svi"`` or ``"mcmc"``: see
         :class:`~probdr.estimators.inference.PosteriorInference`.
     """
 
@@ -348,8 +342,7 @@ class GraphCoupling(InputKindsMixin, ContinueMixin, NewPointsMixin, PosteriorInf
         try:
             self._make_kernel()
         except (TypeError, ValueError) as err:  # kernel_params, UMAP's min_dist and spread
-            raise InvalidParameterError(f"the latent kernel of {type(self).__name__}: {err}") \
-                from err
+            raise InvalidParameterError(f"{type(self).__name__}'s latent kernel: {err}") from err
 
     def _check_params_vs_input(self, n: int, p: int) -> None:
         self._check_input_side(n)

@@ -101,8 +101,12 @@ class PosteriorInference:
     def _check_params_together(self) -> None:
         """The options of the posterior inference (``inference_params``), which need no data
         (the types of ``inference``, ``inference_params``, ``z_prior`` and ``coupling_weight``:
-        the parameter table)."""
+        the parameter table); a ``z_prior`` needs an iterative MAP (``solver="closed_form"``
+        is the flat-prior MAP)."""
         super()._check_params_together()
+        if getattr(self, "solver", "map") == "closed_form" and self.z_prior is not None:
+            raise InvalidParameterError("z_prior needs solver='map': the closed form is the "
+                                        "flat-prior MAP.")
         if self.inference != "map":
             try:
                 check_inference_options(self.inference, **(self.inference_params or {}))

@@ -53,7 +53,7 @@ from ..models.wishart_pca import coupling_gamma, default_dofs, whitening, wishar
 from .base import DREstimator
 from .inference import PosteriorInference
 from .out_of_sample import GraphRowMixin, LinearMapMixin
-from .params import InvalidParameterError, StrOptions
+from .params import StrOptions
 
 __all__ = ["WishartPCA", "WishartEigenmaps", "LaplacianWishart"]
 
@@ -74,13 +74,6 @@ def _principal_axes(Z: torch.Tensor) -> torch.Tensor:
 # Theorem 2
 # ------------------------------------------------------------------------------------------------
 SOLVERS = StrOptions({"map", "closed_form"})
-
-
-def _check_closed_form_prior(est) -> None:
-    """The closed form is the flat-prior MAP: a ``z_prior`` needs ``solver="map"``."""
-    if est.solver == "closed_form" and est.z_prior is not None:
-        raise InvalidParameterError("z_prior needs solver='map': the closed form is the "
-                                    "flat-prior MAP.")
 
 
 class WishartPCA(LinearMapMixin, PosteriorInference, DREstimator):
@@ -150,7 +143,6 @@ class WishartPCA(LinearMapMixin, PosteriorInference, DREstimator):
     """
 
     _components_at_most_features = True
-
     _constraint_overrides = {"solver": [SOLVERS], "optimizer": [StrOptions({"lbfgs", "adam"})]}
 
     def __init__(self, n_components: int = 2, nu_x: float | None = None,
@@ -177,10 +169,6 @@ class WishartPCA(LinearMapMixin, PosteriorInference, DREstimator):
         self.callbacks_every = callbacks_every
         self.n_jobs = n_jobs
         self.device = device
-
-    def _check_params_together(self) -> None:
-        super()._check_params_together()
-        _check_closed_form_prior(self)
 
     def _check_params_vs_input(self, n: int, p: int) -> None:
         default_dofs(n, p, self.n_components, self.nu_x, self.nu_z)
@@ -326,10 +314,6 @@ class WishartEigenmaps(_LaplacianEstimator):
         self.device = device
         self.metric = metric
         self.metric_params = metric_params
-
-    def _check_params_together(self) -> None:
-        super()._check_params_together()
-        _check_closed_form_prior(self)
 
     def _check_params_vs_input(self, n: int, p: int) -> None:
         self._check_neighbors(n, p)
