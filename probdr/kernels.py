@@ -51,6 +51,13 @@ class Kernel:
         posterior are (:func:`probdr.estimators.coupling_new_points.auto_coupling_weight`)."""
         return float("inf")
 
+    @property
+    def is_cauchy(self) -> bool:
+        r"""Whether this is the Cauchy kernel :math:`1/(1 + d^2)` (the Student kernel with one
+        degree of freedom, t-SNE's latent kernel), which the FFT normaliser and the fused
+        Cauchy paths compute in closed form. False here; :class:`StudentKernel` says when."""
+        return False
+
     def log_k(self, d2: torch.Tensor) -> torch.Tensor:  # pragma: no cover - abstract
         raise NotImplementedError
 
@@ -125,6 +132,11 @@ class StudentKernel(Kernel):
     @property
     def tail_index(self) -> float:
         return 0.5 * (self.dof + 1.0)
+
+    @property
+    def is_cauchy(self) -> bool:
+        """True for ``dof == 1``: :math:`1/(1 + d^2)`."""
+        return self.dof == 1.0
 
     def __init__(self, dof: float = 1.0):
         if not dof > 0:

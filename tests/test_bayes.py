@@ -383,6 +383,36 @@ def test_svi_is_repeatable(blobs):
     assert np.array_equal(a, b)
 
 
+def test_graph_coupling_and_wishart_resolve_the_default_prior_by_one_rule(blobs):
+    """One z-prior policy: the MAP fit keeps the flat prior (``z_prior=None``), and the posterior
+    takes the isotropic Gaussian of scale 10 x the RMS of the MAP embedding
+    (:func:`probdr.estimators.inference.default_z_prior_scale`), stored as ``z_prior_scale_``,
+    for the graph couplings as for the Wishart family; a number is the scale for both."""
+    from probdr.estimators.inference import DEFAULT_Z_PRIOR_RMS_FACTOR, default_z_prior_scale
+
+    X, _ = blobs
+    svi = dict(inference="svi", inference_params={"num_steps": 5, "num_samples": 4})
+    short = dict(n_iter=30, early_exaggeration_iter=10)
+    tsne = _tsne(**short, **svi).fit(X)
+    wpca = probdr.WishartPCA(random_state=0, **svi).fit(X)
+    for est in (tsne, wpca):
+        Z = est.map_embedding_
+        assert est.z_prior_scale_ == default_z_prior_scale(torch.as_tensor(Z))
+        rms = float(np.sqrt(np.mean(Z.astype(np.float64) ** 2)))
+        assert est.z_prior_scale_ == pytest.approx(DEFAULT_Z_PRIOR_RMS_FACTOR * rms, rel=1e-12)
+    prior = tsne.model_kwargs_["z_prior"]  # the posterior's prior, in the fit's dtype
+    scale = prior.base_dist.scale.unique()
+    assert scale.numel() == 1 and float(scale) == pytest.approx(tsne.z_prior_scale_, rel=1e-6)
+    assert prior.event_shape == (60, 2) and scale.dtype == torch.float32
+    # the MAP part of a posterior fit is the flat-prior MAP
+    flat = _tsne(**short, coupling_weight=tsne.coupling_weight_).fit(X)
+    np.testing.assert_array_equal(tsne.map_embedding_, flat.embedding_.astype(np.float32))
+    # a number is the prior's scale, for both
+    for est in (_tsne(z_prior=7.0, **short, **svi).fit(X),
+                probdr.WishartPCA(random_state=0, z_prior=7.0, **svi).fit(X)):
+        assert est.z_prior_scale_ == 7.0
+
+
 def test_temperature_is_the_likelihood_scale(svi_fit):
     """coupling_weight multiplies the log-likelihood: log p = log prior + beta * log lik."""
     kw = dict(svi_fit.model_kwargs_)

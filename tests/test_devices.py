@@ -65,11 +65,13 @@ def test_transform_runs_on_the_fit_device(name, device, X):
     assert isinstance(out, torch.Tensor) and out.device.type == device
 
 
-@pytest.mark.parametrize("bad", ["tpu", "gpu0", 3, 1.5])
-def test_unknown_device_fails_before_work(bad, X, monkeypatch):
+@pytest.mark.parametrize("bad, match", [
+    ("tpu", "device must be"), ("gpu0", "device must be"),  # a name: resolve_device
+    (3, "'device' parameter of TSNE must be"), (1.5, "'device' parameter")])  # the table
+def test_unknown_device_fails_before_work(bad, match, X, monkeypatch):
     est = probdr.TSNE(device=bad)
     monkeypatch.setattr(type(est), "_fit", lambda *a, **k: pytest.fail("fit started"))
-    with pytest.raises(ValueError, match="device must be"):
+    with pytest.raises(ValueError, match=match):
         est.fit(X)
 
 

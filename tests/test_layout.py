@@ -110,7 +110,10 @@ def test_no_import_cycle_and_no_lazy_getattr():
 #: lines of code a function may hold (its docstring not counted): one function, one job
 FUNCTION_BUDGET = 80
 #: functions allowed over the budget, each with the reason
-LONG_FUNCTIONS: dict[str, str] = {}
+LONG_FUNCTIONS: dict[str, str] = {
+    "probdr.estimators.coupling.__init__":
+        "an explicit constructor: one assignment per parameter (41 of them), nothing else",
+}
 #: imports of another module's private names allowed, each with the reason (at most 5)
 PRIVATE_IMPORTS: dict[str, str] = {}
 

@@ -188,7 +188,6 @@ def pair_reduce(Z: torch.Tensor, mode: str, kernel, log_pi: torch.Tensor | None 
     kernel its gradient is meant for an all-reduce, see :class:`_CauchyTotal`)."""
     if mode not in ("row", "total", "softplus"):
         raise ValueError(f"mode must be 'row', 'total' or 'softplus', got {mode!r}.")
-    if (mode == "total" and log_pi is None and getattr(kernel, "name", "") == "student"
-            and getattr(kernel, "dof", None) == 1.0):
+    if mode == "total" and log_pi is None and kernel.is_cauchy:
         return _CauchyTotal.apply(Z, rows)
     return _PairReduce.apply(Z, mode, kernel, log_pi, rows)

@@ -2,10 +2,12 @@
 
 :class:`DREstimator` is a real :class:`sklearn.base.BaseEstimator` (parameters from the
 ``__init__`` signature, ``clone``, nested ``set_params``, tags, ``check_is_fitted``), with
-``fit_transform``, ``get_feature_names_out`` and ``set_output`` from scikit-learn's mixins, input
-validation by :func:`sklearn.utils.validation.validate_data`, and a ``fit`` that touches no global
-state: it runs in a private Pyro parameter store and a private copy of torch's, numpy's and
-Python's global random streams, all seeded from ``random_state`` and restored afterwards.
+``fit_transform``, ``get_feature_names_out`` and ``set_output`` from scikit-learn's mixins, the
+parameters validated by scikit-learn's machinery (``_parameter_constraints`` checked by
+``_fit_context`` when ``fit`` starts; :mod:`probdr.estimators.params`), input validation by
+:func:`sklearn.utils.validation.validate_data`, and a ``fit`` that touches no global state: it
+runs in a private Pyro parameter store and a private copy of torch's, numpy's and Python's global
+random streams, all seeded from ``random_state`` and restored afterwards.
 """
 
 from __future__ import annotations
@@ -17,18 +19,20 @@ import secrets
 import numpy as np
 import scipy.sparse as sp
 import torch
-from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, TransformerMixin
+from sklearn.base import (
+    BaseEstimator,
+    ClassNamePrefixFeaturesOutMixin,
+    TransformerMixin,
+    _fit_context,
+)
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from .._utils import as_output, device_context, resolve_device, resolve_dtype
 from ..infer.map import fit_callbacks
-from .params import check_init, constraints_for
+from .params import MAX_SEED, InvalidParameterError, check_init, constraints_for
 
 __all__ = ["DREstimator", "resolve_seed", "resolve_n_jobs", "thread_limit", "fit_environment",
-           "isolated_random_state", "set_init_params", "transform_only_if"]
-
-#: random_state integers accepted (numpy's legacy seeding takes 32-bit seeds)
-MAX_SEED = 2**32 - 1
+           "isolated_random_state", "transform_only_if"]
 
 
 def resolve_seed(random_state) -> int:
@@ -50,13 +54,6 @@ def resolve_seed(random_state) -> int:
         return int(random_state.integers(np.iinfo(np.int32).max))
     raise TypeError("random_state must be None, an int, a numpy RandomState or Generator; got "
                     f"{type(random_state).__name__}.")
-
-
-def set_init_params(est, params: dict) -> None:
-    """Store an ``__init__``'s arguments (``locals()``) as attributes, and nothing else."""
-    for k, v in params.items():
-        if k not in ("self", "__class__"):
-            setattr(est, k, v)
 
 
 def resolve_n_jobs(n_jobs) -> int | None:
@@ -151,12 +148,16 @@ def _check_magnitude(X) -> None:
 class DREstimator(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
     """Base class of the probdr estimators.
 
-    Subclasses store their parameters in ``__init__`` and nothing else, keep fixed choices as
-    class attributes, and implement ``_fit(X: torch.Tensor) -> torch.Tensor`` (the embedding);
-    they may override ``_check_params(n, p)``, which runs before any heavy work. ``fit``
-    validates ``X``, resolves ``random_state`` to the integer ``random_state_`` and stores
-    ``embedding_`` (numpy, float64), ``n_features_in_`` (and ``feature_names_in_`` for a
-    DataFrame) and ``n_samples_``.
+    Subclasses store their parameters in ``__init__`` (one assignment each) and nothing else,
+    keep fixed choices as class attributes, and implement ``_fit(X: torch.Tensor) ->
+    torch.Tensor`` (the embedding). ``fit`` checks the parameters before any work, in three
+    steps (:mod:`probdr.estimators.params`): each parameter against its declared constraint
+    (scikit-learn's ``_validate_params``, run by ``_fit_context``), then
+    ``_check_params_together()`` (relations between parameters; no data), then, once ``X`` is
+    validated, ``_check_params_vs_input(n, p)`` (the rules that need the data); subclasses
+    override the two hooks. ``fit`` resolves ``random_state`` to the integer ``random_state_``
+    and stores ``embedding_`` (numpy, float64), ``n_features_in_`` (and ``feature_names_in_``
+    for a DataFrame) and ``n_samples_``.
     """
 
     #: smallest number of samples the method accepts
@@ -217,18 +218,22 @@ class DREstimator(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimat
         return torch.from_numpy(np.ascontiguousarray(A))
 
     def _check_n_components(self, p: int) -> None:
-        q = getattr(self, "n_components", None)
-        if q is None and "n_components" not in self.get_params():
-            return
-        if not (isinstance(q, (int, np.integer)) and not isinstance(q, (bool, np.bool_))
-                and q >= 1):
-            raise ValueError(f"n_components must be a positive integer, got {q!r}.")
+        """``n_components <= p`` for the PCA-like methods (its type and range: the table)."""
+        q = self.n_components
         if self._components_at_most_features and q > p:
             raise ValueError(f"n_components={q} must be at most the number of features p={p} "
                              f"for {type(self).__name__}.")
 
-    def _check_params(self, n: int, p: int) -> None:
-        """Validate hyper-parameters against the data size (override)."""
+    def _check_params_together(self) -> None:
+        """The data-independent rules the constraint table cannot state: relations between
+        parameters, the contents of array parameters. Runs after the table, before ``X`` is
+        looked at; raises ``InvalidParameterError`` (override, calling ``super()``)."""
+        check_init(getattr(self, "init", None))
+
+    def _check_params_vs_input(self, n: int, p: int) -> None:
+        """The rules that depend on the data: ``n`` samples, ``p`` features, the kind of X
+        (override). Every data-independent rule lives in the constraint table or in
+        :meth:`_check_params_together`."""
 
     def _fit(self, X: torch.Tensor) -> torch.Tensor:  # pragma: no cover - abstract
         raise NotImplementedError
@@ -241,14 +246,15 @@ class DREstimator(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimat
         """Validate ``y`` for a supervised fit (override); ``None`` when unused."""
         return None
 
+    @_fit_context(prefer_skip_nested_validation=True)
     def fit(self, X, y=None):
         """Fit the model to ``X`` of shape ``(n_samples, n_features)``. ``y``: labels, used by
         the estimators that support supervision (the graph-coupling family, ``target_weight``);
         ignored by the others."""
-        self._validate_params()  # every parameter's type and range, before any work
-        check_init(getattr(self, "init", None))
-        resolve_n_jobs(getattr(self, "n_jobs", None))  # a bad value fails before any work
-        self.device_ = resolve_device(getattr(self, "device", "cpu"))  # so does a bad device
+        # _fit_context has checked every parameter against its constraint: no work done yet
+        self._check_params_together()
+        callback = self._callback()
+        self.device_ = resolve_device(getattr(self, "device", "cpu"))  # a bad device, too
         Xt = self._validate_X(X)
         from ..laws.graph import GraphLaw
 
@@ -256,9 +262,8 @@ class DREstimator(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimat
         _check_magnitude(Xt)
         self._check_n_components(p)
         self._fit_dtype = resolve_dtype(getattr(self, "dtype", "float64"))
-        self._check_params(n, p)
+        self._check_params_vs_input(n, p)
         labels = self._check_labels(y, n) if (self._uses_labels and y is not None) else None
-        callback = self._callback()
         self.random_state_ = resolve_seed(self.random_state)
         with fit_environment(self) as device, \
                 isolated_random_state(self.random_state_), \
@@ -280,20 +285,18 @@ class DREstimator(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimat
 
     def _callback(self):
         """One callable from the ``callbacks`` parameter (a callable or a list of them; all are
-        called, and the fit stops if any returns True), checked before any work; ``None`` if
-        the estimator has no callbacks."""
+        called, and the fit stops if any returns True), checked before any work (the type of
+        ``callbacks`` and ``callbacks_every``: the table; here, the items of a list); ``None``
+        if the estimator has no callbacks."""
         cbs = getattr(self, "callbacks", None)
         if cbs is None:
             return None
-        every = getattr(self, "callbacks_every", 50)
-        if not (isinstance(every, (int, np.integer)) and not isinstance(every, bool)
-                and every >= 1):
-            raise ValueError(f"callbacks_every must be a positive integer, got {every!r}.")
         cbs = list(cbs) if isinstance(cbs, (list, tuple)) else [cbs]
         bad = [c for c in cbs if not callable(c)]
         if bad:
-            raise TypeError(f"callbacks must be a callable or a list of callables "
-                            f"(step, embedding, loss) -> bool; got {bad[0]!r}.")
+            raise InvalidParameterError(
+                f"The 'callbacks' parameter of {type(self).__name__} must be a callable or a "
+                f"list of callables (step, embedding, loss) -> bool; got the item {bad[0]!r}.")
 
         def callback(step, Z, loss) -> bool:
             stop = False

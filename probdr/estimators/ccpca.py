@@ -50,7 +50,8 @@ from ..laws.components import (
     component_statistics,
     sample_memberships,
 )
-from .base import DREstimator, in_fit_environment, set_init_params
+from .base import DREstimator, in_fit_environment
+from .params import Num, StrOptions
 
 __all__ = ["ccPCA"]
 
@@ -103,22 +104,28 @@ class ccPCA(DREstimator):
     """
 
     _components_at_most_features = True
+    _constraint_overrides = {"prior_x": [StrOptions({"B", "D", "E", "b", "d", "e"})],
+                             "perplexity": [Num(1)]}
 
     def __init__(self, n_components: int = 2, prior_x: str = "D", perplexity: float = 30.0,
                  n_samples: int = 100, random_state: int | None = None, *,
                  metric="euclidean", metric_params=None, n_jobs=None, device="auto"):
-        set_init_params(self, locals())
+        self.n_components = n_components
+        self.prior_x = prior_x
+        self.perplexity = perplexity
+        self.n_samples = n_samples
+        self.random_state = random_state
+        self.metric = metric
+        self.metric_params = metric_params
+        self.n_jobs = n_jobs
+        self.device = device
 
     def _make_input(self) -> InputGraph:
         return InputGraph(str(self.prior_x).upper(), "entropic", perplexity=self.perplexity,
                           metric=self.metric, metric_params=self.metric_params)
 
-    def _check_params(self, n: int, p: int) -> None:
-        if str(self.prior_x).upper() not in ("B", "D", "E"):
-            raise ValueError(f"prior_x must be 'B', 'D' or 'E', got {self.prior_x!r}.")
+    def _check_params_vs_input(self, n: int, p: int) -> None:
         self.input_ = self._make_input().check(n, p)
-        if not (isinstance(self.n_samples, (int, np.integer)) and self.n_samples >= 1):
-            raise ValueError(f"n_samples must be a positive integer, got {self.n_samples!r}.")
 
     def _after_fit(self) -> None:
         # a new node joining training node j's component C in draw l has the CC mean

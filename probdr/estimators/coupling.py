@@ -11,32 +11,29 @@ returns the exact cross-entropy (Van Assel et al. 2022, §3.1), whatever the opt
 
 from __future__ import annotations
 
-from numbers import Real
 from typing import Any
 
 import numpy as np
 import torch
-from sklearn.utils import check_scalar
 
 from .._utils import generator
 from ..infer import Phase, run_map
 from ..init import INITS
 from ..input.calibration import InputGraph
 from ..input.graph import AFFINITIES, prior_kind
-from ..kernels import get_kernel
+from ..kernels import Kernel, get_kernel
 from ..laws.edge_priors import check_support
 from ..laws.graph import GraphLaw, GraphPrior, check_coupling, get_prior
 from ..laws.weights import KernelWeights, sparse_to
 from ..models.coupling import graph_coupling_model
-from .base import DREstimator, set_init_params
+from .base import DREstimator
 from .coupling_new_points import NewPointsMixin, attraction_mass, auto_coupling_weight
+from .inference import PosteriorInference
 from .inputs import ContinueMixin, InputKindsMixin
-from .params import POSITIVE, StrOptions
+from .params import POSITIVE, Int, InvalidParameterError, Num, StrOptions
 
 __all__ = ["GraphCoupling", "auto_coupling_weight"]
 
-#: scale of the isotropic Gaussian prior on Z used when a posterior is asked for
-DEFAULT_Z_PRIOR_SCALE = 10.0
 REPULSIONS = ("auto", "exact", "fft", "sampled", "negative_sampling")
 #: with repulsion="auto", the exact O(n^2) normaliser is used up to this many points
 EXACT_REPULSION_MAX_N = 4000
@@ -49,7 +46,8 @@ INPUT_PARAMETERS = ("perplexity", "n_neighbors", "metric", "metric_params", "edg
 SAMPLED_LR_SHRINK = 16.0
 
 
-class GraphCoupling(InputKindsMixin, ContinueMixin, NewPointsMixin, DREstimator):
+class GraphCoupling(InputKindsMixin, ContinueMixin, NewPointsMixin, PosteriorInference,
+                    DREstimator):
     r"""Probabilistic graph coupling (Van Assel et al., 2022) fitted by MAP.
 
     Parameters
@@ -116,13 +114,15 @@ class GraphCoupling(InputKindsMixin, ContinueMixin, NewPointsMixin, DREstimator)
         100,000 points (brute force, then a pruned cell search), the torch approximate search beyond.
     inference : {"map", "svi", "mcmc"}
         MAP (the classical methods), or a posterior over Z by SVI or NUTS, started from the MAP
-        embedding (see :mod:`probdr.infer.posterior`).
+        embedding (see :mod:`probdr.infer.posterior`), as in the Wishart estimators
+        (:class:`~probdr.estimators.inference.PosteriorInference`).
     inference_params : dict, optional
         Options of the posterior inference (guide, steps, draws, chains, ...).
     z_prior : None, float or distribution
-        Prior on Z. ``None``: flat (improper) for MAP, isotropic Gaussian of scale
-        ``DEFAULT_Z_PRIOR_SCALE`` for SVI/MCMC; a float: isotropic Gaussian of that scale; or a
-        Pyro distribution with event shape (n, q).
+        Prior on Z (:class:`~probdr.estimators.inference.PosteriorInference`'s rule). ``None``:
+        flat in the MAP fit, also when a posterior follows, whose prior is then the isotropic
+        Gaussian of scale 10 x the RMS of the MAP embedding (``z_prior_scale_``); a float:
+        isotropic Gaussian of that scale; or a Pyro distribution with event shape (n, q).
     coupling_weight : float or "auto"
         Weight of the coupling likelihood (an inverse temperature): the posterior's spread
         depends on it; MAP does not, up to the Z prior. ``"auto"`` (default): 1 for MAP; for
@@ -173,13 +173,25 @@ class GraphCoupling(InputKindsMixin, ContinueMixin, NewPointsMixin, DREstimator)
         Optimised objective (exaggerated; stochastic under negative sampling) at the steps
         ``loss_steps_`` (from 1): all below 100,000 points, every 50th above (``probdr.config``).
     kernel_ : Kernel
-    posterior_samples_ : ndarray (draws, n, q)
-        Posterior draws of Z (``inference="svi"`` or ``"mcmc"`` only).
+    model_kwargs_ : dict
+        The model's arguments (after a posterior fit, ``z_prior`` is the posterior's prior).
+    posterior_, posterior_samples_, map_embedding_, z_prior_scale_
+        With ``inference="svi"`` or ``"mcmc"``: see
+        :class:`~probdr.estimators.inference.PosteriorInference`.
     """
 
     _defaults_kernel: dict[str, Any] = {}
-    _constraint_overrides = {"learning_rate": [POSITIVE, StrOptions({"auto"})],
-                             "coupling_weight": [POSITIVE, StrOptions({"auto"})]}
+    _constraint_overrides = {
+        "learning_rate": [POSITIVE, StrOptions({"auto"})],
+        "coupling_weight": [POSITIVE, StrOptions({"auto"})],
+        "n_neighbors": [Int(2), None],  # UMAP's count includes the point itself
+        "target_weight": [Num(0, 1)],
+        "affinity": [StrOptions({"auto", *AFFINITIES, "precomputed"})],
+        "repulsion": [StrOptions(set(REPULSIONS))],
+        "optimizer": [StrOptions({"gains", "sgd", "adam"})],
+        "init": [StrOptions(set(INITS)), "array-like"],
+        "kernel_z": [StrOptions({"gaussian", "student", "cauchy", "t", "umap", "umap_odds"}),
+                     Kernel]}
     _accepts_sparse = True
     _uses_labels = True
 
@@ -228,7 +240,47 @@ class GraphCoupling(InputKindsMixin, ContinueMixin, NewPointsMixin, DREstimator)
         precomputed_knn=None,
         target_weight: float = 0.5,
     ):
-        set_init_params(self, locals())
+        self.prior_x = prior_x
+        self.prior_z = prior_z
+        self.kernel_z = kernel_z
+        self.perplexity = perplexity
+        self.n_components = n_components
+        self.affinity = affinity
+        self.n_neighbors = n_neighbors
+        self.kernel_params = kernel_params
+        self.edge_prior = edge_prior
+        self.repulsion = repulsion
+        self.negative_samples = negative_samples
+        self.negative_weight = negative_weight
+        self.observe = observe
+        self.init = init
+        self.n_iter = n_iter
+        self.early_exaggeration = early_exaggeration
+        self.early_exaggeration_iter = early_exaggeration_iter
+        self.learning_rate = learning_rate
+        self.momentum = momentum
+        self.early_momentum = early_momentum
+        self.optimizer = optimizer
+        self.learning_rate_decay = learning_rate_decay
+        self.grad_clip = grad_clip
+        self.init_scale = init_scale
+        self.neighbors = neighbors
+        self.inference = inference
+        self.inference_params = inference_params
+        self.z_prior = z_prior
+        self.coupling_weight = coupling_weight
+        self.latent_edge_prior = latent_edge_prior
+        self.dtype = dtype
+        self.random_state = random_state
+        self.verbose = verbose
+        self.callbacks = callbacks
+        self.callbacks_every = callbacks_every
+        self.n_jobs = n_jobs
+        self.device = device
+        self.metric = metric
+        self.metric_params = metric_params
+        self.precomputed_knn = precomputed_knn
+        self.target_weight = target_weight
 
     # -- configuration ----------------------------------------------------------------------
     def _affinity(self) -> str:
@@ -238,22 +290,6 @@ class GraphCoupling(InputKindsMixin, ContinueMixin, NewPointsMixin, DREstimator)
 
     def _latent_prior(self) -> GraphPrior:
         return get_prior(self.prior_z, self.latent_edge_prior)
-
-    def _resolve_z_prior(self, n: int, dtype):
-        """The prior on Z: flat for MAP unless given; isotropic Gaussian for SVI/MCMC."""
-        import pyro.distributions as dist
-
-        zp = self.z_prior
-        if zp is None and self.inference == "map":
-            return None
-        if zp is None:
-            zp = DEFAULT_Z_PRIOR_SCALE
-        if isinstance(zp, (int, float)):
-            if zp <= 0:
-                raise ValueError(f"z_prior scale must be positive, got {zp}.")
-            return dist.Normal(torch.zeros((), dtype=dtype), torch.tensor(float(zp), dtype=dtype)
-                               ).expand([n, self.n_components]).to_event(2)
-        return zp
 
     def _make_kernel(self):
         params = dict(self._defaults_kernel)
@@ -281,55 +317,40 @@ class GraphCoupling(InputKindsMixin, ContinueMixin, NewPointsMixin, DREstimator)
             check_coupling(kx, kz)
 
     def _check_input_side(self, n: int, p: int) -> None:
-        """The priors, then the input side (``input_``, :class:`~probdr.input.InputGraph`) built
-        from the parameters and checked against the data once; the labels' weight."""
-        self._check_priors()
-        if self.affinity not in ("auto", *AFFINITIES, "sea", "precomputed"):
-            raise ValueError(f"affinity must be 'auto', 'precomputed' or one of {AFFINITIES}, "
-                             f"got {self.affinity!r}.")
+        """The input side (``input_``, :class:`~probdr.input.InputGraph`) built from the
+        parameters and checked against the data, once."""
         self.input_ = self._make_input().check(n, p)
-        check_scalar(self.target_weight, "target_weight", Real, min_val=0, max_val=1)
-        kind = self.input_.precomputed
-        if kind is not None and isinstance(self.init, str) and self.init == "ccpca":
-            raise ValueError("init='ccpca' needs the data's features; with a precomputed "
-                             f"{kind} use init='spectral' or 'pca'.")
 
-    def _check_params(self, n: int, p: int) -> None:
+    def _check_params_together(self) -> None:
+        super()._check_params_together()
+        self._check_priors()
+        kind = self._precomputed()
+        if kind is not None and isinstance(self.init, str) and self.init == "ccpca":
+            raise InvalidParameterError(
+                "init='ccpca' needs the data's features; with a precomputed "
+                f"{kind} use init='spectral' or 'pca'.")
+        if self.repulsion == "negative_sampling" and prior_kind(self._latent_prior()) != "B":
+            raise InvalidParameterError(
+                "repulsion='negative_sampling' is implemented for the B latent prior (UMAP, "
+                "LargeVis); use repulsion='exact' with D or E.")
+        n_iter = getattr(self, "n_iter", None)  # UMAP counts epochs (n_epochs, epoch_steps)
+        if n_iter is not None and self.early_exaggeration_iter > n_iter:
+            raise InvalidParameterError(f"early_exaggeration_iter={self.early_exaggeration_iter} "
+                                        f"exceeds n_iter={n_iter}.")
+        try:
+            self._make_kernel()
+        except (TypeError, ValueError) as err:  # kernel_params, UMAP's min_dist and spread
+            raise InvalidParameterError(f"{type(self).__name__}'s latent kernel: {err}") from err
+
+    def _check_params_vs_input(self, n: int, p: int) -> None:
         self._check_input_side(n, p)
-        kz = prior_kind(self._latent_prior())
-        if self.repulsion not in REPULSIONS:
-            raise ValueError(f"repulsion must be one of {REPULSIONS}, got {self.repulsion!r}.")
-        if self.repulsion == "negative_sampling" and kz != "B":
-            raise ValueError("repulsion='negative_sampling' is implemented for the B latent prior "
-                             "(UMAP, LargeVis); use repulsion='exact' with D or E.")
-        if self.inference not in ("map", "svi", "mcmc"):
-            raise ValueError(f"inference must be 'map', 'svi' or 'mcmc', got {self.inference!r}.")
-        # types and ranges of the parameters: the shared table (params.py), checked in fit
-        if self.observe not in ("mean", "sample"):
-            raise ValueError(f"observe must be 'mean' or 'sample', got {self.observe!r}.")
-        n_iter = self._n_iter(n)
-        if not (isinstance(n_iter, (int, np.integer)) and n_iter >= 1):
-            raise ValueError(f"n_iter must be a positive integer, got {n_iter!r}.")
-        if self.early_exaggeration_iter > n_iter:
-            raise ValueError(f"early_exaggeration_iter={self.early_exaggeration_iter} exceeds "
-                             f"n_iter={n_iter}.")
-        if isinstance(self.init, str) and self.init not in INITS:
-            raise ValueError(f"init must be one of {INITS} or an (n, q) array, got {self.init!r}.")
-        if self.neighbors not in ("auto", "exact", "approximate", "pynndescent"):
-            raise ValueError("neighbors must be 'auto', 'exact', 'approximate' or 'pynndescent', got "
-                             f"{self.neighbors!r}.")
-        if self.optimizer not in ("gains", "sgd", "adam"):
-            raise ValueError(f"optimizer must be 'gains', 'sgd' or 'adam', got {self.optimizer!r}.")
-        self._make_kernel()  # raises on a bad kernel name
         from ..laws.edge_priors import check_edge_prior
 
         check_edge_prior(self.edge_prior, n, "edge_prior")
         check_edge_prior(self.latent_edge_prior, n, "latent_edge_prior")
-        if self.inference != "map":  # fail before the MAP fit, not after it
-            from ..infer.posterior import check_inference
-
-            check_inference(self.inference, n, self.n_components,
-                            repulsion=self._repulsion(n), **(self.inference_params or {}))
+        # a z_prior distribution over (n, q); NUTS: fail before the MAP fit, not after it
+        self._check_inference(n, self.n_components,
+                              self._repulsion(n) if self.inference == "mcmc" else "exact")
 
     def _phases(self, n: int) -> tuple[list[Phase], float, float | None]:
         """Optimisation schedule, loss scale and gradient clip (umap-learn's per-pair clip at 4
@@ -377,8 +398,7 @@ class GraphCoupling(InputKindsMixin, ContinueMixin, NewPointsMixin, DREstimator)
             return self.repulsion
         k = self._make_kernel()
         if (n > FFT_REPULSION_MIN_N and prior_kind(self._latent_prior()) == "E"
-                and self.n_components == 2 and getattr(k, "name", "") == "student"
-                and getattr(k, "dof", None) == 1.0 and self.latent_edge_prior is None):
+                and self.n_components == 2 and k.is_cauchy and self.latent_edge_prior is None):
             return "fft"
         return "exact" if n <= EXACT_REPULSION_MAX_N else "sampled"
 
@@ -407,7 +427,8 @@ class GraphCoupling(InputKindsMixin, ContinueMixin, NewPointsMixin, DREstimator)
             W_X=W_X, prior_z=self._latent_prior(), kernel=self.kernel_,
             n_components=self.n_components, repulsion=self._repulsion(n),
             negative_samples=self.negative_samples, negative_weight=self.negative_weight,
-            z_prior=self._resolve_z_prior(n, dtype), coupling_weight=self.coupling_weight_,
+            z_prior=self._map_prior(n, self.n_components, dtype),
+            coupling_weight=self.coupling_weight_,
             pair_grad_clip=self.grad_clip, epoch_steps=self._epoch_steps(n))
         phases, scale, clip = self._phases(n)
         res = run_map(graph_coupling_model, self.model_kwargs_, Z0, phases,
@@ -420,13 +441,9 @@ class GraphCoupling(InputKindsMixin, ContinueMixin, NewPointsMixin, DREstimator)
         self._keep_map_state(res, phases)
         if self.inference == "map":
             return res.Z
-        from ..infer.posterior import fit_posterior
-
-        self.posterior_ = fit_posterior(
-            graph_coupling_model, self.model_kwargs_, res.Z, method=self.inference,
-            generator=gen, verbose=self.verbose, **(self.inference_params or {}))
-        self.posterior_samples_ = self.posterior_.samples
-        return torch.as_tensor(self.posterior_.mean)
+        # the posterior's prior, by the rule of PosteriorInference (from the MAP embedding)
+        self.model_kwargs_["z_prior"] = prior = self._posterior_z_prior(res.Z)
+        return self._posterior(graph_coupling_model, self.model_kwargs_, res.Z, gen, prior=prior)
 
     def _weight_now(self) -> float:
         """The resolved coupling weight (before a fit: the given one, or 1 for ``"auto"``)."""

@@ -26,7 +26,6 @@ the clustering ``labels_`` (:math:`\arg\max_k T_{ik}`). Prototypes that receive 
 from __future__ import annotations
 
 import warnings
-from numbers import Real
 
 import numpy as np
 import torch
@@ -38,7 +37,8 @@ from ..input.calibration import InputGraph
 from ..input.graph import sea_affinity
 from ..models.ot_distr import distr_model, prototype_affinity, srgw_energy
 from ..ot.srgw import gw_f1
-from .base import DREstimator, in_fit_environment, set_init_params
+from .base import DREstimator, in_fit_environment
+from .params import InvalidParameterError, StrOptions
 
 __all__ = ["DistR"]
 
@@ -127,6 +127,14 @@ class DistR(DREstimator):
     arXiv:2402.02239 (2024); H. Van Assel, PhD thesis (2024), ch. 5 and App. 8.
     """
 
+    _constraint_overrides = {
+        "affinity_in": [StrOptions(set(AFFINITIES_IN))],
+        "affinity_out": [StrOptions(set(AFFINITIES_OUT))],
+        "loss": [StrOptions({"kl", "square"})],
+        "solver": [StrOptions({"cg", "md"})],
+        "init": [StrOptions({"pca", "random"}), "array-like"],
+        "init_T": [StrOptions({"kmeans", "random"})]}
+
     def __init__(
         self,
         n_prototypes: int = 10,
@@ -152,51 +160,52 @@ class DistR(DREstimator):
         n_jobs: int | None = None,
         device="auto",
     ):
-        set_init_params(self, locals())
+        self.n_prototypes = n_prototypes
+        self.n_components = n_components
+        self.affinity_in = affinity_in
+        self.perplexity = perplexity
+        self.affinity_out = affinity_out
+        self.loss = loss
+        self.solver = solver
+        self.md_epsilon = md_epsilon
+        self.n_outer = n_outer
+        self.z_steps = z_steps
+        self.learning_rate = learning_rate
+        self.init = init
+        self.init_T = init_T
+        self.tol = tol
+        self.srgw_max_iter = srgw_max_iter
+        self.random_state = random_state
+        self.verbose = verbose
+        self.callbacks = callbacks
+        self.callbacks_every = callbacks_every
+        self.n_jobs = n_jobs
+        self.device = device
 
     # ------------------------------------------------------------------------------------------
-    def _check_params(self, n: int, p: int) -> None:
-        k = self.n_prototypes
-        if not (isinstance(k, (int, np.integer)) and 2 <= k <= n):
-            raise ValueError(f"n_prototypes must be an integer in [2, n_samples] = [2, {n}], "
-                             f"got {k!r}.")
-        if self.affinity_in not in AFFINITIES_IN:
-            raise ValueError(f"affinity_in must be one of {AFFINITIES_IN}, got "
-                             f"{self.affinity_in!r}.")
-        if self.affinity_out not in AFFINITIES_OUT:
-            raise ValueError(f"affinity_out must be one of {AFFINITIES_OUT}, got "
-                             f"{self.affinity_out!r}.")
-        if self.loss not in ("kl", "square"):
-            raise ValueError(f"loss must be 'kl' or 'square', got {self.loss!r}.")
+    def _check_params_together(self) -> None:
+        super()._check_params_together()
         if self.loss == "kl" and (self.affinity_out == "gram" or self.affinity_in == "gram"):
-            raise ValueError("loss='kl' needs positive affinities: use affinity_in='sea' and a "
-                             "kernel affinity_out ('student' or 'gaussian'), or loss='square'.")
-        if self.solver not in ("cg", "md"):
-            raise ValueError(f"solver must be 'cg' or 'md', got {self.solver!r}.")
-        if self.affinity_in == "sea":
-            hi = n - 1
-            if not (isinstance(self.perplexity, Real) and 1 < self.perplexity <= hi):
-                raise ValueError(f"perplexity must lie in (1, n - 1] = (1, {hi}], got "
-                                 f"{self.perplexity!r}.")
-        for name in ("n_outer", "z_steps", "srgw_max_iter"):
-            v = getattr(self, name)
-            if not (isinstance(v, (int, np.integer)) and v >= 1):
-                raise ValueError(f"{name} must be a positive integer, got {v!r}.")
-        if not (isinstance(self.learning_rate, (int, float)) and self.learning_rate > 0):
-            raise ValueError(f"learning_rate must be positive, got {self.learning_rate!r}.")
-        if not (isinstance(self.md_epsilon, (int, float)) and self.md_epsilon > 0):
-            raise ValueError(f"md_epsilon must be positive, got {self.md_epsilon!r}.")
-        if isinstance(self.init, str):
-            if self.init not in ("pca", "random"):
-                raise ValueError(f"init must be 'pca', 'random' or an (n_prototypes, d) array, "
-                                 f"got {self.init!r}.")
-        else:
-            arr = np.asarray(self.init, dtype=np.float64)
-            if arr.shape != (k, self.n_components) or not np.isfinite(arr).all():
-                raise ValueError(f"init array must be finite with shape ({k}, "
-                                 f"{self.n_components}), got {arr.shape}.")
-        if self.init_T not in ("kmeans", "random"):
-            raise ValueError(f"init_T must be 'kmeans' or 'random', got {self.init_T!r}.")
+            raise InvalidParameterError(
+                "loss='kl' needs positive affinities: use affinity_in='sea' and a kernel "
+                "affinity_out ('student' or 'gaussian'), or loss='square'.")
+        if self.affinity_in == "sea" and not self.perplexity > 1:
+            raise InvalidParameterError(f"perplexity must exceed 1 for affinity_in='sea', got "
+                                        f"{self.perplexity!r}.")
+        if not isinstance(self.init, str):
+            shape = np.shape(self.init)
+            if shape != (self.n_prototypes, self.n_components):
+                raise InvalidParameterError(
+                    f"init array must have shape (n_prototypes, n_components) = "
+                    f"({self.n_prototypes}, {self.n_components}), got {shape}.")
+
+    def _check_params_vs_input(self, n: int, p: int) -> None:
+        if self.n_prototypes > n:
+            raise ValueError(f"n_prototypes must be an integer in [2, n_samples] = [2, {n}], "
+                             f"got {self.n_prototypes!r}.")
+        if self.affinity_in == "sea" and self.perplexity > n - 1:
+            raise ValueError(f"perplexity must lie in (1, n - 1] = (1, {n - 1}], got "
+                             f"{self.perplexity!r}.")
 
     # -- new points -----------------------------------------------------------------------------
     def _new_assignment(self, X) -> tuple[np.ndarray, torch.Tensor, torch.Tensor]:

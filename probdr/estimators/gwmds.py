@@ -30,7 +30,8 @@ from ..init import pad_columns
 from ..input.graph import dense_cost, euclidean_distance_matrix, geodesic_distances
 from ..models.ot_gwmds import euclidean_distances, gwmds_model
 from ..ot.costs import pearson_distance_correlation
-from .base import DREstimator, set_init_params, transform_only_if
+from .base import DREstimator, transform_only_if
+from .params import StrOptions
 
 __all__ = ["GWMDS"]
 
@@ -120,6 +121,8 @@ class GWMDS(DREstimator):
     """
 
     _min_samples = 4
+    _constraint_overrides = {"init": [StrOptions(set(INITS)), "array-like"],
+                             "optimizer": [StrOptions({"gd", "adam"})]}
 
     def __init__(
         self,
@@ -143,9 +146,26 @@ class GWMDS(DREstimator):
         metric="euclidean",
         metric_params: dict | None = None,
     ):
-        set_init_params(self, locals())
+        self.n_components = n_components
+        self.geodesic = geodesic
+        self.n_neighbors = n_neighbors
+        self.init = init
+        self.n_iter = n_iter
+        self.learning_rate = learning_rate
+        self.optimizer = optimizer
+        self.tol = tol
+        self.align = align
+        self.gw_max_iter = gw_max_iter
+        self.random_state = random_state
+        self.verbose = verbose
+        self.callbacks = callbacks
+        self.callbacks_every = callbacks_every
+        self.n_jobs = n_jobs
+        self.device = device
+        self.metric = metric
+        self.metric_params = metric_params
 
-    def _check_params(self, n: int, p: int) -> None:
+    def _check_params_vs_input(self, n: int, p: int) -> None:
         from ..input.distances import check_metric
 
         if self._precomputed():
@@ -154,29 +174,12 @@ class GWMDS(DREstimator):
                                  f"X, got ({n}, {p}).")
         else:
             check_metric(self.metric, self.metric_params, n_features=p)
-        if self.n_neighbors is not None:
-            if not (isinstance(self.n_neighbors, (int, np.integer)) and 1 <= self.n_neighbors < n):
-                raise ValueError(f"n_neighbors must be an integer in [1, n-1] = [1, {n - 1}], "
-                                 f"got {self.n_neighbors!r}.")
-        if isinstance(self.init, str):
-            if self.init not in INITS:
-                raise ValueError(f"init must be one of {INITS} or an (n, d) array, got "
-                                 f"{self.init!r}.")
-        else:
-            arr = np.asarray(self.init, dtype=np.float64)
-            if arr.shape != (n, self.n_components):
-                raise ValueError(f"init array must have shape ({n}, {self.n_components}), got "
-                                 f"{arr.shape}.")
-            if not np.isfinite(arr).all():
-                raise ValueError("init array contains NaN or infinite values.")
-        if not (isinstance(self.n_iter, (int, np.integer)) and self.n_iter >= 1):
-            raise ValueError(f"n_iter must be a positive integer, got {self.n_iter!r}.")
-        if not (isinstance(self.learning_rate, (int, float)) and self.learning_rate > 0):
-            raise ValueError(f"learning_rate must be positive, got {self.learning_rate!r}.")
-        if self.optimizer not in ("gd", "adam"):
-            raise ValueError(f"optimizer must be 'gd' or 'adam', got {self.optimizer!r}.")
-        if not (isinstance(self.gw_max_iter, (int, np.integer)) and self.gw_max_iter >= 1):
-            raise ValueError(f"gw_max_iter must be a positive integer, got {self.gw_max_iter!r}.")
+        if self.n_neighbors is not None and self.n_neighbors >= n:
+            raise ValueError(f"n_neighbors must be an integer in [1, n-1] = [1, {n - 1}], "
+                             f"got {self.n_neighbors!r}.")
+        if not isinstance(self.init, str) and np.shape(self.init) != (n, self.n_components):
+            raise ValueError(f"init array must have shape ({n}, {self.n_components}), got "
+                             f"{np.shape(self.init)}.")
 
     # ------------------------------------------------------------------------------------------
     def _precomputed(self) -> bool:
@@ -230,7 +233,8 @@ class GWMDS(DREstimator):
         if not scale > 0:
             # all points coincide: the embedding whose distances all vanish matches exactly
             warnings.warn("GWMDS: all points coincide (every pairwise distance is zero); the "
-                          "embedding is a single point.", RuntimeWarning, stacklevel=3)
+                          "embedding is a single point.", RuntimeWarning,
+                          stacklevel=4)  # the user's fit (past _fit_context)
             self.scale_, self.plan_, self.gw_distance_ = 0.0, np.eye(n) / n, 0.0
             self.loss_history_, self.n_iter_ = np.zeros(1), 0
             self.stopped_by_callback_ = False

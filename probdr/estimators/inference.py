@@ -1,6 +1,7 @@
 r"""Posterior inference for estimators whose model is a Pyro program with a flat prior on Z.
 
-The mixin :class:`PosteriorInference` gives an estimator the parameters ``inference``,
+The mixin :class:`PosteriorInference` (used by the Wishart estimators and the graph couplings,
+:class:`~probdr.estimators.coupling.GraphCoupling` and its presets) gives an estimator the parameters ``inference``,
 ``inference_params``, ``z_prior`` and ``coupling_weight``. ``inference="map"`` (the papers'
 estimator) fits the model as it is; ``"svi"`` or ``"mcmc"`` then fit, by
 :func:`probdr.infer.posterior.fit_posterior` started at the MAP embedding :math:`\hat Z`,
@@ -31,15 +32,28 @@ import math
 
 import torch
 
-from ..infer.posterior import check_inference, fit_posterior
-from .params import POSITIVE
+from ..infer.posterior import check_inference_options, check_mcmc_setup, fit_posterior
+from .params import InvalidParameterError
 
-__all__ = ["PosteriorInference", "DEFAULT_Z_PRIOR_RMS_FACTOR", "isotropic_gaussian"]
+__all__ = ["PosteriorInference", "DEFAULT_Z_PRIOR_RMS_FACTOR", "default_z_prior_scale",
+           "isotropic_gaussian"]
 
 #: the default prior on Z of a posterior: isotropic Gaussian with a scale this many times the
 #: RMS of the MAP embedding (see the module docstring)
 DEFAULT_Z_PRIOR_RMS_FACTOR = 10.0
 INFERENCES = ("map", "svi", "mcmc")
+
+
+def default_z_prior_scale(Z_map: torch.Tensor) -> float:
+    r"""The scale of the default prior on Z of a posterior: :data:`DEFAULT_Z_PRIOR_RMS_FACTOR`
+    times the RMS of the MAP embedding, :math:`c\,(\tfrac1{nq}\sum_{ia}\hat Z_{ia}^2)^{1/2}`
+    (computed in float64). The one rule of every estimator with a posterior."""
+    rms = float(torch.as_tensor(Z_map).detach().double().square().mean().sqrt())
+    if not (math.isfinite(rms) and rms > 0):
+        raise ValueError("the MAP embedding is zero: no scale for the default Z prior; "
+                         "pass z_prior=<scale>.")
+    return DEFAULT_Z_PRIOR_RMS_FACTOR * rms
+
 
 def isotropic_gaussian(scale: float, n: int, q: int, dtype=torch.float64):
     r""":math:`Z_{ia} \sim \mathcal N(0, s^2)` i.i.d., one distribution of event shape (n, q)."""
@@ -84,56 +98,78 @@ class PosteriorInference:
         distribution).
     """
 
-    def _check_inference(self, n: int, q: int) -> None:
-        """Validate the posterior settings (before any heavy work)."""
-        zp = self.z_prior  # inference and coupling_weight: the parameter table
+    def _check_params_together(self) -> None:
+        """The options of the posterior inference (``inference_params``), which need no data
+        (the types of ``inference``, ``inference_params``, ``z_prior`` and ``coupling_weight``:
+        the parameter table); a ``z_prior`` needs an iterative MAP (``solver="closed_form"``
+        is the flat-prior MAP)."""
+        super()._check_params_together()
+        if getattr(self, "solver", "map") == "closed_form" and self.z_prior is not None:
+            raise InvalidParameterError("z_prior needs solver='map': the closed form is the "
+                                        "flat-prior MAP.")
+        if self.inference != "map":
+            try:
+                check_inference_options(self.inference, **(self.inference_params or {}))
+            except (TypeError, ValueError) as err:
+                raise InvalidParameterError(f"The 'inference_params' parameter of "
+                                            f"{type(self).__name__}: {err}") from err
+
+    def _check_inference(self, n: int, q: int, repulsion: str = "exact") -> None:
+        """The posterior settings against the data (before any heavy work): a ``z_prior``
+        distribution over (n, q); NUTS's size limit and exact ``repulsion``."""
+        zp = self.z_prior
         if isinstance(zp, torch.distributions.Distribution):
             if tuple(zp.batch_shape) != () or tuple(zp.event_shape) != (n, q):
                 raise ValueError(f"z_prior must be a distribution of event shape ({n}, {q}) and "
                                  f"no batch shape, got event shape {tuple(zp.event_shape)}, "
                                  f"batch shape {tuple(zp.batch_shape)}.")
-        elif zp is not None and not POSITIVE.is_satisfied_by(zp):
-            raise ValueError(f"z_prior must be None, a positive scale (isotropic Gaussian) or a "
-                             f"distribution over (n, q), got {zp!r}.")
-        params = self.inference_params
-        if params is not None and not isinstance(params, dict):
-            raise ValueError(f"inference_params must be a dict or None, got {params!r}.")
-        if self.inference != "map":
-            check_inference(self.inference, n, q, **(params or {}))
+        if self.inference == "mcmc":
+            check_mcmc_setup(n, q, repulsion=repulsion,
+                             max_params=(self.inference_params or {}).get("max_params"))
 
-    def _map_prior(self, n: int, q: int):
+    def _map_prior(self, n: int, q: int, dtype=torch.float64):
         """The prior of the MAP fit: the user's ``z_prior`` (a number: isotropic Gaussian of
-        that scale), flat (``None``) otherwise."""
+        that scale, in ``dtype``), flat (``None``) otherwise -- also when a posterior follows."""
         zp = self.z_prior
         if zp is None or isinstance(zp, torch.distributions.Distribution):
             return zp
-        return isotropic_gaussian(float(zp), n, q)
+        return isotropic_gaussian(float(zp), n, q, dtype)
+
+    def _weight_now(self) -> float:
+        r"""The coupling weight :math:`\omega` of the fit."""
+        return float(self.coupling_weight)
 
     def _map_kwargs(self, n: int, q: int) -> dict:
         """The prior and coupling-weight arguments of the model for the MAP fit."""
-        return dict(z_prior=self._map_prior(n, q), coupling_weight=float(self.coupling_weight))
+        return dict(z_prior=self._map_prior(n, q), coupling_weight=self._weight_now())
+
+    def _posterior_z_prior(self, Z_map: torch.Tensor):
+        """The prior on Z of the posterior, in ``Z_map``'s dtype; sets ``z_prior_scale_``: the
+        user's ``z_prior`` (a number: isotropic Gaussian of that scale; a distribution: itself,
+        scale ``None``), else the isotropic Gaussian of scale :func:`default_z_prior_scale`
+        of the MAP embedding."""
+        n, q = Z_map.shape
+        zp = self.z_prior
+        if isinstance(zp, torch.distributions.Distribution):
+            self.z_prior_scale_ = None
+            return zp
+        self.z_prior_scale_ = default_z_prior_scale(Z_map) if zp is None else float(zp)
+        return isotropic_gaussian(self.z_prior_scale_, n, q, Z_map.dtype)
 
     def _posterior(self, model, model_kwargs: dict, Z_map: torch.Tensor,
-                   gen: torch.Generator, reparam: dict | None = None) -> torch.Tensor:
+                   gen: torch.Generator, reparam: dict | None = None, *,
+                   prior=None) -> torch.Tensor:
         """Fit the posterior from the MAP ``Z_map`` (on the linear change of variables
-        ``reparam``, if any); sets ``posterior_``, ``posterior_samples_``, ``z_prior_scale_``
-        and ``map_embedding_``; returns the posterior mean."""
-        n, q = Z_map.shape
-        prior = self._map_prior(n, q)
+        ``reparam``, if any) with the prior ``prior`` (default :meth:`_posterior_z_prior`);
+        sets ``posterior_``, ``posterior_samples_``, ``z_prior_scale_`` and
+        ``map_embedding_``; returns the posterior mean."""
         if prior is None:
-            rms = float(Z_map.square().mean().sqrt())
-            if not (math.isfinite(rms) and rms > 0):
-                raise ValueError("the MAP embedding is zero: no scale for the default Z prior; "
-                                 "pass z_prior=<scale>.")
-            self.z_prior_scale_ = DEFAULT_Z_PRIOR_RMS_FACTOR * rms
-            prior = isotropic_gaussian(self.z_prior_scale_, n, q, Z_map.dtype)
-        else:
-            self.z_prior_scale_ = (None if isinstance(self.z_prior, torch.distributions.Distribution)
-                                   else float(self.z_prior))
+            prior = self._posterior_z_prior(Z_map)
         self.map_embedding_ = Z_map.detach().cpu().numpy().copy()
-        kwargs = dict(model_kwargs, z_prior=prior, coupling_weight=float(self.coupling_weight))
+        kwargs = dict(model_kwargs, z_prior=prior, coupling_weight=self._weight_now())
         self.posterior_ = fit_posterior(model, kwargs, Z_map, method=self.inference,
                                         generator=gen, reparam=reparam,
+                                        verbose=bool(getattr(self, "verbose", False)),
                                         **(self.inference_params or {}))
         self.posterior_samples_ = self.posterior_.samples
         return torch.as_tensor(self.posterior_.mean)

@@ -1,13 +1,19 @@
 """What each estimator parameter may be, declared once by name (scikit-learn's
-``_parameter_constraints``), checked by scikit-learn's validator at the start of ``fit`` before
-any work.
+``_parameter_constraints``), checked by scikit-learn's validator when ``fit`` starts
+(``sklearn.base._fit_context``), before any work.
 
 A parameter means the same thing in every estimator that has it, so its constraint lives in one
 table, :data:`PARAMETERS`; a class whose parameter differs declares an override in
 ``_constraint_overrides`` (merged along its bases). :class:`~probdr.estimators.base.DREstimator`
 builds each class's ``_parameter_constraints`` from its ``__init__`` signature when the class
-is defined. Rules that need the data (``perplexity < n - 1``, ``n_components <= p``) stay in
-``_check_params(n, p)``.
+is defined. Three places, in the order ``fit`` runs them:
+
+* the table: each parameter alone (its type, its choices, its range);
+* ``_check_params_together()``: what the table cannot state and needs no data -- relations
+  between parameters (``solver="closed_form"`` needs ``alpha=0``) and the contents of array
+  parameters (:func:`check_init`); it raises ``InvalidParameterError`` too;
+* ``_check_params_vs_input(n, p)``: the rules that need the data (``perplexity < n - 1``,
+  ``n_components <= p``, an ``init`` array of n rows).
 
 Numbers: integers refuse booleans, reals refuse booleans, NaN and infinities; numpy scalars are
 numbers. A wrong value raises scikit-learn's ``InvalidParameterError`` (a ``ValueError`` and a
@@ -19,9 +25,11 @@ from __future__ import annotations
 from numbers import Integral, Real
 
 import numpy as np
-from sklearn.utils._param_validation import Interval, StrOptions
+import torch
+from sklearn.utils._param_validation import Interval, InvalidParameterError, StrOptions
 
-__all__ = ["Int", "Num", "PARAMETERS", "constraints_for", "check_init", "POSITIVE", "StrOptions"]
+__all__ = ["Int", "Num", "PARAMETERS", "constraints_for", "check_init", "POSITIVE", "StrOptions",
+           "InvalidParameterError", "NEIGHBORS", "MAX_SEED"]
 
 
 class Int(Interval):
@@ -55,14 +63,19 @@ class Num(Interval):
 POSITIVE = Num(0, None, closed="neither")
 NONNEGATIVE = Num(0, None, closed="left")
 FRACTION = Num(0, 1, closed="left")  # momentum: [0, 1)
+#: random_state integers accepted (numpy's legacy seeding takes 32-bit seeds)
+MAX_SEED = 2**32 - 1
+#: the neighbour searches of :func:`probdr.input.neighbors.knn`
+NEIGHBORS = StrOptions({"auto", "exact", "approximate", "pynndescent"})
 
 #: the constraint of each parameter name, shared by every estimator that has it
 PARAMETERS: dict[str, list] = {
     "n_components": [Int(1)],
-    "perplexity": [POSITIVE],  # >= 1 (or > 1) where the affinity needs it: _check_params
+    "perplexity": [POSITIVE],  # >= 1 (or > 1) where the affinity needs it: class overrides
     "n_neighbors": [Int(1), None],
     "n_iter": [Int(1)],
     "n_epochs": [Int(1), None],
+    "epoch_steps": [Int(1), StrOptions({"auto"})],
     "learning_rate": [POSITIVE],
     "momentum": [FRACTION],
     "early_momentum": [FRACTION],
@@ -89,7 +102,7 @@ PARAMETERS: dict[str, list] = {
     "sinkhorn_max_iter": [Int(1)],
     "srgw_max_iter": [Int(1)],
     "gw_max_iter": [Int(1)],
-    "n_prototypes": [Int(1)],
+    "n_prototypes": [Int(2)],
     "n_outer": [Int(1)],
     "z_steps": [Int(1)],
     "md_epsilon": [POSITIVE],
@@ -107,7 +120,16 @@ PARAMETERS: dict[str, list] = {
     "precision_scale": [POSITIVE],
     "inference": [StrOptions({"map", "svi", "mcmc"})],
     "inference_params": [dict, None],
-    "init": [str, "array-like"],  # an array: finite, checked with the data (check_init)
+    "z_prior": [POSITIVE, torch.distributions.Distribution, None],  # its event shape: the data
+    "observe": [StrOptions({"mean", "sample"})],
+    "neighbors": [NEIGHBORS],
+    "kernel_params": [dict, None],
+    "init": [str, "array-like"],  # an array: finite (check_init), its rows: the data
+    "callbacks": [callable, list, tuple, None],  # a list's items: callables (fit checks them)
+    "random_state": [Int(0, MAX_SEED), np.random.RandomState, np.random.Generator, None],
+    "n_jobs": [Int(1), Int(None, -1, closed="right"), None],  # -1: every core, -2: all but one
+    "dtype": [StrOptions({"float32", "float64"}), torch.dtype],
+    "device": [str, torch.device, None],  # the name and the device's presence: resolve_device
 }
 
 
@@ -125,11 +147,12 @@ def constraints_for(cls) -> dict[str, list]:
 
 def check_init(init) -> None:
     """An ``init`` array (an initial embedding) holds finite numbers, 2-D; its shape against
-    the data is the estimator's rule. Strings name a method and pass."""
+    the data is the estimator's rule. Strings name a method and pass (the table checks the
+    name). Raises ``InvalidParameterError``."""
     if init is None or isinstance(init, str):
         return
     a = np.asarray(init.detach().cpu() if hasattr(init, "detach") else init)
     if a.ndim != 2 or not np.issubdtype(a.dtype, np.number) or not np.isfinite(a).all():
-        raise ValueError(f"init must name a method or be a 2-D array of finite numbers, got "
+        raise InvalidParameterError(f"init must name a method or be a 2-D array of finite numbers, got "
                          f"an array of shape {a.shape} and dtype {a.dtype}"
                          f"{' with NaN or inf' if a.dtype.kind in 'fc' else ''}.")

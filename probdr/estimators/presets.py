@@ -20,10 +20,7 @@ from __future__ import annotations
 
 import math
 
-import numpy as np
-
 from ..kernels import find_ab_params, get_kernel
-from .base import set_init_params
 from .coupling import GraphCoupling
 
 __all__ = ["SNE", "TSNE", "LargeVis", "UMAP"]
@@ -76,7 +73,38 @@ class SNE(_GainsPreset):
                  latent_edge_prior=None, dtype="float32", random_state=None, verbose=False, callbacks=None,
                  callbacks_every: int = 50, n_jobs=None, device="auto", metric="euclidean", metric_params=None,
                  precomputed_knn=None, target_weight=0.5, affinity="entropic"):
-        set_init_params(self, locals())
+        self.perplexity = perplexity
+        self.n_components = n_components
+        self.kernel_z = kernel_z
+        self.n_iter = n_iter
+        self.early_exaggeration = early_exaggeration
+        self.early_exaggeration_iter = early_exaggeration_iter
+        self.learning_rate = learning_rate
+        self.momentum = momentum
+        self.early_momentum = early_momentum
+        self.init = init
+        self.repulsion = repulsion
+        self.negative_samples = negative_samples
+        self.observe = observe
+        self.edge_prior = edge_prior
+        self.neighbors = neighbors
+        self.inference = inference
+        self.inference_params = inference_params
+        self.z_prior = z_prior
+        self.coupling_weight = coupling_weight
+        self.latent_edge_prior = latent_edge_prior
+        self.dtype = dtype
+        self.random_state = random_state
+        self.verbose = verbose
+        self.callbacks = callbacks
+        self.callbacks_every = callbacks_every
+        self.n_jobs = n_jobs
+        self.device = device
+        self.metric = metric
+        self.metric_params = metric_params
+        self.precomputed_knn = precomputed_knn
+        self.target_weight = target_weight
+        self.affinity = affinity
 
 
 class TSNE(_GainsPreset):
@@ -96,7 +124,38 @@ class TSNE(_GainsPreset):
                  latent_edge_prior=None, dtype="float32", random_state=None, verbose=False, callbacks=None,
                  callbacks_every: int = 50, n_jobs=None, device="auto", metric="euclidean", metric_params=None,
                  precomputed_knn=None, target_weight=0.5, affinity="entropic"):
-        set_init_params(self, locals())
+        self.perplexity = perplexity
+        self.n_components = n_components
+        self.dof = dof
+        self.n_iter = n_iter
+        self.early_exaggeration = early_exaggeration
+        self.early_exaggeration_iter = early_exaggeration_iter
+        self.learning_rate = learning_rate
+        self.momentum = momentum
+        self.early_momentum = early_momentum
+        self.init = init
+        self.repulsion = repulsion
+        self.negative_samples = negative_samples
+        self.observe = observe
+        self.edge_prior = edge_prior
+        self.neighbors = neighbors
+        self.inference = inference
+        self.inference_params = inference_params
+        self.z_prior = z_prior
+        self.coupling_weight = coupling_weight
+        self.latent_edge_prior = latent_edge_prior
+        self.dtype = dtype
+        self.random_state = random_state
+        self.verbose = verbose
+        self.callbacks = callbacks
+        self.callbacks_every = callbacks_every
+        self.n_jobs = n_jobs
+        self.device = device
+        self.metric = metric
+        self.metric_params = metric_params
+        self.precomputed_knn = precomputed_knn
+        self.target_weight = target_weight
+        self.affinity = affinity
 
     def _make_kernel(self):
         return get_kernel("student", dof=self.dof)
@@ -120,7 +179,34 @@ class LargeVis(_SGDPreset):
                  random_state=None, verbose=False, callbacks=None,
                  callbacks_every: int = 50, n_jobs=None, device="auto", metric="euclidean", metric_params=None,
                  precomputed_knn=None, target_weight=0.5, affinity="entropic"):
-        set_init_params(self, locals())
+        self.perplexity = perplexity
+        self.n_components = n_components
+        self.n_iter = n_iter
+        self.negative_samples = negative_samples
+        self.negative_weight = negative_weight
+        self.learning_rate = learning_rate
+        self.init = init
+        self.repulsion = repulsion
+        self.observe = observe
+        self.edge_prior = edge_prior
+        self.neighbors = neighbors
+        self.inference = inference
+        self.inference_params = inference_params
+        self.z_prior = z_prior
+        self.coupling_weight = coupling_weight
+        self.latent_edge_prior = latent_edge_prior
+        self.dtype = dtype
+        self.random_state = random_state
+        self.verbose = verbose
+        self.callbacks = callbacks
+        self.callbacks_every = callbacks_every
+        self.n_jobs = n_jobs
+        self.device = device
+        self.metric = metric
+        self.metric_params = metric_params
+        self.precomputed_knn = precomputed_knn
+        self.target_weight = target_weight
+        self.affinity = affinity
 
 
 class UMAP(_SGDPreset):
@@ -150,7 +236,37 @@ class UMAP(_SGDPreset):
                  random_state=None, verbose=False, callbacks=None,
                  callbacks_every: int = 50, n_jobs=None, device="auto", metric="euclidean", metric_params=None,
                  precomputed_knn=None, target_weight=0.5, affinity="umap", epoch_steps="auto"):
-        set_init_params(self, locals())
+        self.n_neighbors = n_neighbors
+        self.n_components = n_components
+        self.min_dist = min_dist
+        self.spread = spread
+        self.n_epochs = n_epochs
+        self.negative_samples = negative_samples
+        self.negative_weight = negative_weight
+        self.learning_rate = learning_rate
+        self.init = init
+        self.repulsion = repulsion
+        self.observe = observe
+        self.edge_prior = edge_prior
+        self.neighbors = neighbors
+        self.inference = inference
+        self.inference_params = inference_params
+        self.z_prior = z_prior
+        self.coupling_weight = coupling_weight
+        self.latent_edge_prior = latent_edge_prior
+        self.dtype = dtype
+        self.random_state = random_state
+        self.verbose = verbose
+        self.callbacks = callbacks
+        self.callbacks_every = callbacks_every
+        self.n_jobs = n_jobs
+        self.device = device
+        self.metric = metric
+        self.metric_params = metric_params
+        self.precomputed_knn = precomputed_knn
+        self.target_weight = target_weight
+        self.affinity = affinity
+        self.epoch_steps = epoch_steps
 
     def _make_kernel(self):
         self.a_, self.b_ = find_ab_params(self.spread, self.min_dist)
@@ -164,14 +280,3 @@ class UMAP(_SGDPreset):
         self.epoch_steps_ = (min(4, math.ceil(math.sqrt(n / 20_000))) if self.epoch_steps == "auto"
                              else int(self.epoch_steps))
         return self.epoch_steps_
-
-    def _check_params(self, n, p):
-        if self.n_epochs is not None and not (isinstance(self.n_epochs, (int, np.integer))
-                                               and self.n_epochs > 0):
-            raise ValueError(f"n_epochs must be a positive integer or None, got {self.n_epochs!r}.")
-        if self.epoch_steps != "auto" and not (isinstance(self.epoch_steps, (int, np.integer))
-                                               and not isinstance(self.epoch_steps, bool)
-                                               and self.epoch_steps > 0):
-            raise ValueError("epoch_steps must be 'auto' or a positive integer, got "
-                             f"{self.epoch_steps!r}.")
-        super()._check_params(n, p)

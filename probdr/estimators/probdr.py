@@ -24,8 +24,8 @@ from ..infer.map import map_estimate
 from ..input.calibration import InputGraph
 from ..laws.wishart import probdr_epsilon, theorem2_solution
 from ..models.probdr_general import KERNELS, closed_form, probdr_general_model
-from .base import DREstimator, in_fit_environment, set_init_params, transform_only_if
-from .params import Int, StrOptions
+from .base import DREstimator, in_fit_environment, transform_only_if
+from .params import Int, InvalidParameterError, StrOptions
 from .wishart import principal_axes
 from .wishart_new_points import GraphRowMixin, LinearMapMixin
 
@@ -162,8 +162,7 @@ class ProbDR(GraphRowMixin, DREstimator):
         "kernel": [StrOptions(set(KERNELS)), callable],
         "solver": [StrOptions({"map", "closed_form"})],
         "optimizer": [StrOptions({"auto", "lbfgs", "adam"})],
-        "init": [StrOptions({"pca", "eigen", "random"}), "array-like"],
-        "neighbors": [StrOptions({"auto", "exact", "approximate", "pynndescent"})]}
+        "init": [StrOptions({"pca", "eigen", "random"}), "array-like"]}
 
     def __init__(self, n_components: int = 2, covariance="laplacian",
                  random_state: int | None = None, *, alpha: float = 0.5, kernel="student",
@@ -173,7 +172,30 @@ class ProbDR(GraphRowMixin, DREstimator):
                  n_iter: int | None = None, learning_rate: float = 1.0, max_n: int = 6000,
                  neighbors: str = "auto", callbacks=None,
                  callbacks_every: int = 50, n_jobs=None, device="auto", metric="euclidean", metric_params=None):
-        set_init_params(self, locals())
+        self.n_components = n_components
+        self.covariance = covariance
+        self.random_state = random_state
+        self.alpha = alpha
+        self.kernel = kernel
+        self.gamma = gamma
+        self.nu = nu
+        self.n_neighbors = n_neighbors
+        self.n_neg = n_neg
+        self.ridge = ridge
+        self.precision_scale = precision_scale
+        self.solver = solver
+        self.optimizer = optimizer
+        self.init = init
+        self.n_iter = n_iter
+        self.learning_rate = learning_rate
+        self.max_n = max_n
+        self.neighbors = neighbors
+        self.callbacks = callbacks
+        self.callbacks_every = callbacks_every
+        self.n_jobs = n_jobs
+        self.device = device
+        self.metric = metric
+        self.metric_params = metric_params
 
     # -- parameters ------------------------------------------------------------------------------
     def _gamma(self, n: int) -> float:
@@ -185,7 +207,27 @@ class ProbDR(GraphRowMixin, DREstimator):
         return InputGraph(affinity="knn", n_neighbors=self.n_neighbors, neighbors=self.neighbors,
                           metric=self.metric, metric_params=self.metric_params)
 
-    def _check_params(self, n: int, p: int) -> None:
+    def _check_params_together(self) -> None:
+        super()._check_params_together()
+        cov = self.covariance
+        if not isinstance(cov, str):
+            S = np.asarray(cov)
+            if S.dtype.kind not in "biuf" or S.ndim != 2:
+                raise InvalidParameterError(
+                    f"covariance must be 'laplacian', 'sample' or a real (n, n) array, got "
+                    f"{type(cov).__name__} of shape {getattr(S, 'shape', None)}.")
+            S = S.astype(np.float64)
+            if not np.isfinite(S).all():
+                raise InvalidParameterError("covariance contains non-finite values.")
+            if S.shape[0] != S.shape[1] or not np.allclose(
+                    S, S.T, rtol=1e-10, atol=1e-12 * max(np.abs(S).max(initial=0), 1e-300)):
+                raise InvalidParameterError("covariance must be a symmetric matrix.")
+        if self.solver == "closed_form" and self.alpha != 0:
+            raise InvalidParameterError(
+                f"solver='closed_form' needs alpha=0 (the kernel term has no closed form), got "
+                f"alpha={self.alpha!r}.")
+
+    def _check_params_vs_input(self, n: int, p: int) -> None:
         if isinstance(self.covariance, str) and self.covariance == "laplacian":
             self.input_ = self._make_input().check(n, p)  # the kNN graph; places new points
         q = self.n_components
@@ -197,29 +239,16 @@ class ProbDR(GraphRowMixin, DREstimator):
         if q > n - 1:
             raise ValueError(f"n_components={q} must be at most n - 1 = {n - 1} (the centred "
                              "embedding has rank <= n - 1).")
-        cov = self.covariance
-        if not isinstance(cov, str):
-            S = np.asarray(cov)
-            if S.dtype.kind not in "biuf" or S.shape != (n, n):
-                raise ValueError(f"covariance must be 'laplacian', 'sample' or a real array of "
-                                 f"shape ({n}, {n}), got {type(cov).__name__} of shape "
-                                 f"{getattr(S, 'shape', None)}.")
-            S = S.astype(np.float64)
-            if not np.isfinite(S).all():
-                raise ValueError("covariance contains non-finite values.")
-            if not np.allclose(S, S.T, rtol=1e-10, atol=1e-12 * max(np.abs(S).max(), 1e-300)):
-                raise ValueError("covariance must be a symmetric matrix.")
+        cov = self.covariance  # a real symmetric array: _check_params_together
+        if not isinstance(cov, str) and np.shape(cov) != (n, n):
+            raise ValueError(f"covariance must be 'laplacian', 'sample' or a real array of shape "
+                             f"({n}, {n}), got shape {np.shape(cov)}.")
         if self.nu is not None and not self.nu > n - 1:
             raise ValueError(f"nu must be a finite number > n - 1 = {n - 1} (inverse Wishart "
                              f"degrees of freedom) or None, got {self.nu!r}.")
-        if self.solver == "closed_form" and self.alpha != 0:
-            raise ValueError(f"solver='closed_form' needs alpha=0 (the kernel term has no closed "
-                             f"form), got alpha={self.alpha!r}.")
-        if not isinstance(self.init, str):
-            Z0 = np.asarray(self.init)
-            if Z0.dtype.kind not in "biuf" or Z0.shape != (n, q) or not np.isfinite(Z0).all():
-                raise ValueError(f"init must be 'pca', 'eigen', 'random' or a finite array of "
-                                 f"shape ({n}, {q}), got {self.init!r:.60}.")
+        if not isinstance(self.init, str) and np.shape(self.init) != (n, q):
+            raise ValueError(f"init must be 'pca', 'eigen', 'random' or a finite array of shape "
+                             f"({n}, {q}), got shape {np.shape(self.init)}.")
 
     # -- new points -----------------------------------------------------------------------------
     _keeps_training_data = True  # for the linear map of covariance="sample" (_after_fit)
@@ -259,7 +288,7 @@ class ProbDR(GraphRowMixin, DREstimator):
             ridge = self.ridge
             if ridge is None:
                 ridge = L.default_ridge(self.n_graph_components_, warn_for=self.n_neighbors,
-                                        stacklevel=4)
+                                        stacklevel=5)  # the user's fit
             self.ridge_ = float(ridge)
             return c * (L.dense() + self.ridge_ * torch.eye(n, dtype=torch.float64)), None
         if isinstance(cov, str):  # sample covariance, dual PPCA

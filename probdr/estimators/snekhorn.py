@@ -5,14 +5,13 @@ Courty, NeurIPS 2023)."""
 
 from __future__ import annotations
 
-import numpy as np
 import torch
 
 from ..input.calibration import InputGraph
 from ..laws.doubly_stochastic import DoublyStochasticPrior
 from ..laws.graph import GraphPrior
-from .base import set_init_params
 from .coupling import GraphCoupling
+from .params import Num, StrOptions
 
 __all__ = ["SNEkhorn", "TSNEkhorn"]
 
@@ -87,6 +86,8 @@ class SNEkhorn(GraphCoupling):
     target_weight = 0.0
     _accepts_sparse = False
     _uses_labels = False
+    _constraint_overrides = {"kernel_z": [StrOptions({"gaussian", "student"})],
+                             "perplexity": [Num(1, None, closed="neither")]}
 
     def __init__(self, perplexity: float = 30.0, n_components: int = 2, *,
                  kernel_z: str = "gaussian", sea_tol: float = 1e-5, sinkhorn_tol: float = 1e-5,
@@ -96,19 +97,36 @@ class SNEkhorn(GraphCoupling):
                  optimizer: str = "adam", learning_rate_decay: bool = True, init="pca",
                  dtype: str = "float32", random_state: int | None = None, verbose: bool = False, callbacks=None,
                  callbacks_every: int = 50, n_jobs=None, device="auto", metric="euclidean", metric_params=None):
-        set_init_params(self, locals())
+        self.perplexity = perplexity
+        self.n_components = n_components
+        self.kernel_z = kernel_z
+        self.sea_tol = sea_tol
+        self.sinkhorn_tol = sinkhorn_tol
+        self.sinkhorn_max_iter = sinkhorn_max_iter
+        self.n_iter = n_iter
+        self.early_exaggeration = early_exaggeration
+        self.early_exaggeration_iter = early_exaggeration_iter
+        self.learning_rate = learning_rate
+        self.momentum = momentum
+        self.early_momentum = early_momentum
+        self.optimizer = optimizer
+        self.learning_rate_decay = learning_rate_decay
+        self.init = init
+        self.dtype = dtype
+        self.random_state = random_state
+        self.verbose = verbose
+        self.callbacks = callbacks
+        self.callbacks_every = callbacks_every
+        self.n_jobs = n_jobs
+        self.device = device
+        self.metric = metric
+        self.metric_params = metric_params
 
     # SEA has the entropic affinities' perplexity constraints plus the self-loop exclusion
-    # (perplexity <= n - 2); the latent prior is the doubly stochastic one
+    # (perplexity <= n - 2, checked by the input side; perplexity > 1, kernel_z, the tolerances:
+    # the table); the latent prior is the doubly stochastic one
     def _check_priors(self) -> None:
-        if self.kernel_z not in ("gaussian", "student"):
-            raise ValueError(f"kernel_z must be 'gaussian' or 'student', got {self.kernel_z!r}.")
-        if not (self.sinkhorn_tol > 0 and self.sea_tol > 0):
-            raise ValueError("sinkhorn_tol and sea_tol must be positive.")
-        if not (isinstance(self.sinkhorn_max_iter, (int, np.integer))
-                and self.sinkhorn_max_iter >= 1):
-            raise ValueError(f"sinkhorn_max_iter must be a positive integer, got "
-                             f"{self.sinkhorn_max_iter!r}.")
+        """No coupling check: the latent law is the doubly stochastic one."""
 
     def _latent_prior(self) -> GraphPrior:
         prior = getattr(self, "latent_prior_", None)
@@ -150,4 +168,26 @@ class TSNEkhorn(SNEkhorn):
                  dtype: str = "float32", random_state: int | None = None,
                  verbose: bool = False, callbacks=None,
                  callbacks_every: int = 50, n_jobs=None, device="auto", metric="euclidean", metric_params=None):
-        set_init_params(self, locals())
+        self.perplexity = perplexity
+        self.n_components = n_components
+        self.sea_tol = sea_tol
+        self.sinkhorn_tol = sinkhorn_tol
+        self.sinkhorn_max_iter = sinkhorn_max_iter
+        self.n_iter = n_iter
+        self.early_exaggeration = early_exaggeration
+        self.early_exaggeration_iter = early_exaggeration_iter
+        self.learning_rate = learning_rate
+        self.momentum = momentum
+        self.early_momentum = early_momentum
+        self.optimizer = optimizer
+        self.learning_rate_decay = learning_rate_decay
+        self.init = init
+        self.dtype = dtype
+        self.random_state = random_state
+        self.verbose = verbose
+        self.callbacks = callbacks
+        self.callbacks_every = callbacks_every
+        self.n_jobs = n_jobs
+        self.device = device
+        self.metric = metric
+        self.metric_params = metric_params

@@ -50,7 +50,7 @@ from ..models.probdr_wishart import (
     laplacian_wishart_model,
 )
 from ..models.wishart_pca import coupling_gamma, default_dofs, whitening, wishart_pca_model
-from .base import DREstimator, set_init_params
+from .base import DREstimator
 from .inference import PosteriorInference
 from .params import StrOptions
 from .wishart_new_points import GraphRowMixin, LinearMapMixin
@@ -143,7 +143,6 @@ class WishartPCA(LinearMapMixin, PosteriorInference, DREstimator):
     """
 
     _components_at_most_features = True
-
     _constraint_overrides = {"solver": [SOLVERS], "optimizer": [StrOptions({"lbfgs", "adam"})]}
 
     def __init__(self, n_components: int = 2, nu_x: float | None = None,
@@ -153,13 +152,27 @@ class WishartPCA(LinearMapMixin, PosteriorInference, DREstimator):
                  inference_params: dict | None = None, z_prior=None,
                  coupling_weight: float = 1.0, callbacks=None,
                  callbacks_every: int = 50, n_jobs=None, device="auto"):
-        set_init_params(self, locals())
+        self.n_components = n_components
+        self.nu_x = nu_x
+        self.nu_z = nu_z
+        self.random_state = random_state
+        self.solver = solver
+        self.optimizer = optimizer
+        self.n_iter = n_iter
+        self.learning_rate = learning_rate
+        self.center = center
+        self.inference = inference
+        self.inference_params = inference_params
+        self.z_prior = z_prior
+        self.coupling_weight = coupling_weight
+        self.callbacks = callbacks
+        self.callbacks_every = callbacks_every
+        self.n_jobs = n_jobs
+        self.device = device
 
-    def _check_params(self, n: int, p: int) -> None:
+    def _check_params_vs_input(self, n: int, p: int) -> None:
         default_dofs(n, p, self.n_components, self.nu_x, self.nu_z)
         self._check_inference(n, self.n_components)
-        if self.solver == "closed_form" and self.z_prior is not None:
-            raise ValueError("z_prior needs solver='map': the closed form is the flat-prior MAP.")
 
     def _fit(self, X: torch.Tensor) -> torch.Tensor:
         n, p = X.shape
@@ -276,18 +289,31 @@ class WishartEigenmaps(_LaplacianEstimator):
                  inference_params: dict | None = None, z_prior=None,
                  coupling_weight: float = 1.0, callbacks=None,
                  callbacks_every: int = 50, n_jobs=None, device="auto", metric="euclidean", metric_params=None):
-        set_init_params(self, locals())
+        self.n_components = n_components
+        self.n_neighbors = n_neighbors
+        self.random_state = random_state
+        self.beta = beta
+        self.ridge = ridge
+        self.solver = solver
+        self.n_iter = n_iter
+        self.neighbors = neighbors
+        self.inference = inference
+        self.inference_params = inference_params
+        self.z_prior = z_prior
+        self.coupling_weight = coupling_weight
+        self.callbacks = callbacks
+        self.callbacks_every = callbacks_every
+        self.n_jobs = n_jobs
+        self.device = device
+        self.metric = metric
+        self.metric_params = metric_params
 
-    def _check_params(self, n: int, p: int) -> None:
+    def _check_params_vs_input(self, n: int, p: int) -> None:
         self._check_neighbors(n, p)
-        if self.ridge is not None and not self.ridge >= 0:
-            raise ValueError(f"ridge must be >= 0 or None, got {self.ridge!r}.")
         if self.n_components > n - 2:
             raise ValueError(f"n_components={self.n_components} needs at least "
                              f"{self.n_components + 2} samples, got {n}.")
         self._check_inference(n, self.n_components)
-        if self.solver == "closed_form" and self.z_prior is not None:
-            raise ValueError("z_prior needs solver='map': the closed form is the flat-prior MAP.")
 
     def _column_eigenvalues(self) -> np.ndarray:
         # the MAP's columns are eigenvectors 2..q+1 of the Laplacian (principal axes)
@@ -300,7 +326,7 @@ class WishartEigenmaps(_LaplacianEstimator):
         ridge = self.ridge
         if ridge is None:
             ridge = L.default_ridge(self.n_graph_components_, warn_for=self.n_neighbors,
-                                    stacklevel=3)
+                                    stacklevel=4)  # the user's fit (past _fit_context)
         self.ridge_ = ridge
         Zcf, w = eigenmaps_solution(L, q, self.beta, ridge)
         self.eigenvalues_ = w.cpu().numpy()
@@ -401,21 +427,40 @@ class LaplacianWishart(_LaplacianEstimator):
                  inference_params: dict | None = None, z_prior=None,
                  coupling_weight: float = 1.0, callbacks=None,
                  callbacks_every: int = 50, n_jobs=None, device="auto", metric="euclidean", metric_params=None):
-        set_init_params(self, locals())
+        self.n_components = n_components
+        self.n_neighbors = n_neighbors
+        self.random_state = random_state
+        self.n_neg = n_neg
+        self.eps_tilde = eps_tilde
+        self.nu = nu
+        self.model = model
+        self.init = init
+        self.n_iter = n_iter
+        self.learning_rate = learning_rate
+        self.max_n = max_n
+        self.neighbors = neighbors
+        self.inference = inference
+        self.inference_params = inference_params
+        self.z_prior = z_prior
+        self.coupling_weight = coupling_weight
+        self.callbacks = callbacks
+        self.callbacks_every = callbacks_every
+        self.n_jobs = n_jobs
+        self.device = device
+        self.metric = metric
+        self.metric_params = metric_params
 
     def _eps(self, n: int) -> float:
         return probdr_epsilon(n, self.n_neg, self.n_neighbors) if self.eps_tilde is None \
             else float(self.eps_tilde)
 
-    def _check_params(self, n: int, p: int) -> None:
+    def _check_params_vs_input(self, n: int, p: int) -> None:
         self._check_neighbors(n, p)
         if n > self.max_n:
             raise ValueError(
                 f"LaplacianWishart works with dense n x n matrices (O(n^3) per step); n={n} "
                 f"exceeds max_n={self.max_n}. Subsample, or raise max_n if you have the memory.")
-        eps = self._eps(n)
-        if not eps > 0:
-            raise ValueError(f"eps_tilde must be positive, got {eps!r}.")
+        eps = self._eps(n)  # positive (the table: eps_tilde, n_neg, n_neighbors)
         if self.model == "bernoulli" and eps >= 1:
             raise ValueError(
                 f"model='bernoulli' needs eps_tilde < 1 (edge probabilities eps_tilde/(1+d^2)); "

@@ -10,7 +10,8 @@ MAP gives the classical methods; this module gives the posterior, e.g. for the g
     \mathbb P_{\mathcal P_Z}\big(W_Z = \mathbb E[W_X];\ \pi \odot K_Z\big)^{\beta},
 
 with a proper prior :math:`p(Z)` (the estimators use :math:`Z_{ia} \sim \mathcal N(0, s^2)`,
-:math:`s = 10` unless ``z_prior`` says otherwise) and the **temperature** :math:`1/\beta`, where
+:math:`s` ten times the RMS of the MAP embedding unless ``z_prior`` says otherwise:
+:class:`probdr.estimators.inference.PosteriorInference`) and the **temperature** :math:`1/\beta`, where
 :math:`\beta` is the estimator's ``coupling_weight`` (``poutine.scale`` on the likelihood).
 
 The temperature sets the spread
@@ -63,6 +64,7 @@ import math
 import time
 import warnings
 from collections.abc import Callable
+from numbers import Integral, Real
 from typing import Any
 
 import numpy as np
@@ -78,14 +80,16 @@ from pyro.infer.autoguide import (
     AutoNormal,
 )
 from pyro.infer.autoguide.initialization import init_to_value
+from sklearn.utils import check_scalar
 from torch.distributions import constraints
 from tqdm.auto import tqdm
 
 from .._utils import generator
 from .draws import Posterior, procrustes_align
 
-__all__ = ["Posterior", "fit_posterior", "check_inference", "procrustes_align", "MCMC_MAX_PARAMS",
-           "SVI_OPTIONS", "MCMC_OPTIONS"]
+__all__ = ["Posterior", "fit_posterior", "check_inference", "check_inference_options",
+           "check_mcmc_setup", "procrustes_align", "MCMC_MAX_PARAMS", "SVI_OPTIONS",
+           "MCMC_OPTIONS"]
 
 #: Largest number of parameters n*q that NUTS accepts by default (exact repulsion). Every
 #: gradient is an all-pairs pass and NUTS takes tens of them per draw, so the cost grows
@@ -112,12 +116,6 @@ def _check_options(options: dict, allowed: dict, method: str) -> dict:
         raise TypeError(f"unknown option(s) {bad} for inference={method!r}; valid options: "
                         f"{sorted(allowed)}.")
     return {**allowed, **options}
-
-
-def _positive_int(name, v):
-    if not (isinstance(v, (int, np.integer)) and not isinstance(v, bool) and v >= 1):
-        raise ValueError(f"{name} must be a positive integer, got {v!r}.")
-    return int(v)
 
 
 def _seed(generator: torch.Generator | None) -> int:
@@ -245,25 +243,51 @@ def check_inference(method: str, n: int, q: int, *, repulsion: str = "exact",
 
     Estimators can call this in their parameter checks, before MAP, so that a bad setting
     (an unknown option, NUTS with a stochastic or approximate repulsion, NUTS above
-    :data:`MCMC_MAX_PARAMS`) fails in milliseconds rather than after the MAP fit.
+    :data:`MCMC_MAX_PARAMS`) fails in milliseconds rather than after the MAP fit. It is
+    :func:`check_inference_options` (the settings alone) then :func:`check_mcmc_setup` (NUTS on
+    this problem).
 
     Raises
     ------
     ValueError, TypeError
     """
+    opts = check_inference_options(method, **options)
+    if method == "mcmc":
+        check_mcmc_setup(n, q, repulsion=repulsion, max_params=opts["max_params"])
+    return opts
+
+
+def check_inference_options(method: str, **options) -> dict[str, Any]:
+    """Validate the method and its options, which need no data (names, counts, rates); return
+    the full options (defaults filled in). Raises ``ValueError`` or ``TypeError``."""
     if method not in ("svi", "mcmc"):
         raise ValueError(f"method must be 'svi' or 'mcmc', got {method!r}.")
     if method == "svi":
         opts = _check_options(options, SVI_OPTIONS, method)
         for name in ("num_steps", "num_samples", "num_particles"):
-            _positive_int(name, opts[name])
-        lr, decay = opts["lr"], opts["lr_decay"]
-        if not (isinstance(lr, (int, float)) and lr > 0):
-            raise ValueError(f"lr must be positive, got {lr!r}.")
-        if not (isinstance(decay, (int, float)) and 0 < decay <= 1):
-            raise ValueError(f"lr_decay must lie in (0, 1], got {decay!r}.")
+            check_scalar(opts[name], name, Integral, min_val=1)
+        if opts["rank"] is not None:
+            check_scalar(opts["rank"], "rank", Integral, min_val=1)
+        check_scalar(opts["lr"], "lr", Real, min_val=0, include_boundaries="neither")
+        check_scalar(opts["lr_decay"], "lr_decay", Real, min_val=0, max_val=1,
+                     include_boundaries="right")
+        check_scalar(opts["init_scale"], "init_scale", Real, min_val=0,
+                     include_boundaries="neither")
         return opts
     opts = _check_options(options, MCMC_OPTIONS, method)
+    for name in ("num_chains", "num_samples"):
+        check_scalar(opts[name], name, Integral, min_val=1)
+    check_scalar(opts["warmup"], "warmup", Integral, min_val=0)
+    if opts["max_params"] is not None:
+        check_scalar(opts["max_params"], "max_params", Integral, min_val=1)
+    return opts
+
+
+def check_mcmc_setup(n: int, q: int, *, repulsion: str = "exact",
+                     max_params: int | None = None) -> None:
+    """NUTS on ``n`` points in ``q`` dimensions: the repulsion must be exact (a deterministic
+    log density with its exact gradient) and ``n * q`` at most ``max_params`` (default
+    :data:`MCMC_MAX_PARAMS`). Raises ``ValueError``."""
     if repulsion != "exact":
         why = ("is an interpolation whose gradient is not the exact gradient of one log density"
                if repulsion == "fft" else "draws random partners at every evaluation (a "
@@ -272,11 +296,7 @@ def check_inference(method: str, n: int, q: int, *, repulsion: str = "exact",
             f"NUTS needs a deterministic log density and its exact gradient, but repulsion="
             f"{repulsion!r} {why}. Use repulsion='exact' with inference='mcmc', or "
             "inference='svi'.")
-    for name in ("num_chains", "num_samples"):
-        _positive_int(name, opts[name])
-    if not (isinstance(opts["warmup"], (int, np.integer)) and opts["warmup"] >= 0):
-        raise ValueError(f"warmup must be an integer >= 0, got {opts['warmup']!r}.")
-    max_params = opts["max_params"] if opts["max_params"] is not None else MCMC_MAX_PARAMS
+    max_params = max_params if max_params is not None else MCMC_MAX_PARAMS
     if n * q > max_params:
         raise ValueError(
             f"NUTS on n*q = {n}*{q} = {n * q} parameters exceeds the limit of {max_params} "
@@ -284,7 +304,6 @@ def check_inference(method: str, n: int, q: int, *, repulsion: str = "exact",
             "all-pairs pass and NUTS takes tens of gradients per draw). Use inference='svi' "
             "(guide='lowrank' for correlations), a subsample of the data, or pass "
             "inference_params={'max_params': ...} if you can afford the time.")
-    return opts
 
 
 def _reference(opts, Z_init):
@@ -299,17 +318,13 @@ def _reference(opts, Z_init):
 
 def _make_guide(model, spec, Z_init, opts, name="Z"):
     init = init_to_value(values={name: Z_init.detach().clone()})
-    scale = float(opts["init_scale"])
-    if not scale > 0:
-        raise ValueError(f"init_scale must be positive, got {scale!r}.")
+    scale = float(opts["init_scale"])  # positive: check_inference_options
     if isinstance(spec, str):
         if spec == "normal":
             return AutoNormal(model, init_loc_fn=init, init_scale=scale), "AutoNormal"
         if spec == "lowrank":
-            rank = opts["rank"]
-            if rank is None:
-                rank = int(math.ceil(math.sqrt(Z_init.numel())))
-            rank = _positive_int("rank", rank)
+            rank = opts["rank"]  # None or a positive integer: check_inference_options
+            rank = int(math.ceil(math.sqrt(Z_init.numel()))) if rank is None else int(rank)
             return (AutoLowRankMultivariateNormal(model, init_loc_fn=init, init_scale=scale,
                                                   rank=rank),
                     f"AutoLowRankMultivariateNormal(rank={rank})")

@@ -127,29 +127,26 @@ class InputGraph:
     def check(self, n: int, p: int) -> InputGraph:
         """Validate the calibration against data of ``n`` rows and ``p`` columns, before any
         work, and make the metric canonical; returns ``self``. Raises ``ValueError`` naming
-        the parameter."""
+        the parameter. The perplexity's whole range is checked here, [1, n - 1) for entropic
+        rows and (1, n - 2] for SEA: the one place of the input side's rules (an estimator's
+        parameter table may refuse a value below the range earlier)."""
         self._check_input_kind(n, p)
-        u = self.perplexity
+        u, k = self.perplexity, self.n_neighbors
         number = isinstance(u, (int, float, np.integer, np.floating)) and not isinstance(u, bool)
-        if self.affinity == "entropic":
-            if not (number and u >= 1):
-                raise ValueError(f"perplexity must be a number >= 1, got {u!r}.")
-            if u >= n - 1:
-                raise ValueError(
-                    f"perplexity={u} is too large for n={n} samples: it must be smaller than "
-                    f"n - 1 = {n - 1} (use a smaller perplexity or more data).")
-            if self.n_neighbors is not None and self.n_neighbors < u:
-                raise ValueError(f"n_neighbors={self.n_neighbors} must be >= perplexity {u}.")
-        elif self.affinity == "sea" and not (number and 1 < u <= n - 2):
+        if self.affinity == "entropic" and not (number and u >= 1):
+            raise ValueError(f"perplexity must be a number >= 1, got {u!r}.")
+        if self.affinity == "entropic" and u >= n - 1:
+            raise ValueError(
+                f"perplexity={u} is too large for n={n} samples: it must be smaller than "
+                f"n - 1 = {n - 1} (use a smaller perplexity or more data).")
+        if self.affinity == "entropic" and number and k is not None and k < u:
+            raise ValueError(f"n_neighbors={k} must be >= perplexity {u}.")
+        if self.affinity == "sea" and not (number and 1 < u <= n - 2):
             raise ValueError(f"perplexity must lie in (1, n - 2] = (1, {n - 2}] for SEA without "
                              f"self-loops (n={n}), got {u!r}.")
-        if self.affinity in ("entropic", "umap", "binary") and self.n_neighbors is not None:
-            if not (isinstance(self.n_neighbors, (int, np.integer)) and self.n_neighbors >= 2):
-                raise ValueError(f"n_neighbors must be an integer >= 2, got {self.n_neighbors!r}.")
-            limit = n if self.affinity != "entropic" else n - 1
-            if self.n_neighbors > limit:
-                raise ValueError(f"n_neighbors={self.n_neighbors} is too large for n={n} samples "
-                                 f"(at most {limit}).")
+        limit = n if self.affinity in ("umap", "binary") else n - 1
+        if self.affinity in ("entropic", "umap", "binary") and k is not None and k > limit:
+            raise ValueError(f"n_neighbors={k} is too large for n={n} samples (at most {limit}).")
         if self.affinity == "knn" and self.n_neighbors > n - 1:
             raise ValueError(
                 f"n_neighbors={self.n_neighbors} is too large for n={n} samples: the kNN graph "

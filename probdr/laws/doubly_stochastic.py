@@ -304,8 +304,7 @@ class DoublyStochasticPrior(GraphPrior):
             dt = D2.dtype
             diag = torch.arange(n)
             res = None
-            cauchy = getattr(kern, "name", "") == "student" and getattr(kern, "dof", 0) == 1.0
-            if cauchy:  # log K = -log(1 + d2) (log1p is cheaper than log), K = 1/(1 + d2)
+            if kern.is_cauchy:  # log K = -log(1 + d2) (log1p is cheaper than log), K = 1/(1 + d2)
                 logK, sign, dk = torch.log1p(D2), -1.0, None
                 Km = D2.add_(1.0).reciprocal_()
             else:

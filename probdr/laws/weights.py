@@ -345,8 +345,7 @@ class KernelWeights(Weights):
             from .._compute.fft import cauchy_log_total
 
             k = self.kernel
-            if not (getattr(k, "name", "") == "student" and getattr(k, "dof", None) == 1.0
-                    and self.log_pi is None and self.Z.shape[1] == 2):
+            if not (k.is_cauchy and self.log_pi is None and self.Z.shape[1] == 2):
                 raise ValueError("repulsion='fft' needs the Cauchy kernel (student, dof=1), a "
                                  "2-D embedding and no latent edge prior; use 'sampled'.")
             if rows is None:

@@ -1,0 +1,43 @@
+"""``Kernel.is_cauchy``: the one test, shared by the FFT normaliser, the fused Cauchy paths and
+``repulsion="auto"``, of t-SNE's Cauchy kernel :math:`1/(1 + d^2)` (the Student kernel with one
+degree of freedom)."""
+
+import numpy as np
+import pytest
+import torch
+
+import probdr
+from probdr.kernels import GaussianKernel, StudentKernel, UMAPKernel, get_kernel
+from probdr.laws.weights import KernelWeights
+
+
+@pytest.mark.parametrize("kernel, expected", [
+    (get_kernel("student"), True),
+    (get_kernel("cauchy"), True),
+    (StudentKernel(dof=1), True),
+    (StudentKernel(dof=np.float32(1.0)), True),
+    (StudentKernel(dof=3.0), False),
+    (StudentKernel(dof=1.0 + 1e-12), False),
+    (StudentKernel(dof=0.5), False),
+    (GaussianKernel(), False),
+    (GaussianKernel(bandwidth=2.0), False),
+    (UMAPKernel(a=1.0, b=1.0), False),  # 1/(1 + d^2) too, but not the Student kernel's form
+    (get_kernel("umap_odds", a=1.6, b=0.9), False),
+])
+def test_is_cauchy_exactly_for_the_student_kernel_with_one_dof(kernel, expected):
+    assert kernel.is_cauchy is expected
+
+
+def test_auto_repulsion_uses_fft_only_for_the_cauchy_kernel():
+    """2-D t-SNE above the FFT threshold: FFT with dof 1, the exact or sampled sums otherwise."""
+    assert probdr.TSNE()._repulsion(2000) == "fft"
+    assert probdr.TSNE(dof=2.0)._repulsion(2000) == "exact"
+    assert probdr.GraphCoupling(kernel_z="gaussian", prior_z="E")._repulsion(2000) == "exact"
+
+
+def test_fft_normaliser_refuses_other_kernels():
+    Z = torch.randn(20, 2, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
+    assert np.isfinite(float(KernelWeights(Z, get_kernel("student"), normaliser="fft")
+                             .total_logsumexp()))
+    with pytest.raises(ValueError, match="Cauchy kernel"):
+        KernelWeights(Z, StudentKernel(dof=2.0), normaliser="fft").total_logsumexp()
