@@ -12,7 +12,7 @@ when the budget (``--budget`` seconds, default 540) would not hold it:
    (trustworthiness@15 within 0.01, Procrustes disparity), the device fit twice (bitwise or
    the largest difference), and the host synchronisations counted inside the optimiser's steps
    after the first two (CUDA's sync debug mode; 0 expected);
-3. the device tests: ``tests/test_devices.py``, ``tests/test_sync_free.py`` and every test
+3. the device tests: ``tests/compute/test_devices.py``, ``tests/compute/test_sync_free.py`` and every test
    parametrised over devices, ``-m "not slow"``;
 4. deformed MNIST generated on the device (``probdr.datasets.mnist_deformed(device=...)``);
 5. probdr UMAP and TSNE at ``--n`` points (default 1M; ``--methods`` picks them); TorchDR's
@@ -341,8 +341,8 @@ def device_tests(budget, device, cap, out_dir) -> dict:
         return {"status": "skipped", "why": f"{budget.left():.0f} s of the budget left"}
     xml = os.path.join(out_dir, "device_tests.xml")
     cmd = [sys.executable, "-m", "pytest", "-q", "-m", "not slow", f"--junitxml={xml}",
-           "tests/test_devices.py", "tests/test_sync_free.py",
-           "tests/test_ann.py", "-k", f"not test_ann or {device.split(':')[0]}"]
+           "tests/compute/test_devices.py", "tests/compute/test_sync_free.py",
+           "tests/input/test_ann.py", "-k", f"not test_ann or {device.split(':')[0]}"]
     try:  # four workers where pytest-xdist is installed (the GPU is shared, the CPUs are many)
         import xdist  # noqa: F401
 

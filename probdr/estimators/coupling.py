@@ -364,7 +364,7 @@ class GraphCoupling(InputKindsMixin, ContinueMixin, NewPointsMixin, PosteriorInf
             # openTSNE's rule max(200, n / exaggeration) in openTSNE's gradient scale, which
             # leaves out t-SNE's factor 4 (dC/dz_i = 4 sum_j (p_ij - q_ij) q_ij Z (z_i - z_j));
             # this gradient keeps it (one step at learning rate 1 is exactly 4x openTSNE's, same
-            # direction: tests/test_quality.py), so the rule is divided by 4, which is also
+            # direction: tests/estimators/test_quality.py), so the rule is divided by 4, which is also
             # scikit-learn's max(n / exaggeration / 4, 50). With the Monte Carlo normaliser the
             # gradient is noisy and a 16x smaller step was needed for stability (measured).
             shrink = SAMPLED_LR_SHRINK if self._repulsion(n) == "sampled" else 1.0

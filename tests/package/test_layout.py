@@ -5,7 +5,7 @@ import ast
 import importlib
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 #: layers from the bottom up; a module may import from its own layer or any lower one
 LAYERS = [

@@ -6,6 +6,7 @@ import numpy as np
 import pyro
 import pytest
 import torch
+from helpers import ESTIMATOR_CASES
 from sklearn.base import clone
 from sklearn.exceptions import NotFittedError
 from sklearn.pipeline import make_pipeline
@@ -15,23 +16,9 @@ from sklearn.utils.validation import check_is_fitted
 
 import probdr
 
-#: small-iteration parameters for scikit-learn's checks (their data sets have 10-30 samples)
-SMALL = {
-    "SNE": dict(perplexity=3, n_iter=20, early_exaggeration_iter=5),
-    "TSNE": dict(perplexity=3, n_iter=20, early_exaggeration_iter=5),
-    "LargeVis": dict(perplexity=3, n_iter=10),
-    "UMAP": dict(n_neighbors=4, n_epochs=10),
-    "GraphCoupling": dict(perplexity=3, n_iter=20, early_exaggeration_iter=5),
-    "WishartPCA": dict(n_components=1, n_iter=20),
-    "ccPCA": dict(n_components=1, perplexity=3, n_samples=5),
-    "LaplacianWishart": dict(n_neighbors=3, n_iter=5),
-    "WishartEigenmaps": dict(n_neighbors=3, n_iter=20),
-    "SNEkhorn": dict(perplexity=3, n_iter=10),
-    "TSNEkhorn": dict(perplexity=3, n_iter=20, early_exaggeration_iter=5),
-    "DistR": dict(n_prototypes=3, perplexity=3, n_outer=3),
-    "GWMDS": dict(n_iter=5),
-    "ProbDR": dict(n_neighbors=3, n_iter=10),
-}
+#: small-iteration parameters for scikit-learn's checks (their data sets have 10-30 samples): the
+#: shared table of estimator cases
+SMALL = {name: case["tiny"] for name, case in ESTIMATOR_CASES.items()}
 
 
 def test_every_public_estimator_is_covered():

@@ -5,10 +5,13 @@ the input's device for a tensor, and fails on a bad device before any work."""
 import numpy as np
 import pytest
 import torch
-from test_sklearn import SMALL
+from helpers import ESTIMATOR_CASES
 
 import probdr
 from probdr._utils import device_context, resolve_device
+
+#: short fits on tiny data: the shared table of estimator cases
+TINY = {name: case["tiny"] for name, case in ESTIMATOR_CASES.items()}
 
 #: the devices of this machine
 DEVICES = ["cpu"]
@@ -26,10 +29,10 @@ def X():
 
 
 def _make(name, **kw):
-    return getattr(probdr, name)(**SMALL[name], random_state=0, **kw)
+    return getattr(probdr, name)(**TINY[name], random_state=0, **kw)
 
 
-@pytest.mark.parametrize("name", sorted(SMALL))
+@pytest.mark.parametrize("name", sorted(TINY))
 def test_cpu_and_auto(name, X):
     Z_cpu = _make(name, device="cpu").fit_transform(X)
     est = _make(name, device="auto")
@@ -43,7 +46,7 @@ def test_cpu_and_auto(name, X):
 
 
 @pytest.mark.parametrize("device", DEVICES)
-@pytest.mark.parametrize("name", sorted(SMALL))
+@pytest.mark.parametrize("name", sorted(TINY))
 def test_tensor_in_tensor_out_on_every_device(name, device, X):
     Xt = torch.as_tensor(X, device=device, dtype=torch.float32)
     est = _make(name, device=device)

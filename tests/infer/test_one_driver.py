@@ -264,7 +264,7 @@ def test_lbfgs_path_equals_the_old_map_estimate_and_the_closed_form():
                   optimizer="lbfgs")
     assert torch.equal(res.Z, Z_old) and np.array_equal(res.loss_history, h_old)
     # and it is the MAP: Theorem 2's closed form, up to a rotation (3e-6 without the
-    # preconditioner; WishartPCA's preconditioned fit reaches 1e-6, tests/test_wishart.py)
+    # preconditioner; WishartPCA's preconditioned fit reaches 1e-6, tests/models/test_wishart.py)
     Zcf = probdr.WishartPCA(solver="closed_form").fit_transform(X.numpy())
     G, Gcf = Z_old @ Z_old.T, torch.as_tensor(Zcf @ Zcf.T)
     assert float((G - Gcf).norm() / Gcf.norm()) < 1e-5

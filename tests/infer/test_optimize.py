@@ -2,7 +2,7 @@
 
 Oracles: the uninterrupted fit itself (bitwise), and the learning rates the SGD optimiser is
 actually stepped with, against the rule ``optimize``'s docstring states. The constant-schedule
-case with exact repulsion is ``tests/test_transform.py::test_fit_then_optimize_equals_one_longer_fit``.
+case with exact repulsion is ``tests/estimators/test_transform.py::test_fit_then_optimize_equals_one_longer_fit``.
 """
 
 import numpy as np

@@ -1,4 +1,4 @@
-"""Slow checks of the Bayesian workflow (``pytest -m slow tests/test_bayes_slow.py``).
+"""Slow checks of the Bayesian workflow (``pytest -m slow tests/infer/test_bayes_slow.py``).
 
 Measured on the shared 2-core machine, one torch thread (commands and numbers in the report of
 issue 5 and in ``docs/bayesian.md``):

@@ -13,7 +13,7 @@ import pytest
 
 import probdr
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 #: what the parser and the path checks must not load
 HEAVY = ("torch", "numpy", "scipy", "sklearn", "pyro", "pandas", "matplotlib")
 #: what ``import probdr`` must not load (imported by the functions that use them)

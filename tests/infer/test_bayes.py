@@ -1,7 +1,7 @@
 r"""Bayesian workflow (issue 5): edge priors, posterior inference, predictive graphs, ArviZ, plots.
 
 Default-suite tests (fast). The slow ones (NUTS R-hat, digits label prior, tight SVI tolerances)
-are in ``tests/test_bayes_slow.py``.
+are in ``tests/infer/test_bayes_slow.py``.
 
 The known-Gaussian-posterior oracle used below (derivation)
 -----------------------------------------------------------
