@@ -91,14 +91,17 @@ def thread_limit(n_jobs):
 
 @contextlib.contextmanager
 def fit_environment(est):
-    """Where an estimator computes: torch's thread count from its ``n_jobs``
-    (:func:`thread_limit`) and its device (``device_`` once fitted, else ``device``) as the
-    default device of torch's factory functions (:func:`probdr._utils.device_context`); both
-    restored afterwards."""
+    """Where an estimator computes: torch's thread count (``n_threads_``, resolved from
+    ``n_jobs`` once in ``fit``; before a fit, ``n_jobs``; :func:`thread_limit`) and its device
+    (``device_`` once fitted, else ``device``) as the default device of torch's factory
+    functions (:func:`probdr._utils.device_context`); both restored afterwards. New points are
+    placed with the fit's threads and device."""
     dev = getattr(est, "device_", None)
     if dev is None:
         dev = resolve_device(getattr(est, "device", "cpu"))
-    with thread_limit(getattr(est, "n_jobs", None)), device_context(dev):
+    threads = getattr(est, "n_threads_", None)
+    with thread_limit(threads if threads is not None else getattr(est, "n_jobs", None)), \
+            device_context(dev):
         yield dev
 
 
@@ -255,6 +258,7 @@ class DREstimator(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimat
         self._check_params_together()
         callback = self._callback()
         self.device_ = resolve_device(getattr(self, "device", "cpu"))  # a bad device, too
+        self.n_threads_ = resolve_n_jobs(getattr(self, "n_jobs", None))
         Xt = self._validate_X(X)
         from ..laws.graph import GraphLaw
 

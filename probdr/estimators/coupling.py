@@ -136,7 +136,8 @@ class GraphCoupling(InputKindsMixin, ContinueMixin, NewPointsMixin, PosteriorInf
     n_jobs, device : int or None, str or torch.device
         Threads for ``fit`` and ``transform`` (``None``: the process's setting; ``-1``: every
         core) and where they compute (``"auto"``: CUDA if available, else the CPU; ``"cpu"``,
-        ``"cuda:1"``, ``"mps"``); see the page "Devices and threads".
+        ``"cuda:1"``, ``"mps"``); resolved once in ``fit`` (``n_threads_``, ``device_``), which
+        ``transform`` then uses; see the page "Devices and threads".
     metric : str or callable
         Dissimilarity of the rows of X (:mod:`probdr.input.distances`): ``"euclidean"``
         (default), ``"sqeuclidean"``, ``"cosine"``, ``"correlation"``, ``"manhattan"``,

@@ -161,3 +161,20 @@ def test_every_host_name_the_new_points_mixin_reads_exists_on_a_fitted_host(digi
     est = getattr(probdr, name)(random_state=0, **fast).fit(X[:100])
     missing = sorted(a for a in used if not hasattr(est, a))
     assert not missing, missing
+
+
+def test_new_points_are_placed_with_the_fits_threads(digits, monkeypatch):
+    X, X_new = digits
+    est = probdr.TSNE(n_iter=30, early_exaggeration_iter=10, random_state=0, n_jobs=1).fit(X)
+    seen = []
+    real = type(est)._fitted_input
+
+    def fitted_input(self):
+        seen.append(torch.get_num_threads())
+        return real(self)
+
+    monkeypatch.setattr(type(est), "_fitted_input", fitted_input)
+    torch.set_num_threads(2)
+    est.set_params(n_jobs=2)  # after the fit: the fit's thread count (n_threads_) is kept
+    est.transform(X_new[:3])
+    assert est.n_threads_ == 1 and seen == [1]
