@@ -285,9 +285,8 @@ class GraphCoupling(InputKindsMixin, ContinueMixin, NewPointsMixin, PosteriorInf
 
     # -- configuration ----------------------------------------------------------------------
     def _affinity(self) -> str:
-        if self.affinity != "auto":
-            return self.affinity
-        return "umap" if prior_kind(self.prior_x) in ("B", "B~") else "entropic"
+        """The input affinity, ``"auto"`` resolved (by the input side)."""
+        return self._make_input().affinity
 
     def _latent_prior(self) -> GraphPrior:
         return get_prior(self.prior_z, self.latent_edge_prior)

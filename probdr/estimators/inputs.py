@@ -25,12 +25,9 @@ class InputKindsMixin:
 
     def _precomputed(self) -> str | None:
         """``"distances"`` (``metric="precomputed"``), ``"affinity"``
-        (``affinity="precomputed"``) or ``None`` (X holds features)."""
-        if self._affinity() == "precomputed":
-            return "affinity"
-        if isinstance(self.metric, str) and self.metric == "precomputed":
-            return "distances"
-        return None
+        (``affinity="precomputed"``) or ``None`` (X holds features), as the input side reads
+        the parameters (:attr:`probdr.input.InputGraph.precomputed`)."""
+        return self._make_input().precomputed
 
     def _validate_X(self, X):
         if self._precomputed() == "affinity" and isinstance(X, GraphLaw):
