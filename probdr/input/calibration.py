@@ -78,10 +78,10 @@ class InputGraph:
     tol : float
         Tolerance of the symmetric entropic affinity (``affinity="sea"``).
 
-    Attributes (after :meth:`fit` or :meth:`reference`)
-    ---------------------------------------------------
+    Attributes
+    ----------
     n_ : int
-        Number of reference (training) points.
+        Number of reference (training) points (set by :meth:`fit` or :meth:`reference`).
     law_ : GraphLaw or KNNLaplacian
         The input law of the fit (:meth:`fit` only).
     """
