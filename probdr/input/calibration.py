@@ -177,7 +177,10 @@ class InputGraph:
         """Keep ``X`` (n rows) as the reference points of new ones, without building a law (a
         precomputed matrix is not kept: new points then come with their own distances or
         affinities to the reference points); returns ``self``."""
-        X = self._rows(X, "X", 2)
+        return self._keep(self._rows(X, "X", 2))
+
+    def _keep(self, X) -> InputGraph:
+        """:meth:`reference` for ``X`` already validated."""
         self.n_ = int(X.n if isinstance(X, GraphLaw) else X.shape[0])
         self._X = None
         if self.precomputed is None:
@@ -228,7 +231,7 @@ class InputGraph:
                 n_neighbors=self.n_neighbors, edge_prior=self.edge_prior,
                 neighbors=self.neighbors, random_state=random_state, metric=self.metric,
                 metric_params=self.metric_params, precomputed_knn=self.precomputed_knn)
-        self.reference(X)
+        self._keep(X)  # validated above: the data are scanned once
         self.law_ = law
         return law
 
