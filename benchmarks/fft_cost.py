@@ -61,14 +61,14 @@ def measure(Z0: torch.Tensor, span: float, repeat: int) -> None:
         Zo = Zo.contiguous()
         c = Zo.mean(0)
         g = F.Grid2D(Zo)
-        grids = F._cauchy_grids(g, Zo, c)
+        grids = F._potential_grids(g, Zo, c)
 
         def step(Zo=Zo):
             Zg = Zo.clone().requires_grad_()
             F.cauchy_log_total(Zg).backward()
 
         parts = {"stencil": lambda Zo=Zo: F.Grid2D(Zo),
-                 "grids": lambda g=g, Zo=Zo, c=c: F._cauchy_grids(g, Zo, c),
+                 "grids": lambda g=g, Zo=Zo, c=c: F._potential_grids(g, Zo, c),
                  "gather": lambda g=g, grids=grids: g.gather(grids)}
         print(f"span {span:6.0f}  G {grid.G:5d}  {order:12s}  total {best(step, repeat):.3f} s  "
               + "  ".join(f"{k} {best(f, repeat):.3f}" for k, f in parts.items()), flush=True)

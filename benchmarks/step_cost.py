@@ -58,7 +58,7 @@ def capture(X, threads: int):
 #: (module, name) of the pieces ``--parts`` times; ``Class.method`` for autograd functions
 PARTS = [(edges, "_EdgeLogKernelSum.forward"), (edges, "_edge_diffs"),
          (edges, "_edge_value"), (edges, "_row_and_col_sums"),
-         (fft, "_CauchyLogTotalFFT.forward"), (fft, "_stencil"), (fft, "_cauchy_grids"),
+         (fft, "_KernelLogTotalFFT.forward"), (fft, "_stencil"), (fft, "_potential_grids"),
          (fft, "Grid2D.gather")]
 
 

@@ -74,7 +74,9 @@ def graph_coupling_model(
     prior_z : GraphPrior
         Latent graph prior (B, D or E, with its edge prior).
     kernel : probdr.kernels.Kernel
-        Latent kernel :math:`k_z`.
+        Latent kernel :math:`k_z`. Its numbers given as :class:`probdr.kernels.Learn` are latent
+        sites of the model, drawn after ``Z`` (e.g. ``StudentKernel(dof=Learn())``: the site
+        ``"dof"``), inferred with Z by MAP, SVI or NUTS.
     z_prior : distribution over (n, q), optional
         Prior on Z; default flat (improper), as in the paper.
     exaggeration : float
@@ -102,6 +104,7 @@ def graph_coupling_model(
     """
     n = W_X.shape[0]
     Z = pyro.sample("Z", flat_prior(n, n_components) if z_prior is None else z_prior)
+    kernel = kernel.sampled()  # a number given as Learn is a latent site (e.g. "dof")
     normaliser = repulsion if repulsion in ("exact", "fft", "sampled") else "exact"
     K_Z = KernelWeights(Z, kernel, normaliser=normaliser, n_samples=negative_samples,
                         pair_grad_clip=pair_grad_clip)

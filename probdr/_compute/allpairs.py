@@ -73,7 +73,7 @@ def _block(Z, s, e, kernel, log_pi, direct):
 
 class _PairReduce(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, Z, mode, kernel, log_pi, rows):
+    def forward(ctx, Z, mode, kernel, log_pi, rows, *params):
         n = Z.shape[0]
         blocks = _blocks(n, Z.element_size(), rows)
         s0 = blocks[0][0] if blocks else 0
@@ -99,7 +99,7 @@ class _PairReduce(torch.autograd.Function):
             else:
                 out = r if mode == "row" else torch.logsumexp(r, 0)
         ctx.mode, ctx.kernel, ctx.blocks, ctx.cache, ctx.direct = mode, kernel, blocks, cache, direct
-        ctx.saved, ctx.s0 = saved, s0
+        ctx.saved, ctx.s0, ctx.learn = saved, s0, any(ctx.needs_input_grad[5:])
         ctx.save_for_backward(Z, out, log_pi if log_pi is not None else Z.new_empty(0))
         return out
 
@@ -108,23 +108,27 @@ class _PairReduce(torch.autograd.Function):
         Z, out, log_pi = ctx.saved_tensors
         log_pi = None if log_pi.numel() == 0 else log_pi
         grad = torch.zeros_like(Z)
+        pgrads = None
         for b, (s, e) in enumerate(ctx.blocks):
             a, dk = ctx.saved[b] if ctx.cache else _block(Z, s, e, ctx.kernel, log_pi, ctx.direct)
             if ctx.mode == "softplus":
                 # d/dd2 log(1 + K) = K/(1+K) * dlogk
-                w = a / (1.0 + a) if ctx.direct else torch.sigmoid(a)
-                M = w.mul_(dk).mul_(g)
+                w, wg = (a / (1.0 + a) if ctx.direct else torch.sigmoid(a)), g
             elif ctx.mode == "row":
                 i, j = s - ctx.s0, e - ctx.s0  # positions in the output (a block of rows)
                 w = a / torch.exp(out[i:j, None]) if ctx.direct else torch.exp(a - out[i:j, None])
-                M = w.mul_(dk).mul_(g[i:j, None])
+                wg = g[i:j, None]
             else:
-                w = a * torch.exp(-out) if ctx.direct else torch.exp(a - out)
-                M = w.mul_(dk).mul_(g)
+                w, wg = (a * torch.exp(-out) if ctx.direct else torch.exp(a - out)), g
+            if ctx.learn:  # d/dtheta: the same weights on dlog k / dtheta
+                part = ctx.kernel.param_grads(pairwise_sq_distances(Z[s:e], Z), w * wg)
+                pgrads = part if pgrads is None else [x + y for x, y in zip(pgrads, part, strict=False)]
+            M = w.mul_(dk).mul_(wg)
             grad[s:e] += 2.0 * (M.sum(1, keepdim=True) * Z[s:e] - M @ Z)
             grad += 2.0 * (M.sum(0)[:, None] * Z - M.T @ Z[s:e])
         ctx.saved = None
-        return grad, None, None, None, None
+        return (grad, None, None, None, None,
+                *(pgrads if pgrads is not None else (None,) * len(ctx.kernel.learnable())))
 
 
 class _CauchyTotal(torch.autograd.Function):
@@ -180,14 +184,16 @@ class _CauchyTotal(torch.autograd.Function):
 
 def pair_reduce(Z: torch.Tensor, mode: str, kernel, log_pi: torch.Tensor | None = None,
                 rows: tuple[int, int] | None = None):
-    """Exact all-pairs reduction (see module docstring) with a custom backward.
+    r"""Exact all-pairs reduction (see module docstring) with a custom backward.
 
     ``rows = (start, stop)`` restricts the sum to the pairs (i, j) with i in that block (a rank's
     share in a data-parallel fit): ``"row"`` then returns the block's ``stop - start`` values,
     ``"softplus"`` and ``"total"`` the block's partial sum (``"total"``: its log; with the Cauchy
-    kernel its gradient is meant for an all-reduce, see :class:`_CauchyTotal`)."""
+    kernel its gradient is meant for an all-reduce, see :class:`_CauchyTotal`). The kernel's
+    learnable numbers get their gradient too: the pairs' weights in the reduction times
+    :math:`\partial_\theta \log k` (:meth:`probdr.kernels.Kernel.param_grads`)."""
     if mode not in ("row", "total", "softplus"):
         raise ValueError(f"mode must be 'row', 'total' or 'softplus', got {mode!r}.")
     if mode == "total" and log_pi is None and kernel.is_cauchy:
         return _CauchyTotal.apply(Z, rows)
-    return _PairReduce.apply(Z, mode, kernel, log_pi, rows)
+    return _PairReduce.apply(Z, mode, kernel, log_pi, rows, *kernel.learnable())

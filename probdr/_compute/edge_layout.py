@@ -68,11 +68,12 @@ class EdgeLayout:
 
 def use_for(Z: torch.Tensor, m: int, kernel) -> bool:
     """Whether an edge sum over ``m`` pairs of the embedding ``Z`` takes this path: on CPU, for
-    kernels of one bandwidth (not per-point ones), while compilation is on and has not failed."""
+    kernels whose numbers are plain floats (not per-point bandwidths, not tensors: the compiled
+    pass is made once per kernel), while compilation is on and has not failed."""
     return (m >= MIN_EDGES and Z.device.type == "cpu" and config.get_compile()
             and not _compile_failed
             and Z.dtype in (torch.float32, torch.float64)
-            and not isinstance(getattr(kernel, "bandwidth", None), torch.Tensor))
+            and kernel.is_fixed)
 
 
 def layout(rows: torch.Tensor, cols: torch.Tensor, v: torch.Tensor, n: int,

@@ -241,10 +241,11 @@ class _EdgeLogKernelSum(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(ctx, Z, rows, cols, v, kernel, clip):
+    def forward(ctx, Z, rows, cols, v, kernel, clip, *params):
         positive = _all_positive(v)
         ctx.kernel, ctx.clip, ctx.n, ctx.positive = kernel, clip, Z.shape[0], positive
         ctx.early = clip is None and ctx.needs_input_grad[0]
+        ctx.learn = any(ctx.needs_input_grad[6:])
         value = not (getattr(_deferred, "on", False) and ctx.needs_input_grad[0])
         if ctx.early:
             # the gradient is linear in the incoming g without a clip: computed here, only the
@@ -252,9 +253,9 @@ class _EdgeLogKernelSum(torch.autograd.Function):
             fused = None
             if edge_layout.use_for(Z, rows.shape[0], kernel):  # large lists: one fused pass
                 fused = edge_layout.value_and_grad(Z.detach(), rows, cols, v, kernel, value)
-            out, grad = fused if fused is not None else \
+            out, grad, pgrads = (*fused, ()) if fused is not None else \
                 _value_and_grad(Z.detach(), rows, cols, v.to(Z.dtype), ctx, value)
-            ctx.save_for_backward(grad)
+            ctx.save_for_backward(grad, *pgrads)
             return out
         diff, d2 = _edge_diffs(Z.detach(), rows, cols)
         vv = v.to(d2.dtype)
@@ -265,11 +266,29 @@ class _EdgeLogKernelSum(torch.autograd.Function):
     @staticmethod
     def backward(ctx, g):
         if ctx.early:
-            (grad,) = ctx.saved_tensors
-            return grad * g.to(grad.dtype), None, None, None, None, None
+            grad, *pgrads = ctx.saved_tensors
+            return (grad * g.to(grad.dtype), None, None, None, None, None,
+                    *_scaled(pgrads, g, ctx.kernel))
         rows, cols, vv, d2, *diff = ctx.saved_tensors
+        pgrads = _param_grads(ctx, d2, vv)  # before the gradient overwrites d2
         grad = _edge_sum_grad(diff, d2, vv, rows, cols, ctx, 2.0 * g.to(d2.dtype), False)
-        return grad, None, None, None, None, None
+        return (grad, None, None, None, None, None, *_scaled(pgrads, g, ctx.kernel))
+
+
+def _param_grads(ctx, d2, vv) -> tuple:
+    r""":math:`\sum_e v_e\,\partial_\theta \log k(d^2_e)` for the kernel's learnable numbers
+    (terms with :math:`v_e \le 0` dropped); ``()`` when none is learned."""
+    if not ctx.learn:
+        return ()
+    w = vv if ctx.positive else torch.where(vv > 0, vv, torch.zeros((), dtype=vv.dtype))
+    return ctx.kernel.param_grads(d2, w)
+
+
+def _scaled(pgrads, g, kernel) -> tuple:
+    """The parameters' gradients times the incoming ``g`` (``None`` for each when not learned)."""
+    if not pgrads:
+        return (None,) * len(kernel.learnable())
+    return tuple(p * g.to(p.dtype) for p in pgrads)
 
 
 def _edge_value(kernel, d2, vv, positive):
@@ -281,11 +300,12 @@ def _edge_value(kernel, d2, vv, positive):
 
 
 def _value_and_grad(Z, rows, cols, vv, ctx, value=True):
-    """The edge sum (0 unless ``value``) and its gradient on Z (the intermediates overwritten
-    as they go)."""
+    """The edge sum (0 unless ``value``), its gradient on Z (the intermediates overwritten as
+    they go) and on the kernel's learnable numbers."""
     diff, d2 = _edge_diffs(Z, rows, cols, reuse=True)
     out = _edge_value(ctx.kernel, d2, vv, ctx.positive) if value else d2.new_zeros(())
-    return out, _edge_sum_grad(diff, d2, vv, rows, cols, ctx, 2.0, True)
+    pgrads = _param_grads(ctx, d2, vv)
+    return out, _edge_sum_grad(diff, d2, vv, rows, cols, ctx, 2.0, True), pgrads
 
 
 def _edge_sum_grad(diff, d2, vv, rows, cols, ctx, factor, inplace):
@@ -305,23 +325,27 @@ class _EdgeLogKernel(torch.autograd.Function):
     (negative sampling, Monte Carlo normalisers)."""
 
     @staticmethod
-    def forward(ctx, Z, rows, cols, kernel, clip):
+    def forward(ctx, Z, rows, cols, kernel, clip, *params):
         diff, d2 = _edge_diffs(Z.detach(), rows, cols)
         ctx.save_for_backward(rows, cols, d2, *diff)
         ctx.kernel, ctx.clip, ctx.n = kernel, clip, Z.shape[0]
+        ctx.learn = any(ctx.needs_input_grad[5:])
         return kernel.log_k(d2)
 
     @staticmethod
     def backward(ctx, g):
         rows, cols, d2, *diff = ctx.saved_tensors
-        coef = ctx.kernel.dlog_k(d2).mul_(g.to(d2.dtype)).mul_(2.0)
-        return _pair_grad(diff, coef, rows, cols, ctx.n, ctx.clip), None, None, None, None
+        gd = g.to(d2.dtype)
+        pgrads = ctx.kernel.param_grads(d2, gd) if ctx.learn else ()
+        coef = ctx.kernel.dlog_k(d2).mul_(gd).mul_(2.0)
+        return (_pair_grad(diff, coef, rows, cols, ctx.n, ctx.clip), None, None, None, None,
+                *(pgrads or (None,) * len(ctx.kernel.learnable())))
 
 
 def edge_log_kernel(Z, rows, cols, kernel, clip=None):
-    r"""Per-edge :math:`\log k(\|z_{r_e} - z_{c_e}\|^2)` with a hand-written gradient; ``clip``
-    clamps each pair's gradient per coordinate."""
-    return _EdgeLogKernel.apply(Z, rows, cols, kernel, clip)
+    r"""Per-edge :math:`\log k(\|z_{r_e} - z_{c_e}\|^2)` with a hand-written gradient (in Z and
+    in the kernel's learnable numbers); ``clip`` clamps each pair's gradient per coordinate."""
+    return _EdgeLogKernel.apply(Z, rows, cols, kernel, clip, *kernel.learnable())
 
 
 def _all_positive(v: torch.Tensor) -> bool:
@@ -344,8 +368,9 @@ def _segments(rows: torch.Tensor, n: int):
 
 def edge_log_kernel_sum(Z, rows, cols, v, kernel, clip=None):
     r""":math:`\sum_e v_e \log k(\|z_{r_e} - z_{c_e}\|^2)` with a hand-written gradient; terms with
-    :math:`v_e \le 0` are dropped; ``clip`` clamps each pair's gradient per coordinate."""
-    return _EdgeLogKernelSum.apply(Z, rows, cols, v, kernel, clip)
+    :math:`v_e \le 0` are dropped; ``clip`` clamps each pair's gradient per coordinate. The
+    kernel's learnable numbers (:meth:`probdr.kernels.Kernel.learnable`) get their gradient too."""
+    return _EdgeLogKernelSum.apply(Z, rows, cols, v, kernel, clip, *kernel.learnable())
 
 
 # --------------------------------------------------------------------------------------------

@@ -143,9 +143,10 @@ class Grid2D:
         vals = rows.index_select(0, self.flat_index).view(-1, 16, C)
         return torch.bmm(self.weight[:, None, :], vals).view(-1, C).t()
 
-    def kernel_fft(self, log_kernel_of_d2, dtype, key=None) -> torch.Tensor:
+    def kernel_fft(self, log_kernel_of_d2, dtype, key=None, log: bool = True) -> torch.Tensor:
         """FFT of the kernel sampled on the (2G, 2G) circular grid of node offsets (cached by
-        ``key``, grid size and spacing)."""
+        ``key``, grid size and spacing); the function gives the kernel's log, or (``log=False``)
+        its values (a signed kernel: a derivative in a kernel parameter)."""
         G = self.G  # a spacing on the device (fixed grids) changes every step: no cache
         ck = (key, G, self.h, dtype) if key is not None and isinstance(self.h, float) else None
         if ck is not None and ck in _KERNEL_FFT_CACHE:
@@ -155,7 +156,8 @@ class Grid2D:
         k = torch.arange(2 * G, dtype=dtype)
         k = torch.where(k < G, k, k - 2 * G) * self.h
         d2 = k[:, None] ** 2 + k[None, :] ** 2
-        out = torch.fft.rfft2(torch.exp(log_kernel_of_d2(d2)), s=(2 * G, 2 * G))
+        values = log_kernel_of_d2(d2)
+        out = torch.fft.rfft2(torch.exp(values) if log else values, s=(2 * G, 2 * G))
         if ck is not None:
             _KERNEL_FFT_CACHE[ck] = out
         return out
@@ -180,31 +182,66 @@ def _fft_threads(G: int):
     return one_thread() if G <= ONE_THREAD_GRID else nullcontext()
 
 
-def _cauchy_grids(grid: Grid2D, Z: torch.Tensor, c: torch.Tensor, reduce=None) -> torch.Tensor:
-    r"""The four Cauchy potential grids of charges at ``Z`` (n, 2) spread on ``grid``:
-    :math:`\sum_j w_j` and :math:`\sum_j w_j^2 (1, z_j^x - c^x, z_j^y - c^y)`, ``(4, G, G)``.
-    Centring the charges on ``c`` keeps float32 accurate (potentials are translation-covariant).
-    One forward transform of the three charge grids, one batched inverse of the four products.
-    ``reduce`` (in place) combines the charge grids of several processes (an all-reduce)."""
+def _potential_grids(grid: Grid2D, Z: torch.Tensor, c: torch.Tensor, reduce=None,
+                     spectra=None) -> torch.Tensor:
+    r"""The potential grids of charges at ``Z`` (n, 2) spread on ``grid``, for a kernel
+    :math:`k` with :math:`\kappa = -\partial k / \partial d^2`: :math:`\sum_j k_j`,
+    :math:`\sum_j \kappa_j (1, z_j^x - c^x, z_j^y - c^y)` and, for each learnable number
+    :math:`\theta` of the kernel, :math:`\sum_j \partial_\theta k_j` -- ``(4 + P, G, G)``.
+    ``spectra`` (:func:`kernel_spectra`) gives the kernels' transforms; ``None``: the Cauchy
+    kernel :math:`w = 1/(1 + d^2)`, :math:`\kappa = w^2`. Centring the charges on ``c`` keeps
+    float32 accurate (potentials are translation-covariant). One forward transform of the three
+    charge grids, one batched inverse of the products. ``reduce`` (in place) combines the charge
+    grids of several processes (an all-reduce)."""
     n = Z.shape[0]
     charges = torch.stack([torch.ones(n, dtype=Z.dtype, device=Z.device), Z[:, 0] - c[0],
                            Z[:, 1] - c[1]])
     g = grid.spread(charges)
     if reduce is not None:
         reduce(g)
-    kw = grid.kernel_fft(lambda d2: -torch.log1p(d2), Z.dtype, key="cauchy")
-    kw2 = grid.kernel_fft(lambda d2: -2.0 * torch.log1p(d2), Z.dtype, key="cauchy2")
+    if spectra is None:
+        kw = grid.kernel_fft(lambda d2: -torch.log1p(d2), Z.dtype, key="cauchy")
+        kw2 = grid.kernel_fft(lambda d2: -2.0 * torch.log1p(d2), Z.dtype, key="cauchy2")
+        kth = ()
+    else:
+        kw, kw2, kth = spectra
     G = grid.G
     with _fft_threads(G):
         F = torch.fft.rfft2(g, s=(2 * G, 2 * G))
         with one_thread():  # complex products: see _fft_threads
-            prods = torch.cat([F[:1] * kw, F * kw2])
+            prods = torch.cat([F[:1] * kw, F * kw2, *(F[:1] * t for t in kth)])
         return torch.fft.irfft2(prods, s=(2 * G, 2 * G))[..., :G, :G]
 
 
-class _CauchyLogTotalFFT(torch.autograd.Function):
+def kernel_spectra(grid: Grid2D, kernel, dtype):
+    r"""The transforms of :math:`k`, :math:`-\partial k/\partial d^2` and of
+    :math:`\partial_\theta k` for each learnable number of ``kernel`` on ``grid``, and the
+    self terms (their values at :math:`d = 0`) as ``(spectra, self_terms)``; ``(None, (1.0,))``
+    for the fixed Cauchy kernel or ``kernel=None`` (closed forms, cached). A kernel of fixed
+    numbers has its spectra cached; a learned one (new numbers every step) does not."""
+    if kernel is None or kernel.is_cauchy:
+        return None, (1.0,)
+    key = repr(kernel) if kernel.is_fixed else None
+    zero = torch.zeros(1, dtype=dtype)
+    self_terms = (float(torch.exp(kernel.log_k(zero))),
+                  *(float(torch.exp(kernel.log_k(zero)) * t) for t in kernel.dlog_k_dparams(zero)))
+    kw = grid.kernel_fft(kernel.log_k, dtype, key=None if key is None else ("k", key))
+    kw2 = grid.kernel_fft(lambda d2: kernel.log_k(d2) + torch.log(-kernel.dlog_k(d2)), dtype,
+                          key=None if key is None else ("dk", key))
+    kth = tuple(grid.kernel_fft(lambda d2, i=i: torch.exp(kernel.log_k(d2))
+                                * kernel.dlog_k_dparams(d2)[i], dtype, log=False)
+                for i in range(len(kernel.learnable())))
+    return (kw, kw2, kth), self_terms
+
+
+def _cauchy_grids(grid: Grid2D, Z: torch.Tensor, c: torch.Tensor, reduce=None) -> torch.Tensor:
+    """The four Cauchy potential grids (:func:`_potential_grids` of the Cauchy kernel)."""
+    return _potential_grids(grid, Z, c, reduce)
+
+
+class _KernelLogTotalFFT(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, Z, spacing, rows, reduce):
+    def forward(ctx, Z, kernel, spacing, rows, reduce, *params):
         Zd = Z.detach()
         fixed = config.sync_free_for(Zd.device)
         if rows is None:
@@ -215,23 +252,51 @@ class _CauchyLogTotalFFT(torch.autograd.Function):
                           box=(lo, (Zd.max(0).values - lo).max()), fixed=fixed)
             Zb = Zd[rows[0]:rows[1]]
         c = Zd.mean(0)
-        pots = grid.gather(_cauchy_grids(grid, Zb, c, reduce))  # (4, n) or (4, block)
-        S = (pots[0] - 1.0).sum(dtype=torch.float64).clamp_min(1e-300)  # self terms w_ii = 1
-        # sum_j w_ij^2 (z_i - z_j) = A_i (z_i - c) - B_i; the self terms cancel
-        A, B = pots[1], pots[2:].T
-        ctx.save_for_backward(Zb - c, A, B, S)
+        spectra, self_terms = kernel_spectra(grid, kernel, Zd.dtype)
+        pots = grid.gather(_potential_grids(grid, Zb, c, reduce, spectra))  # (4 + P, block)
+        S = (pots[0] - self_terms[0]).sum(dtype=torch.float64).clamp_min(1e-300)
+        # sum_j kappa_ij (z_i - z_j) = A_i (z_i - c) - B_i; the self terms cancel
+        A, B = pots[1], pots[2:4].T
+        dS = [(pots[4 + i] - t).sum(dtype=torch.float64) for i, t in enumerate(self_terms[1:])]
+        ctx.save_for_backward(Zb - c, A, B, S, *dS)
         ctx.dtype, ctx.rows, ctx.n = Z.dtype, rows, Z.shape[0]
+        ctx.pdtypes = [p.dtype for p in params]
         return torch.log(S).to(Z.dtype)
 
     @staticmethod
     def backward(ctx, g):
-        Zd, A, B, S = ctx.saved_tensors
+        Zd, A, B, S, *dS = ctx.saved_tensors
         grad = (A[:, None] * Zd - B).mul_(-4.0 * g / S.to(Zd.dtype))
         if ctx.rows is not None:  # the block's rows of the full sum's gradient (see below)
             full = grad.new_zeros(ctx.n, 2)
             full[ctx.rows[0]:ctx.rows[1]] = grad
             grad = full
-        return grad.to(ctx.dtype), None, None, None
+        pgrads = tuple((d / S * g.to(torch.float64)).to(t) for d, t in zip(dS, ctx.pdtypes, strict=False))
+        return (grad.to(ctx.dtype), None, None, None, None, *pgrads)
+
+
+def kernel_log_total(Z: torch.Tensor, kernel, spacing: float | None = None, *,
+                     rows: tuple[int, int] | None = None, reduce=None) -> torch.Tensor:
+    r"""FFT-interpolated :math:`\log \sum_{i \ne j} k(\|z_i - z_j\|^2)` for 2-D ``Z`` and a
+    Student kernel (any ``dof`` and ``scale``, fixed or learned), with its gradient in ``Z``
+    and in the kernel's learnable numbers (:math:`\partial_\theta \log S = \sum_{i\ne j}
+    \partial_\theta k_{ij} / S`, one more potential per number).
+
+    The grid spacing is ``spacing`` (default :data:`GRID_SPACING`) times
+    :math:`\min(1, \ell)`, :math:`\ell^2 = 2\nu s^2/(\nu + 1)` the kernel's squared width
+    (1 for Cauchy; :math:`\approx 2\nu s^2` for heavy tails, whose kernel bends at
+    :math:`d^2 \approx \nu s^2`; :math:`2 s^2` as it nears a Gaussian), so heavier tails and
+    smaller scales get a finer grid and about the Cauchy kernel's accuracy. Data-parallel (``rows``, ``reduce``): as :func:`cauchy_log_total`."""
+    if Z.ndim != 2 or Z.shape[1] != 2:
+        raise ValueError("the FFT normaliser is implemented for 2-D embeddings only.")
+    if not kernel.has_fft:
+        raise ValueError("the FFT normaliser covers the Student kernels (t-SNE's family); use "
+                         "repulsion='sampled' or 'exact' for other kernels.")
+    h = GRID_SPACING if spacing is None else spacing
+    if not kernel.is_cauchy:
+        fixed = kernel.fixed()
+        h = h * min(1.0, math.sqrt(2.0 * fixed.dof * fixed.scale ** 2 / (fixed.dof + 1.0)))
+    return _KernelLogTotalFFT.apply(Z, kernel, h, rows, reduce, *kernel.learnable())
 
 
 def cauchy_log_total(Z: torch.Tensor, spacing: float | None = None, *,
@@ -246,8 +311,8 @@ def cauchy_log_total(Z: torch.Tensor, spacing: float | None = None, *,
     (:meth:`probdr._compute.distributed.Shard.logsumexp`) and the ranks' gradients summed."""
     if Z.ndim != 2 or Z.shape[1] != 2:
         raise ValueError("the FFT normaliser is implemented for 2-D embeddings only.")
-    return _CauchyLogTotalFFT.apply(Z, GRID_SPACING if spacing is None else spacing, rows,
-                                    reduce)
+    return _KernelLogTotalFFT.apply(Z, None, GRID_SPACING if spacing is None else spacing,
+                                    rows, reduce)
 
 
 class CauchyField:

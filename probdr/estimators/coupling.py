@@ -39,6 +39,9 @@ REPULSIONS = ("auto", "exact", "fft", "sampled", "negative_sampling")
 EXACT_REPULSION_MAX_N = 4000
 #: with repulsion="auto", 2-D t-SNE switches to the FFT normaliser above this many points
 FFT_REPULSION_MIN_N = 1000
+#: Adam's learning rate for a kernel's learned numbers, in log space (a step changes the number
+#: by about this fraction); they are held during early exaggeration
+KERNEL_LEARNING_RATE = 0.02
 #: the estimator parameters that set the input side (:class:`~probdr.input.InputGraph`)
 INPUT_PARAMETERS = ("perplexity", "n_neighbors", "metric", "metric_params", "edge_prior",
                     "neighbors", "precomputed_knn")
@@ -174,6 +177,10 @@ class GraphCoupling(InputKindsMixin, ContinueMixin, NewPointsMixin, PosteriorInf
         Optimised objective (exaggerated; stochastic under negative sampling) at the steps
         ``loss_steps_`` (from 1): all below 100,000 points, every 50th above (``probdr.config``).
     kernel_ : Kernel
+        The latent kernel; a number given as ``"learn"`` (e.g. ``kernel_params={"dof":
+        "learn"}``, ``TSNE(dof="learn")``) at its MAP value.
+    learned_kernel_params_ : dict
+        ``{name: MAP value}`` of the kernel's learned numbers (empty when none is learned).
     model_kwargs_ : dict
         The model's arguments (after a posterior fit, ``z_prior`` is the posterior's prior).
     posterior_, posterior_samples_, map_embedding_, z_prior_scale_
@@ -376,7 +383,8 @@ class GraphCoupling(InputKindsMixin, ContinueMixin, NewPointsMixin, PosteriorInf
             phases = []
             if n_ee:
                 phases.append(Phase(n_ee, lr(ee), self.early_momentum,
-                                    model_kwargs={"exaggeration": ee}, name="exaggeration"))
+                                    model_kwargs={"exaggeration": ee}, name="exaggeration",
+                                    learn_sites=False))
             phases.append(Phase(n_main, lr(1.0), self.momentum, name="main",
                                 final_learning_rate=0.0 if self.learning_rate_decay else None))
             return phases, 1.0 / n / self._weight_now(), self.grad_clip
@@ -386,7 +394,7 @@ class GraphCoupling(InputKindsMixin, ContinueMixin, NewPointsMixin, PosteriorInf
         phases = []
         if n_ee:
             phases.append(Phase(n_ee, lr0, early_mom, model_kwargs={"exaggeration": ee},
-                                name="exaggeration"))
+                                name="exaggeration", learn_sites=False))
         phases.append(Phase(n_main, lr0, mom, name="main",
                             final_learning_rate=0.0 if self.learning_rate_decay else None))
         return phases, 1.0 / self._weight_now(), self.grad_clip
@@ -398,7 +406,7 @@ class GraphCoupling(InputKindsMixin, ContinueMixin, NewPointsMixin, PosteriorInf
             return self.repulsion
         k = self._make_kernel()
         if (n > FFT_REPULSION_MIN_N and prior_kind(self._latent_prior()) == "E"
-                and self.n_components == 2 and k.is_cauchy and self.latent_edge_prior is None):
+                and self.n_components == 2 and k.has_fft and self.latent_edge_prior is None):
             return "fft"
         return "exact" if n <= EXACT_REPULSION_MAX_N else "sampled"
 
@@ -431,9 +439,12 @@ class GraphCoupling(InputKindsMixin, ContinueMixin, NewPointsMixin, PosteriorInf
             coupling_weight=self.coupling_weight_,
             pair_grad_clip=self.grad_clip, epoch_steps=self._epoch_steps(n))
         phases, scale, clip = self._phases(n)
-        res = run_map(graph_coupling_model, self.model_kwargs_, Z0, phases,
+        init, site_lr = self._map_start(Z0)
+        res = run_map(graph_coupling_model, self.model_kwargs_, init, phases,
                       optimizer=self.optimizer, loss_scale=scale, grad_clip=clip,
-                      observe=self._observe(), verbose=self.verbose, desc=type(self).__name__)
+                      observe=self._observe(), verbose=self.verbose, desc=type(self).__name__,
+                      site_lr=site_lr)
+        self._keep_learned_kernel(res.values)
         self.loss_history_, self.loss_steps_ = res.loss_history, res.loss_steps
         self.n_iter_ = res.n_iter
         self.n_rescued_ = res.n_rescued
@@ -441,9 +452,28 @@ class GraphCoupling(InputKindsMixin, ContinueMixin, NewPointsMixin, PosteriorInf
         self._keep_map_state(res, phases)
         if self.inference == "map":
             return res.Z
-        # the posterior's prior, by the rule of PosteriorInference (from the MAP embedding)
+        # the posterior's prior, by the rule of PosteriorInference (from the MAP embedding);
+        # a learned kernel's numbers are held at their MAP (empirical Bayes)
         self.model_kwargs_["z_prior"] = prior = self._posterior_z_prior(res.Z)
-        return self._posterior(graph_coupling_model, self.model_kwargs_, res.Z, gen, prior=prior)
+        return self._posterior(graph_coupling_model, {**self.model_kwargs_, "kernel": self.kernel_},
+                               res.Z, gen, prior=prior)
+
+    def _map_start(self, Z0, values: dict | None = None):
+        """The MAP fit's start ``{site: value}`` -- Z0, and a learned kernel's numbers at
+        ``values`` (a fit's) or their initial values -- and the learning rates of those numbers
+        (``None`` when the kernel learns none)."""
+        sites = self.model_kwargs_["kernel"].sites()
+        values = values or {}
+        init = {"Z": Z0, **{k: torch.tensor(float(values.get(k, s.init)), dtype=Z0.dtype)
+                            for k, s in sites.items()}}
+        return init, ({k: KERNEL_LEARNING_RATE for k in sites} or None)
+
+    def _keep_learned_kernel(self, values: dict) -> None:
+        """``kernel_`` at the MAP fit's values of the learned numbers (the kernel that new points
+        and the posterior use) and ``learned_kernel_params_`` (empty when none is learned)."""
+        sites = self.model_kwargs_["kernel"].sites()
+        self.learned_kernel_params_ = {k: float(values[k]) for k in sites}
+        self.kernel_ = self.model_kwargs_["kernel"].fixed(self.learned_kernel_params_)
 
     def _weight_now(self) -> float:
         """The resolved coupling weight (before a fit: the given one, or 1 for ``"auto"``)."""
@@ -502,7 +532,7 @@ class GraphCoupling(InputKindsMixin, ContinueMixin, NewPointsMixin, PosteriorInf
         import pyro.poutine as poutine
 
         Zt = self._check_Z(Z)
-        kw = dict(self.model_kwargs_)
+        kw = dict(self.model_kwargs_, kernel=self.kernel_)  # learned numbers at their MAP
         P = self._observed_graph()
         kw.update(W_X=P.double().coalesce() if P.is_sparse else P.double(), repulsion="exact",
                   dtype=torch.float64)

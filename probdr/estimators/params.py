@@ -93,7 +93,7 @@ PARAMETERS: dict[str, list] = {
     "center": ["boolean"],
     "align": ["boolean"],
     "geodesic": ["boolean"],
-    "dof": [POSITIVE],
+    "dof": [POSITIVE, StrOptions({"learn"})],
     "min_dist": [NONNEGATIVE],
     "spread": [POSITIVE],
     "tol": [POSITIVE],

@@ -110,8 +110,12 @@ class SNE(_GainsPreset):
 class TSNE(_GainsPreset):
     """t-SNE: coupling (D, E) with the Student (Cauchy) latent kernel :math:`1/(1 + d^2)`;
     exact normalisers, early exaggeration 12 for 250 of 750 steps, openTSNE's learning rate.
-    ``dof`` is the Student kernel's degrees of freedom; other parameters as
-    :class:`GraphCoupling`."""
+    ``dof`` is the Student kernel's degrees of freedom :math:`\nu`,
+    :math:`k(d^2) = (1 + d^2/\nu)^{-(\nu+1)/2}`: 1 is t-SNE's Cauchy kernel, smaller values
+    give heavier tails and more separated clusters (Kobak et al. 2019), ``"learn"`` fits
+    :math:`\nu` by MAP with the embedding (a latent site with a flat prior, started at 1, held
+    during early exaggeration; the value is ``learned_kernel_params_["dof"]``). Other
+    parameters as :class:`GraphCoupling`."""
 
     prior_z = "E"
     kernel_z = "student"

@@ -33,6 +33,7 @@ from tqdm.auto import tqdm
 
 from .. import config
 from .._compute.step import StepContext
+from ..optim import Adam
 from .schedule import (
     COLLAPSE_FLOOR,
     OPTIMIZERS,
@@ -121,6 +122,11 @@ class MAPFit:
         Phases with a stopping rule and L-BFGS record every step. Default: the setting of
         :func:`probdr.config.set_loss_every` (every step below 100,000 points of the site
         ``"Z"``, every 50th above).
+    site_lr : dict, optional
+        ``{site: learning rate}``: these sites (e.g. a kernel's ``dof``, :class:`probdr.kernels.Learn`)
+        are stepped by Adam at their own rate, in unconstrained space (log of a positive
+        number), not by the main optimiser, whose step sizes suit the embedding; a phase with
+        ``learn_sites=False`` holds them (t-SNE's early exaggeration). Not with L-BFGS.
 
     Data-parallel fits: when the model declares ``data_parallel = True`` and a process group
     of more than one process is initialised (:mod:`probdr._compute.distributed`), the fit is
@@ -146,12 +152,18 @@ class MAPFit:
                  grad_clip: float | None = None, collapse_floor: float | None = COLLAPSE_FLOOR,
                  verbose: bool = False, total_steps: int | None = None, desc: str = "MAP",
                  callback: Callable | None = None, callback_every: int | None = None,
-                 optimizer_state: list | None = None, loss_every: int | None = None):
+                 optimizer_state: list | None = None, loss_every: int | None = None,
+                 site_lr: dict[str, float] | None = None):
         if optimizer not in OPTIMIZERS:
             raise ValueError(f"optimizer must be one of {OPTIMIZERS}, got {optimizer!r}.")
         if optimizer == "lbfgs" and grad_clip is not None:
             raise ValueError("grad_clip does not apply to optimizer='lbfgs' (its line search "
                              "needs the exact gradient).")
+        if optimizer == "lbfgs" and site_lr:
+            raise ValueError("site_lr does not apply to optimizer='lbfgs' (one line search over "
+                             "all sites).")
+        #: sites stepped by Adam at their own learning rate (a kernel's numbers)
+        self.site_lr = {k: float(v) for k, v in (site_lr or {}).items()}
         if isinstance(init_values, torch.Tensor):
             init_values = {"Z": init_values}
         if not init_values:
@@ -169,6 +181,9 @@ class MAPFit:
         self.guide = None
         self.params: list[torch.Tensor] | None = None
         self.opt = None
+        self._site_opts: list = []
+        self._site_params: list[torch.Tensor] = []
+        self._learn_sites = True
         self._rescued = 0
         self._losses = LossQueue(desc)
         self._n_steps = 0
@@ -240,6 +255,16 @@ class MAPFit:
         self.guide(**model_kwargs)
         store = pyro.get_param_store()
         self.params = [store[name].unconstrained() for name in store.keys()]
+        site_of = {name: name.removeprefix("AutoDelta.").removesuffix("_raw")
+                   for name in store.keys()}
+        missing = set(self.site_lr) - set(site_of.values())
+        if missing:
+            raise ValueError(f"site_lr names {sorted(missing)}, not latent sites of the model.")
+        self._site_params = [p for name, p in zip(store.keys(), self.params, strict=False)
+                             if site_of[name] in self.site_lr]
+        self._site_opts = [Adam([p], lr=self.site_lr[site_of[name]])
+                           for name, p in zip(store.keys(), self.params, strict=False)
+                           if site_of[name] in self.site_lr]
         Z0 = self.init_values.get("Z")
         if (self.collapse_floor is not None and self.optimizer in ("gains", "sgd")
                 and not self.reparam and Z0 is not None and Z0.ndim == 2):
@@ -251,7 +276,15 @@ class MAPFit:
         if self.opt is None:
             return None
         return [{k: (v.detach().clone() if isinstance(v, torch.Tensor) else v)
-                 for k, v in self.opt.state.get(p, {}).items()} for p in self.params]
+                 for k, v in self._optimizer_of(p).state.get(p, {}).items()}
+                for p in self.params]
+
+    def _optimizer_of(self, p: torch.Tensor):
+        """The optimiser that steps the parameter ``p`` (its site's Adam, or the main one)."""
+        for opt, q in zip(self._site_opts, self._site_params, strict=False):
+            if q is p:
+                return opt
+        return self.opt
 
     def _load_state(self, state: list) -> None:
         if len(state) != len(self.params):
@@ -261,8 +294,9 @@ class MAPFit:
             for v in st.values():
                 if isinstance(v, torch.Tensor) and v.ndim and v.shape != p.shape:
                     raise ValueError("optimizer_state does not match the parameters' shapes.")
-            self.opt.state[p] = {k: (v.clone().to(p.dtype) if isinstance(v, torch.Tensor)
-                                     and v.is_floating_point() else v) for k, v in st.items()}
+            self._optimizer_of(p).state[p] = {
+                k: (v.clone().to(p.dtype) if isinstance(v, torch.Tensor) and v.is_floating_point()
+                    else v) for k, v in st.items()}
 
     def values(self, model_kwargs: dict[str, Any]) -> dict[str, torch.Tensor]:
         """The current point ``{site: value}`` (detached copies)."""
@@ -280,6 +314,8 @@ class MAPFit:
     def _gradient_step(self, kwargs) -> torch.Tensor:
         opt = self.opt
         opt.zero_grad(set_to_none=True)
+        for site_opt in self._site_opts:
+            site_opt.zero_grad(set_to_none=True)
         loss = self._loss(kwargs)
         (loss * self.loss_scale).backward()
         if self.shard is not None:  # the ranks' shares: one all-reduce of gradients and loss
@@ -288,6 +324,9 @@ class MAPFit:
             for p in self.params:
                 p.grad.clamp_(-self.grad_clip, self.grad_clip)
         opt.step()
+        if self._learn_sites:
+            for site_opt in self._site_opts:
+                site_opt.step()
         if self._z_param is not None:
             self._rescued = self._rescued + rescue_collapsed_columns(
                 self._z_param, opt, self.collapse_floor, self.sync_free)
@@ -332,13 +371,15 @@ class MAPFit:
             raise ValueError("optimizer='lbfgs' needs a deterministic objective; a fresh graph "
                              "at every step (observe) needs a stochastic-gradient optimiser.")
         if self.opt is None or not keep_state:
-            self.opt = make_optimizer(self.optimizer, self.params, phase)
+            main = [p for p in self.params if not any(p is q for q in self._site_params)]
+            self.opt = make_optimizer(self.optimizer, main, phase)
             if self._initial_state is not None:
                 self._load_state(self._initial_state)
                 self._initial_state = None
         else:
             carry_optimizer(self.opt, phase)
         kwargs = {**model_kwargs, **phase.model_kwargs}
+        self._learn_sites = phase.learn_sites
         step_fn = self._lbfgs_step if self.optimizer == "lbfgs" else self._gradient_step
         hist, queue = self._losses.history, self._losses
         total = self.total_steps
@@ -408,6 +449,7 @@ def run_map(
     optimizer_state: list | None = None,
     loss_every: int | None = None,
     stream: list | None = None,
+    site_lr: dict[str, float] | None = None,
 ) -> MAPResult:
     """Maximise the model's log joint over its latent sites by a schedule of phases
     (:class:`MAPFit`, in a private Pyro parameter store).
@@ -437,6 +479,9 @@ def run_map(
         Continue from an earlier fit's optimiser state (:attr:`MAPResult.optimizer_state`).
     loss_every : int, optional
         Record the loss every ``loss_every``-th step of a phase, as in :class:`MAPFit`.
+    site_lr : dict, optional
+        ``{site: learning rate}`` of sites stepped by Adam apart from the main optimiser (a
+        kernel's learned numbers), as in :class:`MAPFit`.
     stream : list, optional
         torch's random state to draw the steps from (set after the guide's setup, which runs
         the model once): an earlier fit's :attr:`MAPResult.stream`, to continue its draws.
@@ -449,7 +494,7 @@ def run_map(
     with MAPFit(model, init, optimizer=optimizer, reparam=reparam, loss_scale=loss_scale,
                 grad_clip=grad_clip, collapse_floor=collapse_floor, verbose=verbose,
                 total_steps=sum(ph.n_iter for ph in phases), desc=desc,
-                optimizer_state=optimizer_state, loss_every=loss_every) as fit:
+                optimizer_state=optimizer_state, loss_every=loss_every, site_lr=site_lr) as fit:
         base_kwargs = dict(model_kwargs)
         if observe is not None:
             base_kwargs["W_X"] = observe()

@@ -94,6 +94,10 @@ class Phase:
     #: another stopping rule, ``converged(previous_loss, loss) -> bool``, checked after every
     #: step from the second on (e.g. :class:`RelativeChange`); it replaces the ``tol`` rule
     converged: Callable[[float, float], bool] | None = None
+    #: whether the sites of :class:`probdr.infer.map.MAPFit`'s ``site_lr`` (a kernel's learned numbers) take
+    #: steps in this phase; ``False`` holds them (t-SNE's early exaggeration distorts the
+    #: objective they would fit)
+    learn_sites: bool = True
 
 
 def continue_schedule(phases: list[Phase], done: int, n_iter: int) -> list[Phase]:

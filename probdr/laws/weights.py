@@ -193,7 +193,7 @@ class KernelWeights(Weights):
     are computed according to ``normaliser``:
 
     * ``"exact"`` -- every pair, blocked, hand-written gradient (:math:`O(n^2)` per step);
-    * ``"fft"`` -- grid interpolation + FFT (2-D Cauchy kernel, E law: t-SNE), :math:`O(n)`;
+    * ``"fft"`` -- grid interpolation + FFT (2-D Student kernels, E law: t-SNE), :math:`O(n)`;
     * ``"sampled"`` -- Monte Carlo: ``n_samples`` uniform partners per node,
       :math:`\hat S_i = \frac{n-1}{m}\sum_{k} w_{ik}` (a consistent, slightly biased estimate of
       the log-normaliser; unbiased for the B law's sum).
@@ -217,6 +217,9 @@ class KernelWeights(Weights):
                  pair_grad_clip: float | None = None, shard=None):
         if normaliser not in self.NORMALISERS:
             raise ValueError(f"normaliser must be one of {self.NORMALISERS}, got {normaliser!r}.")
+        if kernel.sites():
+            raise ValueError(f"the kernel's parameters {sorted(kernel.sites())} are latent sites "
+                             "(Learn): draw them first, kernel.sampled() inside a Pyro model.")
         self.Z, self.kernel, self.n = Z, kernel, Z.shape[0]
         self.log_pi = log_pi
         self.normaliser, self.n_samples = normaliser, int(n_samples)
@@ -342,15 +345,16 @@ class KernelWeights(Weights):
             return self._replicated(self._sampled_total_logsumexp())
         rows = self._rows()
         if self.normaliser == "fft":
-            from .._compute.fft import cauchy_log_total
+            from .._compute.fft import kernel_log_total
 
             k = self.kernel
-            if not (k.is_cauchy and self.log_pi is None and self.Z.shape[1] == 2):
-                raise ValueError("repulsion='fft' needs the Cauchy kernel (student, dof=1), a "
-                                 "2-D embedding and no latent edge prior; use 'sampled'.")
+            if not (k.has_fft and self.log_pi is None and self.Z.shape[1] == 2):
+                raise ValueError("repulsion='fft' needs a Student kernel (t-SNE's, any dof and "
+                                 "scale), a 2-D embedding and no latent edge prior; use "
+                                 "'sampled'.")
             if rows is None:
-                return cauchy_log_total(self.Z)
-            partial = cauchy_log_total(self.Z, rows=rows, reduce=self.shard.all_reduce_)
+                return kernel_log_total(self.Z, k)
+            partial = kernel_log_total(self.Z, k, rows=rows, reduce=self.shard.all_reduce_)
         elif rows is None:
             return pair_reduce(self.Z, "total", self.kernel, self.log_pi)
         else:

@@ -114,11 +114,11 @@ def test_fft_normaliser_matches_exact(Z0, dtype, spacing, tol):
 def test_fft_gather_by_sparse_product_equals_the_contraction(dtype):
     """The CPU gather (a CSR interpolation matrix times the grid's rows) gives the numbers of
     gathering each point's 16 nodes and contracting them with its weights, bit for bit."""
-    from probdr._compute.fft import Grid2D, _cauchy_grids
+    from probdr._compute.fft import Grid2D, _potential_grids
 
     Z = (torch.randn(3000, 2, generator=torch.Generator().manual_seed(3)) * 12).to(dtype)
     grid = Grid2D(Z)
-    pots = _cauchy_grids(grid, Z, Z.mean(0))
+    pots = _potential_grids(grid, Z, Z.mean(0))
     rows = pots.reshape(4, -1).t().contiguous()
     vals = rows.index_select(0, grid.flat_index).view(-1, 16, 4)
     ref = torch.bmm(grid.weight[:, None, :], vals).view(-1, 4).t()

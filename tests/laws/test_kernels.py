@@ -28,10 +28,12 @@ def test_is_cauchy_exactly_for_the_student_kernel_with_one_dof(kernel, expected)
     assert kernel.is_cauchy is expected
 
 
-def test_auto_repulsion_uses_fft_only_for_the_cauchy_kernel():
-    """2-D t-SNE above the FFT threshold: FFT with dof 1, the exact or sampled sums otherwise."""
+def test_auto_repulsion_uses_fft_for_the_student_kernels():
+    """2-D t-SNE above the FFT threshold: FFT with any Student kernel (the grid follows the
+    kernel's bend), the exact or sampled sums for other kernels."""
     assert probdr.TSNE()._repulsion(2000) == "fft"
-    assert probdr.TSNE(dof=2.0)._repulsion(2000) == "exact"
+    assert probdr.TSNE(dof=2.0)._repulsion(2000) == "fft"
+    assert probdr.TSNE(dof="learn")._repulsion(2000) == "fft"
     assert probdr.GraphCoupling(kernel_z="gaussian", prior_z="E")._repulsion(2000) == "exact"
 
 
@@ -39,5 +41,7 @@ def test_fft_normaliser_refuses_other_kernels():
     Z = torch.randn(20, 2, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
     assert np.isfinite(float(KernelWeights(Z, get_kernel("student"), normaliser="fft")
                              .total_logsumexp()))
-    with pytest.raises(ValueError, match="Cauchy kernel"):
-        KernelWeights(Z, StudentKernel(dof=2.0), normaliser="fft").total_logsumexp()
+    assert np.isfinite(float(KernelWeights(Z, StudentKernel(dof=2.0), normaliser="fft")
+                             .total_logsumexp()))
+    with pytest.raises(ValueError, match="Student kernel"):
+        KernelWeights(Z, GaussianKernel(), normaliser="fft").total_logsumexp()
