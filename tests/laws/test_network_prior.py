@@ -150,3 +150,34 @@ def test_same_label_network_raises_knn_accuracy(digits, make):
     without = knn_accuracy(make(0).fit_transform(X), y)
     with_prior = knn_accuracy(make(0).set_params(edge_prior=prior).fit_transform(X), y)
     assert with_prior > without + 0.01
+
+
+@pytest.mark.parametrize("metric", ["cosine", "manhattan", "precomputed", "sparse_precomputed"])
+def test_network_pairs_costs_follow_the_metric(metric):
+    """The added pairs' costs are :math:`d^2` under the fit's metric; with a sparse precomputed
+    distance matrix the pairs it does not store have no cost and are left out."""
+    from probdr.input.distances import pairwise_distances
+    from probdr.input.search import pair_costs
+
+    rng = np.random.default_rng(0)
+    X = torch.as_tensor(rng.random((50, 6)))
+    r, c = torch.as_tensor(rng.integers(0, 50, (2, 200)))
+    if metric in ("cosine", "manhattan"):
+        D = pairwise_distances(X, X, metric)
+        got = pair_costs(X, r, c, metric=metric)
+        torch.testing.assert_close(got, D[r, c].square(), rtol=1e-10, atol=1e-12)
+        return
+    D = pairwise_distances(X, X)
+    if metric == "precomputed":
+        torch.testing.assert_close(pair_costs(D, r, c, metric="precomputed"), D[r, c].square())
+        return
+    keep = D <= D.kthvalue(10, 1, keepdim=True).values  # each row's 10 nearest, self included
+    S = sp.csr_matrix(np.where(keep.numpy(), D.numpy(), 0.0))
+    got = pair_costs(S, r, c, metric="precomputed")
+    stored = keep[r, c] & (r != c)
+    torch.testing.assert_close(got[stored], D[r, c][stored].square())
+    assert bool(torch.isinf(got[~keep[r, c]]).all())
+    law = build_input_graph(S, "D", perplexity=3.0, n_neighbors=8, metric="precomputed",
+                            edge_prior=from_graph(sp.coo_matrix(
+                                (np.ones(200), (r.numpy(), c.numpy())), shape=(50, 50))))
+    assert torch.isfinite(law.mean.coalesce().values()).all()
