@@ -4,7 +4,9 @@ r"""Input affinities: bandwidth calibration on neighbour lists.
   :math:`i` is :math:`P_{ij} \propto \exp(-C_{ij}/\varepsilon_i)` with :math:`\varepsilon_i` set by
   bisection in log space so that the Shannon perplexity :math:`\exp H(P_i)` equals the target.
 * :func:`umap_membership` -- UMAP's :math:`\rho_i, \sigma_i` calibration with
-  ``local_connectivity``: :math:`v_{j|i} = \exp(-\max(0, d_{ij} - \rho_i)/\sigma_i)`.
+  ``local_connectivity``: :math:`v_{j|i} = \exp(-\max(0, d_{ij} - \rho_i)/\sigma_i)`;
+  :func:`umap_bandwidths` gives the calibration and :func:`fuzzy_membership` the memberships
+  it gives to any pairs of a row (e.g. an observed network's).
 * :func:`binary_knn` -- 0/1 neighbour weights.
 
 All functions take the squared distances of neighbour lists, shape ``(n, k)`` (self
@@ -25,8 +27,8 @@ from ..ot.entropic import bisect_log_beta
 from ..ot.sea import symmetric_entropic as _ot_symmetric_entropic
 from ..ot.sinkhorn import sinkhorn_affinity as _ot_sinkhorn_affinity
 
-__all__ = ["entropic_bandwidths", "entropic_affinity", "umap_membership", "binary_knn",
-           "perplexity_of_rows"]
+__all__ = ["entropic_bandwidths", "entropic_affinity", "umap_membership", "umap_bandwidths",
+           "fuzzy_membership", "binary_knn", "perplexity_of_rows"]
 
 
 def perplexity_of_rows(P: torch.Tensor) -> torch.Tensor:
@@ -112,8 +114,33 @@ def umap_membership(
     :math:`\sum_j \exp(-\max(0, d_{ij} - \rho_i)/\sigma_i) = \log_2(\text{n\_neighbors})` by
     bisection, where ``n_neighbors`` counts the point itself as umap-learn does (so the lists
     hold ``n_neighbors - 1`` others). :math:`\sigma_i` is floored at ``min_k_dist_scale`` times
-    the mean neighbour distance.
+    the mean neighbour distance. The calibration is :func:`umap_bandwidths`, the memberships
+    :func:`fuzzy_membership`.
     """
+    rho, sigma = umap_bandwidths(sq_dist, n_neighbors, local_connectivity, n_iter, tol,
+                                 min_k_dist_scale)
+    return fuzzy_membership(_check_sq_dist(sq_dist).to(torch.float64).sqrt(), rho, sigma)
+
+
+def fuzzy_membership(d: torch.Tensor, rho: torch.Tensor, sigma: torch.Tensor) -> torch.Tensor:
+    r"""UMAP memberships :math:`v_{j|i} = \exp(-\max(0, d_{ij} - \rho_i)/\sigma_i)` (1 where
+    :math:`d_{ij} \le \rho_i` or :math:`\sigma_i = 0`) of distances ``d`` ``(m, c)`` (not
+    squared) with the rows' calibration ``rho``, ``sigma`` ``(m,)`` (:func:`umap_bandwidths`):
+    the neighbour lists, or any pairs of a row with that row's calibration."""
+    v = torch.exp(-(d - rho[:, None]).clamp_min(0) / sigma[:, None])
+    return torch.where((d - rho[:, None] <= 0) | (sigma[:, None] == 0), torch.ones_like(v), v)
+
+
+def umap_bandwidths(
+    sq_dist: torch.Tensor,
+    n_neighbors: int | None = None,
+    local_connectivity: float = 1.0,
+    n_iter: int = 64,
+    tol: float = 1e-5,
+    min_k_dist_scale: float = 1e-3,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    r"""UMAP's calibration of each row on its neighbour lists: :math:`(\rho_i, \sigma_i)`, each
+    ``(n,)`` float64 (see :func:`umap_membership`, which returns the memberships they give)."""
     d = _check_sq_dist(sq_dist).to(torch.float64).sqrt()
     n, k = d.shape
     n_neighbors = k + 1 if n_neighbors is None else n_neighbors
@@ -123,7 +150,31 @@ def umap_membership(
     tol = check_number(tol, "tol", low=0.0, low_open=True)
     min_k_dist_scale = check_number(min_k_dist_scale, "min_k_dist_scale", low=0.0)
     target = math.log2(n_neighbors)
-    # rho: local_connectivity-th smallest non-zero distance, interpolated
+    rho = _umap_rho(d, local_connectivity)
+    lo = torch.zeros(n, dtype=torch.float64, device=d.device)
+    hi = torch.full((n,), float("inf"), dtype=torch.float64, device=d.device)
+    mid = torch.ones(n, dtype=torch.float64, device=d.device)
+    excess = (d - rho[:, None]).clamp_min(0)
+    for _ in range(n_iter):
+        psum = torch.exp(-excess / mid[:, None]).sum(1)
+        done = (psum - target).abs() < tol
+        bigger = psum > target
+        hi = torch.where(done, hi, torch.where(bigger, mid, hi))
+        lo = torch.where(done | bigger, lo, mid)
+        new_mid = torch.where(bigger, 0.5 * (lo + hi), torch.where(torch.isinf(hi), mid * 2, 0.5 * (lo + hi)))
+        mid = torch.where(done, mid, new_mid)
+        if done.all():
+            break
+    mean_all = d.mean()
+    mean_row = d.mean(1)
+    floor = torch.where(rho > 0, min_k_dist_scale * mean_row, min_k_dist_scale * mean_all)
+    return rho, torch.maximum(mid, floor)
+
+
+def _umap_rho(d: torch.Tensor, local_connectivity: float) -> torch.Tensor:
+    r""":math:`\rho_i`: the ``local_connectivity``-th smallest non-zero distance of each row of
+    ``d`` ``(n, k)``, interpolated."""
+    n, k = d.shape
     pos = d > 0
     nz = torch.where(pos, d, torch.full_like(d, float("inf"))).sort(1).values
     n_nz = pos.sum(1)
@@ -142,28 +193,7 @@ def umap_membership(
     few = (~enough) & (n_nz > 0)
     if few.any():  # fewer positive distances than local_connectivity: the largest one
         rho = torch.where(few, torch.where(pos, d, torch.zeros_like(d)).max(1).values, rho)
-
-    lo = torch.zeros(n, dtype=torch.float64, device=d.device)
-    hi = torch.full((n,), float("inf"), dtype=torch.float64, device=d.device)
-    mid = torch.ones(n, dtype=torch.float64, device=d.device)
-    excess = (d - rho[:, None]).clamp_min(0)
-    for _ in range(n_iter):
-        psum = torch.exp(-excess / mid[:, None]).sum(1)
-        done = (psum - target).abs() < tol
-        bigger = psum > target
-        hi = torch.where(done, hi, torch.where(bigger, mid, hi))
-        lo = torch.where(done | bigger, lo, mid)
-        new_mid = torch.where(bigger, 0.5 * (lo + hi), torch.where(torch.isinf(hi), mid * 2, 0.5 * (lo + hi)))
-        mid = torch.where(done, mid, new_mid)
-        if done.all():
-            break
-    mean_all = d.mean()
-    mean_row = d.mean(1)
-    floor = torch.where(rho > 0, min_k_dist_scale * mean_row, min_k_dist_scale * mean_all)
-    sigma = torch.maximum(mid, floor)
-    v = torch.exp(-(d - rho[:, None]).clamp_min(0) / sigma[:, None])
-    v = torch.where((d - rho[:, None] <= 0) | (sigma[:, None] == 0), torch.ones_like(v), v)
-    return v
+    return rho
 
 
 def binary_knn(sq_dist: torch.Tensor) -> torch.Tensor:

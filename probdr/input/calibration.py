@@ -69,8 +69,10 @@ class InputGraph:
     metric, metric_params : str or callable, dict
         Dissimilarity of the rows (:mod:`probdr.input.distances`), or ``"precomputed"``: X holds
         distances.
-    edge_prior : array, sparse or edge-prior object, optional
-        Edge prior :math:`\pi` of the input graph (Proposition 1).
+    edge_prior : number, array, sparse or edge-prior object, optional
+        Edge prior :math:`\pi` of the input graph (Proposition 1). One from an observed network
+        (:func:`~probdr.laws.edge_priors.from_graph`, a sparse :math:`\pi`) also adds the
+        network's pairs to the neighbour lists (:func:`~probdr.input.graph.build_input_graph`).
     neighbors : {"auto", "exact", "approximate", "pynndescent"}
         The neighbour search (:func:`probdr.input.neighbors.knn`).
     precomputed_knn : tuple (indices, distances), optional

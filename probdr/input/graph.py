@@ -23,13 +23,21 @@ import torch
 
 from .._utils import check_array, check_data, check_number
 from ..kernels import GaussianKernel
+from ..laws.edge_priors import network_pairs
 from ..laws.graph import GraphLaw, GraphPrior, NEdgeGraph, NEdgePrior, get_prior
 from ..laws.weights import MAX_LOGIT, DenseWeights, SparseWeights
 from ..laws.wishart import KNNLaplacian
 from ..ot.sea import symmetric_entropic
 from . import affinities
 from .distances import check_distance_matrix, is_sparse
-from .search import calibrated_lists, is_metric, knn_edges, neighbor_lists, query_lists
+from .search import (
+    calibrated_lists,
+    is_metric,
+    knn_edges,
+    neighbor_lists,
+    pair_costs,
+    query_lists,
+)
 
 __all__ = ["AFFINITIES", "knn_edges", "neighbor_lists", "query_lists", "build_input_graph",
            "precomputed_input_graph", "new_point_rows", "sea_input_graph", "sea_affinity",
@@ -72,6 +80,16 @@ def build_input_graph(
 
     ``metric``, ``metric_params`` and ``precomputed_knn`` set the neighbours and their costs
     :math:`C = d^2` (:func:`neighbor_lists`).
+
+    An ``edge_prior`` from an observed network (:func:`~probdr.laws.edge_priors.from_graph`, a
+    sparse :math:`\pi`, or a product with one: :func:`~probdr.laws.edge_priors.network_pairs`)
+    adds the network's pairs that the lists miss to the edge list, at
+    :math:`\pi_{ij} K_{X,ij}` with :math:`K_{X,ij}` computed from the data: the cost
+    :math:`d(x_i, x_j)^2` with row :math:`i`'s calibration, which is made on its neighbour
+    lists alone (entropic bandwidths :math:`\varepsilon_i`, UMAP's :math:`\rho_i, \sigma_i`)
+    and applied to the union; so a row's perplexity is that of its lists, and the network's
+    pairs then add their weight. ``"binary"`` has :math:`K_X = 0` off the lists: no pair is
+    added. Other edge priors (labels, numbers, dense arrays) re-weight the lists only.
     """
     if affinity == "precomputed":
         return precomputed_input_graph(X, prior_x, edge_prior=edge_prior)
@@ -80,17 +98,22 @@ def build_input_graph(
     kind = prior_kind(prior_x)
     symmetrize = kind in ("B~",)
     k = _input_k(n, affinity, perplexity, n_neighbors)
-    idx, logk = calibrated_lists(
-        X, k, lambda d2: _row_log_weights(d2, affinity, perplexity, k), neighbors=neighbors,
+    idx, logk, params = calibrated_lists(
+        X, k, lambda d2: _row_calibration(d2, affinity, perplexity, k), neighbors=neighbors,
         random_state=random_state, metric=metric, metric_params=metric_params,
         precomputed_knn=precomputed_knn)
     rows, cols = torch.arange(n).repeat_interleave(k), idx.flatten()
     # each row's neighbours by index: the edge list is then in coalesced order, which the weights
     # keep without a sort and a copy of the whole list (gigabytes at a million points)
     cols, order = cols.view(n, k).sort(1)
-    logk = logk.to(torch.float64).gather(1, order)
+    cols = cols.flatten()
+    logk = logk.to(torch.float64).gather(1, order).flatten()
     del order
-    weights = SparseWeights(rows, cols.flatten(), logk.flatten(), n)
+    network = network_pairs(edge_prior) if affinity != "binary" else None
+    if network is not None:
+        rows, cols, logk = _with_network_pairs(X, (rows, cols, logk), params, network, affinity,
+                                               metric=metric, metric_params=metric_params)
+    weights = SparseWeights(rows, cols, logk, n)
     prior = get_prior(prior_x.replace("~", "") if isinstance(prior_x, str) else prior_x, edge_prior)
     law = prior.posterior(weights)
     return law.symmetrized() if symmetrize else law
@@ -107,12 +130,69 @@ def _input_k(n: int, affinity: str, perplexity: float, n_neighbors: int | None) 
 
 def _row_log_weights(d2: torch.Tensor, affinity: str, perplexity: float, k: int) -> torch.Tensor:
     r""":math:`\log K_X` on neighbour lists ``d2`` (n, k): the calibration of ``affinity``."""
+    return _row_calibration(d2, affinity, perplexity, k)[0]
+
+
+def _row_calibration(d2: torch.Tensor, affinity: str, perplexity: float, k: int
+                     ) -> tuple[torch.Tensor, torch.Tensor]:
+    r"""``(log K_X, parameters)`` of neighbour lists ``d2`` (n, k): the log-weights on the
+    lists and each row's calibration (:func:`_row_parameters`)."""
+    params = _row_parameters(d2, affinity, perplexity, k)
+    return _calibrated_log_k(d2, params, affinity), params
+
+
+def _with_network_pairs(X, lists, params: torch.Tensor, network, affinity: str, *,
+                        metric="euclidean", metric_params=None):
+    r"""The edge list ``lists = (rows, cols, log K)`` (in coalesced order) with the pairs of an
+    observed network (``network = (rows, cols)``, :func:`~probdr.laws.edge_priors.network_pairs`)
+    that it misses, at :math:`\log K_{X,ij}` computed from the data: the cost
+    :math:`d(x_i, x_j)^2` under ``metric`` with row :math:`i`'s calibration on its neighbour
+    lists (``params``). Pairs at infinite cost (not stored in a sparse precomputed distance
+    matrix) have :math:`K = 0` and are left out. Returns the union ``(rows, cols, log K)``."""
+    rows, cols, logk = lists
+    n = params.shape[0]
+    r, c = (t.to(torch.long).flatten() for t in network)
+    keys, q = rows * n + cols, r * n + c
+    if keys.numel():
+        pos = torch.searchsorted(keys, q).clamp_max(keys.numel() - 1)
+        new = (keys[pos] != q) & (r != c)
+    else:
+        new = r != c
+    r, c = r[new], c[new]
+    d2 = pair_costs(X, r, c, metric=metric, metric_params=metric_params)
+    finite = torch.isfinite(d2)
+    r, c, d2 = r[finite], c[finite], d2[finite]
+    if not r.numel():
+        return rows, cols, logk
+    lk = _calibrated_log_k(d2[:, None], params[r], affinity)[:, 0].to(logk.dtype)
+    return torch.cat([rows, r]), torch.cat([cols, c]), torch.cat([logk, lk])
+
+
+def _row_parameters(d2: torch.Tensor, affinity: str, perplexity: float, k: int) -> torch.Tensor:
+    r"""Each row's calibration on its neighbour lists ``d2`` (n, k), ``(n, 2)`` float64: the
+    row's smallest cost and entropic bandwidth :math:`(\min_j C_{ij}, \varepsilon_i)`
+    (``"entropic"``), UMAP's :math:`(\rho_i, \sigma_i)` (``"umap"``), nothing (``"binary"``)."""
     if affinity == "entropic":
         eps = affinities.entropic_bandwidths(d2, perplexity)
-        d2s = d2 - d2.min(1, keepdim=True).values  # row shift: P^D unchanged, no underflow
-        return GaussianKernel(eps).log_k(d2s)
+        return torch.stack([d2.min(1).values.to(torch.float64), eps.to(torch.float64)], 1)
     if affinity == "umap":
-        v = affinities.umap_membership(d2, n_neighbors=k + 1)
+        return torch.stack(affinities.umap_bandwidths(d2, n_neighbors=k + 1), 1)
+    if affinity == "binary":
+        return torch.zeros((d2.shape[0], 2), dtype=torch.float64)
+    raise ValueError(f"affinity must be one of {AFFINITIES}, got {affinity!r}.")
+
+
+def _calibrated_log_k(d2: torch.Tensor, params: torch.Tensor, affinity: str) -> torch.Tensor:
+    r""":math:`\log K_X` at costs ``d2`` ``(m, c)`` with the rows' calibration ``params``
+    ``(m, 2)`` (:func:`_row_parameters`): the neighbour lists, or any pairs of a row with the
+    calibration of that row's lists. Entropic: :math:`-(C_{ij} - \min_l C_{il})/\varepsilon_i`
+    (the row shift leaves :math:`P^D` unchanged and keeps the lists from underflowing); UMAP:
+    :math:`\mathrm{logit}\, v_{j|i}`; binary: ``MAX_LOGIT`` (:math:`K = \infty` on neighbours)."""
+    if affinity == "entropic":
+        d2s = d2 - params[:, 0, None].to(d2.dtype)
+        return GaussianKernel(params[:, 1]).log_k(d2s)
+    if affinity == "umap":
+        v = affinities.fuzzy_membership(d2.to(torch.float64).sqrt(), params[:, 0], params[:, 1])
         return torch.logit(v.clamp(0, 1)).clamp(-MAX_LOGIT, MAX_LOGIT)
     if affinity == "binary":
         return torch.full_like(d2, MAX_LOGIT)
@@ -311,7 +391,8 @@ def precomputed_input_graph(A, prior_x: str | GraphPrior = "D", *, edge_prior=No
     * B~: :math:`\mathbb E[W_X] = A`, which must be symmetric (UMAP's fuzzy union).
 
     The diagonal is ignored. An ``edge_prior`` multiplies the weights (Proposition 1):
-    :math:`\pi \odot A` for D and E, :math:`\pi \odot A/(1-A)` for B.
+    :math:`\pi \odot A` for D and E, :math:`\pi \odot A/(1-A)` for B; where :math:`A` is 0
+    the product is 0, so a network prior adds no pair here.
     """
     if isinstance(A, GraphLaw):
         return A

@@ -4,6 +4,8 @@ the training points (:func:`neighbor_lists`), for new points against them
 (:func:`query_lists`), and with the rows' calibration (:func:`calibrated_lists`), by the
 strategy the run calls for: one process searches every row; in a data-parallel fit
 (:mod:`probdr._compute.distributed`) each rank searches and calibrates its block of rows.
+:func:`pair_costs` gives the costs of given pairs under the same metric (an observed network's
+pairs that the lists miss).
 """
 
 from __future__ import annotations
@@ -19,12 +21,13 @@ from .distances import (
     is_sparse,
     knn_metric,
     knn_query_metric,
+    pairwise_distances,
     precomputed_neighbors,
     sparse_rows_topk,
 )
 from .neighbors import knn, knn_query
 
-__all__ = ["neighbor_lists", "query_lists", "knn_edges", "calibrated_lists",
+__all__ = ["neighbor_lists", "query_lists", "knn_edges", "calibrated_lists", "pair_costs",
            "SHARDED_SEARCH_MAX_N"]
 
 
@@ -103,12 +106,13 @@ def knn_edges(X, k: int, *, neighbors: str = "auto", random_state: int = 0, **me
     return torch.arange(n).repeat_interleave(k), idx.flatten(), d2
 
 
-def calibrated_lists(X, k: int, calibrate: Callable[[torch.Tensor], torch.Tensor], *,
+def calibrated_lists(X, k: int, calibrate: Callable[[torch.Tensor], tuple[torch.Tensor, ...]], *,
                      neighbors: str = "auto", random_state: int = 0, metric="euclidean",
                      metric_params=None, precomputed_knn=None
-                     ) -> tuple[torch.Tensor, torch.Tensor]:
-    r"""Each row's ``k`` nearest neighbours and their calibrated log-weights
-    ``calibrate(d2)`` (row-wise on the ``(n, k)`` costs), each ``(n, k)``, nearest first.
+                     ) -> tuple[torch.Tensor, ...]:
+    r"""Each row's ``k`` nearest neighbours ``(n, k)``, nearest first, followed by the row
+    tensors of their calibration ``calibrate(d2)`` (row-wise on the ``(n, k)`` costs: e.g. the
+    log-weights ``(n, k)`` and the rows' parameters ``(n, p)``).
 
     The strategy: one process searches every row (:func:`neighbor_lists`). In a data-parallel
     fit, up to ``SHARDED_SEARCH_MAX_N`` points (and without precomputed inputs or an
@@ -120,13 +124,58 @@ def calibrated_lists(X, k: int, calibrate: Callable[[torch.Tensor], torch.Tensor
     if block is not None and precomputed_knn is None and not is_metric(metric, "precomputed") \
             and neighbors != "approximate" and n <= SHARDED_SEARCH_MAX_N:
         idx, d2 = _block_neighbors(X, block, k, metric, metric_params)
-        return all_gather_rows(idx, calibrate(d2), n=n)
+        return all_gather_rows(idx, *calibrate(d2), n=n)
     idx, d2 = neighbor_lists(X, k, neighbors=neighbors, random_state=random_state,
                              metric=metric, metric_params=metric_params,
                              precomputed_knn=precomputed_knn)
     if block is not None:  # a search run whole on every rank: rank 0's lists for all
         idx, d2 = broadcast_(idx.contiguous()), broadcast_(d2.contiguous())
-    return idx, calibrate(d2)
+    return (idx, *calibrate(d2))
+
+
+def pair_costs(X, rows: torch.Tensor, cols: torch.Tensor, *, metric="euclidean",
+               metric_params=None) -> torch.Tensor:
+    r"""The costs :math:`C_{ij} = d(x_i, x_j)^2` of the pairs ``(rows[e], cols[e])``, float64,
+    shape ``rows.shape``, under the metric of :func:`neighbor_lists`; ``metric="precomputed"``:
+    looked up in the distance matrix ``X`` (a pair that a sparse matrix does not store costs
+    :math:`\infty`). Blocked: the temporaries stay small whatever the number of pairs."""
+    m = rows.numel()
+    if is_metric(metric, "precomputed"):
+        return _stored_costs(X, rows, cols)
+    out = torch.empty(m, dtype=torch.float64)
+    euclidean = is_metric(metric, "euclidean") and not is_sparse(X)
+    bs = 2**14 if euclidean else 64  # other metrics: the diagonal of (bs, bs) blocks
+    r_np, c_np = rows.cpu().numpy(), cols.cpu().numpy()
+    for s in range(0, m, bs):
+        e = min(m, s + bs)
+        if euclidean:
+            out[s:e] = (X[rows[s:e]] - X[cols[s:e]]).to(torch.float64).square().sum(1)
+        else:
+            D = pairwise_distances(X[r_np[s:e]], X[c_np[s:e]], metric, metric_params)
+            out[s:e] = D.diagonal().square()
+    return out
+
+
+def _stored_costs(D, rows: torch.Tensor, cols: torch.Tensor) -> torch.Tensor:
+    """The squared entries of a precomputed distance matrix at the pairs (``inf`` where a
+    sparse matrix stores none)."""
+    import scipy.sparse as sp
+
+    if not is_sparse(D):
+        Dt = torch.as_tensor(np.asarray(D) if not isinstance(D, torch.Tensor) else D,
+                             dtype=torch.float64)
+        return Dt[rows, cols].square()
+    C = sp.csr_matrix(D, dtype=np.float64)
+    C.sum_duplicates()
+    r = np.repeat(np.arange(C.shape[0], dtype=np.int64), np.diff(C.indptr))
+    keys = torch.as_tensor(r * C.shape[1] + C.indices.astype(np.int64))  # sorted (canonical)
+    q = rows * C.shape[1] + cols
+    out = torch.full(q.shape, float("inf"), dtype=torch.float64)
+    if keys.numel():
+        pos = torch.searchsorted(keys, q).clamp_max(keys.numel() - 1)
+        hit = keys[pos] == q
+        out[hit] = torch.as_tensor(C.data)[pos[hit]].square()
+    return out
 
 
 def is_metric(metric, name: str) -> bool:

@@ -37,11 +37,31 @@ The objects here are *edge-prior objects*: anything with
 ``log_at(rows, cols) -> Tensor``
     :math:`\log \pi` at the given ordered pairs (1-D long tensors), in ``O(len(rows))``;
 ``dense(n) -> Tensor``
-    the full ``(n, n)`` matrix of :math:`\log \pi` (diagonal arbitrary: it is always masked).
+    the full ``(n, n)`` matrix of :math:`\log \pi` (diagonal arbitrary: it is always masked);
+``pairs() -> (rows, cols) or None`` (optional)
+    the pairs an observed network singles out (see below); ``None``, or no such method, for a
+    prior defined alike on every pair.
 
 :mod:`probdr.laws` calls ``log_at`` on sparse (kNN) graphs and ``dense`` only when the law is
 dense anyway (the exact latent law), so an edge prior never costs :math:`n^2` memory unless a
 dense law needs it. Priors multiply (their logs add): ``from_labels(y) * from_graph(g)``.
+
+**An observed network joins the input graph.** The sparse input laws hold each point's nearest
+neighbours (:math:`K_X` is 0 off the lists), and a prior can only act where :math:`K_X > 0`.
+A prior from an observed network -- :func:`from_graph`, a sparse torch tensor of :math:`\pi`
+(its stored entries), or a product with one -- names its pairs (:meth:`EdgePrior.pairs`,
+:func:`network_pairs`), and the input side adds those that the neighbour lists miss to the edge
+list at :math:`\pi_{ij} K_{X,ij}`: the input kernel at the pair, computed from the data with
+the per-point calibration made on the neighbour lists (entropic bandwidths, UMAP's
+:math:`\rho_i, \sigma_i`) and applied to the union. Every edge of the network is then an edge
+of the input graph, under the D, E, B and B~ priors alike
+(:func:`probdr.input.graph.build_input_graph`). Priors defined on every pair
+(:func:`from_labels`, a number, a dense array) re-weight the neighbour lists only; so does any
+prior on a precomputed affinity, which is 0 off its entries.
+
+**A constant prior.** A number :math:`\pi` multiplies every weight: the D and E posteriors
+normalise it away (their means do not change), the B posterior's mean becomes
+:math:`\sigma(\log\pi + \log K)`. A prior that differs between pairs is what moves D and E.
 
 **Writing a new prior class.** Subclass :class:`EdgePrior`, set ``self.n`` and implement ``log_at`` (``dense`` has a blocked
 default built on ``log_at``). Return :math:`\log\pi` in float64; ``-inf`` forbids an edge; never
@@ -69,7 +89,7 @@ import numpy as np
 import torch
 
 __all__ = ["EdgePrior", "LabelPrior", "GraphEdgePrior", "ProductPrior", "from_labels",
-           "from_graph", "check_edge_prior"]
+           "from_graph", "network_pairs", "check_edge_prior"]
 
 
 class EdgePrior:
@@ -83,6 +103,13 @@ class EdgePrior:
     def log_at(self, rows: torch.Tensor, cols: torch.Tensor) -> torch.Tensor:
         r""":math:`\log \pi_{ij}` at the pairs ``(rows[k], cols[k])``, float64, shape ``rows.shape``."""
         raise NotImplementedError
+
+    def pairs(self) -> tuple[torch.Tensor, torch.Tensor] | None:
+        r"""The ordered pairs ``(rows, cols)`` this prior singles out -- an observed network's
+        edges -- which the sparse input laws add to their neighbour lists (see the module
+        docstring); ``None`` for a prior defined alike on every pair (labels, a function of
+        the points), which acts on the neighbour lists only. This default returns ``None``."""
+        return None
 
     def dense(self, n: int | None = None) -> torch.Tensor:
         r"""The ``(n, n)`` matrix of :math:`\log\pi` (float64). ``n`` must equal ``self.n``."""
@@ -210,6 +237,12 @@ class GraphEdgePrior(EdgePrior):
         pos = torch.searchsorted(self.keys, q).clamp_max(self.keys.numel() - 1)
         return self.keys[pos] == q
 
+    def pairs(self):
+        """The graph's edges as ordered pairs, sorted (none when ``weight`` is 0: the prior then
+        forbids them)."""
+        keys = self.keys if self.weight > 0 else self.keys[:0]
+        return keys // self.n, keys % self.n
+
     def log_at(self, rows, cols):
         self._check_index(rows, cols)
         hit = self.contains(rows, cols)
@@ -247,6 +280,17 @@ class ProductPrior(EdgePrior):
 
     def dense(self, n=None):
         return sum(p.dense(n) for p in self.priors)
+
+    def pairs(self):
+        r"""The union of the factors' pairs, less those that another factor forbids
+        (:math:`\pi = 0`); ``None`` if no factor singles out pairs."""
+        parts = [p for p in (network_pairs(q) for q in self.priors) if p is not None]
+        if not parts:
+            return None
+        keys = torch.unique(torch.cat([r * self.n + c for r, c in parts]))
+        rows, cols = keys // self.n, keys % self.n
+        keep = ~torch.isneginf(self.log_at(rows, cols))
+        return rows[keep], cols[keep]
 
     def __repr__(self):
         return " * ".join(repr(p) for p in self.priors)
@@ -340,7 +384,9 @@ def from_graph(g, weight: float = 2.0, *, off_weight: float = 1.0,
         \end{cases}
 
     This is the use of :math:`\pi` the paper suggests ("when a network is observed",
-    Definition 2). Edge weights of ``g`` are ignored; only its support is used.
+    Definition 2). Edge weights of ``g`` are ignored; only its support is used. On the sparse
+    input laws the edges of ``g`` join the neighbour lists, at :math:`w K_{X,ij}` (see the
+    module docstring), so every edge of ``g`` is an edge of the input graph.
 
     Parameters
     ----------
@@ -362,6 +408,31 @@ def from_graph(g, weight: float = 2.0, *, off_weight: float = 1.0,
     rows, cols, n, directed = graph_edges(g)
     return GraphEdgePrior(rows, cols, n, weight=weight, off_weight=off_weight,
                           symmetric=symmetric or not directed)
+
+
+def network_pairs(prior) -> tuple[torch.Tensor, torch.Tensor] | None:
+    r"""The pairs an edge prior takes from an observed network, which the sparse input laws add
+    to their neighbour lists: ``(rows, cols)`` (1-D long tensors, off the diagonal), or ``None``.
+
+    * an edge-prior object: its :meth:`EdgePrior.pairs` (a :class:`GraphEdgePrior`'s edges,
+      the union of a product's; ``None`` for :class:`LabelPrior` and for objects without
+      ``pairs``);
+    * a sparse torch tensor of :math:`\pi`: its stored entries with :math:`\pi_{ij} > 0`
+      (the absent ones are neutral, :math:`\pi = 1`);
+    * ``None``, a number or a dense array: ``None`` (a dense :math:`\pi` is defined on every
+      pair; it re-weights the neighbour lists only).
+    """
+    if prior is None:
+        return None
+    if hasattr(prior, "log_at"):
+        pairs = getattr(prior, "pairs", None)
+        return pairs() if callable(pairs) else None
+    if isinstance(prior, torch.Tensor) and prior.is_sparse:
+        S = prior.coalesce()
+        (rows, cols), v = S.indices(), S.values()
+        keep = (rows != cols) & (v > 0)
+        return rows[keep], cols[keep]
+    return None
 
 
 def check_edge_prior(prior, n: int, name: str = "edge_prior") -> None:

@@ -212,7 +212,7 @@ class KernelWeights(Weights):
 
     NORMALISERS = ("exact", "fft", "sampled")
 
-    def __init__(self, Z: torch.Tensor, kernel, log_pi: torch.Tensor | None = None,
+    def __init__(self, Z: torch.Tensor, kernel, log_pi: torch.Tensor | float | None = None,
                  normaliser: str = "exact", n_samples: int = 10,
                  pair_grad_clip: float | None = None, shard=None):
         if normaliser not in self.NORMALISERS:
@@ -221,7 +221,10 @@ class KernelWeights(Weights):
             raise ValueError(f"the kernel's parameters {sorted(kernel.sites())} are latent sites "
                              "(Learn): draw them first, kernel.sampled() inside a Pyro model.")
         self.Z, self.kernel, self.n = Z, kernel, Z.shape[0]
-        self.log_pi = log_pi
+        #: :math:`\log\pi`: None, a 0-d tensor (the same on every pair) or ``(n, n)``; a number
+        #: is taken as a 0-d tensor
+        self.log_pi = log_pi if log_pi is None or isinstance(log_pi, torch.Tensor) else \
+            torch.as_tensor(log_pi, dtype=Z.dtype)
         self.normaliser, self.n_samples = normaliser, int(n_samples)
         #: clamp each pair's gradient (w.r.t. z_i - z_j) to [-c, c], as umap-learn does
         self.pair_grad_clip = pair_grad_clip
