@@ -12,9 +12,10 @@ Posterior predictive graphs
 
 ArviZ
     :func:`to_arviz` exports Procrustes-aligned draws with dimensions
-    ``(chain, draw, point, latent_dim)`` so that ``az.summary``, ``az.ess`` and ``az.rhat`` apply.
-    It is built on ``az.from_dict`` and works with ArviZ 0.x (``InferenceData``) and 1.x
-    (``xarray.DataTree``).
+    ``(chain, draw, point, latent_dim)`` so that ``az.summary``, ``az.ess`` and ``az.rhat`` apply,
+    and the draws of the model's other latent sites (a kernel's degrees of freedom, a scale) as
+    posterior variables of their own. It is built on ``az.from_dict`` and works with ArviZ 0.x
+    (``InferenceData``) and 1.x (``xarray.DataTree``).
 """
 
 from __future__ import annotations
@@ -280,11 +281,12 @@ def posterior_of(obj) -> Posterior:
 
 
 def to_arviz(est, *, points=None, include_raw: bool = False):
-    r"""Export posterior draws of the embedding to ArviZ.
+    r"""Export posterior draws of the embedding and of the model's other latent sites to ArviZ.
 
-    The draws are Procrustes-aligned (:func:`probdr.infer.posterior.procrustes_align`, to the
-    MAP) before export: raw coordinates are not identified (rotations, reflections), so R-hat
-    and ESS of raw draws are meaningless.
+    The draws of Z are Procrustes-aligned (:func:`probdr.infer.posterior.procrustes_align`, to
+    the MAP) before export: raw coordinates are not identified (rotations, reflections), so
+    R-hat and ESS of raw draws are meaningless. The other latent sites
+    (:attr:`~probdr.infer.posterior.Posterior.sites`) are exported as drawn.
 
     Parameters
     ----------
@@ -299,8 +301,10 @@ def to_arviz(est, *, points=None, include_raw: bool = False):
     Returns
     -------
     arviz.InferenceData (ArviZ 0.x) or xarray.DataTree (ArviZ >= 1)
-        Group ``posterior`` with variable ``Z``, dims ``(chain, draw, point, latent_dim)``;
-        group ``sample_stats`` with ``diverging`` for MCMC.
+        Group ``posterior`` with variable ``Z``, dims ``(chain, draw, point, latent_dim)``, and
+        one variable per other latent site, dims ``(chain, draw, <site>_dim_0, ...)`` (none
+        beyond ``(chain, draw)`` for a scalar site); group ``sample_stats`` with ``diverging``
+        for MCMC.
     """
     import arviz as az
 
@@ -319,6 +323,12 @@ def to_arviz(est, *, points=None, include_raw: bool = False):
         posterior["Z_raw"] = post.raw_chains[:, :, pts, :]
         dims["Z_raw"] = ["point", "latent_dim"]
     coords = {"point": pts, "latent_dim": np.arange(q)}
+    for name, draws in post.sites.items():
+        if name in posterior:
+            raise ValueError(f"the latent site {name!r} clashes with an exported variable.")
+        posterior[name] = draws
+        dims[name] = [f"{name}_dim_{i}" for i in range(draws.ndim - 2)]
+        coords.update({d: np.arange(k) for d, k in zip(dims[name], draws.shape[2:], strict=True)})
     sample_stats = None
     if post.method == "mcmc" and "divergent_draws" in post.diagnostics:
         div = np.zeros((C, S), dtype=bool)

@@ -1,9 +1,12 @@
-r"""Posterior draws of an embedding (:class:`Posterior`) and their alignment by orthogonal
-Procrustes (:func:`procrustes_align`): the results of :func:`probdr.infer.posterior.fit_posterior`.
+r"""Posterior draws of an embedding and of a model's other latent sites (:class:`Posterior`),
+their alignment by orthogonal Procrustes (:func:`procrustes_align`) and their convergence
+statistics (:func:`chain_statistics`): the results of
+:func:`probdr.infer.posterior.fit_posterior`.
 
 The likelihoods of probdr's models see the embedding only up to rotations and reflections (and,
-for most, translations), so draws are summarised after aligning each one to a reference, by
-default the MAP embedding.
+for most, translations), so draws of Z are summarised after aligning each one to a reference, by
+default the MAP embedding. The other latent sites of a model (a kernel's degrees of freedom, a
+scale, per-cluster parameters) are kept as drawn.
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["Posterior", "procrustes_align", "PointSummary", "point_summary"]
+__all__ = ["Posterior", "procrustes_align", "chain_statistics", "PointSummary", "point_summary"]
 
 
 # --------------------------------------------------------------------------------------------
@@ -63,29 +66,61 @@ def procrustes_align(draws, reference, *, reflection: bool = True,
     return out.reshape(*lead, *B.shape)
 
 
+def chain_statistics(chains) -> tuple[np.ndarray, np.ndarray]:
+    r"""Split R-hat and effective sample size of each coordinate of draws per chain (Pyro's
+    estimators, ``pyro.ops.stats``; Gelman et al., *Bayesian Data Analysis*, 3rd ed., §11.4-5).
+
+    Parameters
+    ----------
+    chains : array (num_chains, num_draws, ...)
+
+    Returns
+    -------
+    r_hat, ess : ndarray (...)
+        NaN everywhere when there are fewer than 4 draws per chain.
+    """
+    import torch
+    from pyro.ops.stats import effective_sample_size, split_gelman_rubin
+
+    x = np.asarray(chains, dtype=np.float64)
+    if x.ndim < 2:
+        raise ValueError(f"chains must have shape (num_chains, num_draws, ...), got {x.shape}.")
+    if x.shape[1] < 4:
+        return np.full(x.shape[2:], np.nan), np.full(x.shape[2:], np.nan)
+    t = torch.as_tensor(x)
+    return (split_gelman_rubin(t, chain_dim=0, sample_dim=1).numpy(),
+            effective_sample_size(t, chain_dim=0, sample_dim=1).numpy())
+
+
 # --------------------------------------------------------------------------------------------
 # the result
 # --------------------------------------------------------------------------------------------
 @dataclass
 class Posterior:
-    r"""Posterior draws of an embedding, Procrustes-aligned to ``reference``.
+    r"""Posterior draws of an embedding, Procrustes-aligned to ``reference``, and of the model's
+    other latent sites.
 
     Attributes
     ----------
     method : {"svi", "mcmc"}
     chains : ndarray (num_chains, num_draws, n, q)
-        Aligned draws per chain (SVI: one "chain" of independent guide draws).
+        Aligned draws of Z per chain (SVI: one "chain" of independent guide draws).
     reference : ndarray (n, q)
         The alignment reference (the MAP embedding unless given).
     diagnostics : dict
         SVI: ``elbo`` (loss per step), ``guide``, ``num_steps``, ``seconds``.
         MCMC: ``divergences`` (counts) and ``divergent_draws`` (indices), ``accept_prob``
         (Pyro's acceptance rate), ``step_size`` (per chain), ``r_hat_max``, ``ess_min`` (split
-        R-hat and ESS over the aligned coordinates), ``seconds``.
+        R-hat and ESS over the aligned coordinates of Z and every coordinate of the other
+        sites), ``seconds``.
     raw_chains : ndarray (num_chains, num_draws, n, q)
-        The draws before alignment.
+        The draws of Z before alignment.
     guide : the fitted Pyro guide (SVI); None for MCMC (the ``pyro.infer.MCMC`` runs are not
         kept, so that fitted estimators stay picklable).
+    sites : dict of str to ndarray (num_chains, num_draws, \*shape)
+        Draws of the latent sites other than Z, as drawn (in their own support: a positive
+        site has positive draws), in the model's order; empty for a model whose only latent
+        site is Z.
     """
 
     method: str
@@ -94,6 +129,13 @@ class Posterior:
     diagnostics: dict = field(default_factory=dict)
     raw_chains: np.ndarray | None = None
     guide: Any = None
+    sites: dict = field(default_factory=dict)
+
+    def __getattr__(self, name: str):
+        # a Posterior saved before ``sites`` existed (probdr.serialize restores ``__dict__``)
+        if name == "sites":
+            return {}
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
     @property
     def samples(self) -> np.ndarray:
@@ -113,6 +155,43 @@ class Posterior:
     def num_draws(self) -> int:
         return int(self.chains.shape[1])
 
+    @property
+    def site_names(self) -> tuple[str, ...]:
+        """``"Z"`` then the names of the other latent sites."""
+        return ("Z", *self.sites)
+
+    def site_chains(self, name: str = "Z") -> np.ndarray:
+        """Draws of one latent site per chain, ``(num_chains, num_draws, *shape)`` (Z
+        aligned)."""
+        if name == "Z":
+            return self.chains
+        if name not in self.sites:
+            raise KeyError(f"no latent site {name!r}; the sites are {list(self.site_names)}.")
+        return self.sites[name]
+
+    def site_samples(self, name: str = "Z") -> np.ndarray:
+        """Draws of one latent site, chains concatenated: ``(num_chains * num_draws, *shape)``."""
+        c = self.site_chains(name)
+        return c.reshape(-1, *c.shape[2:])
+
+    def summary(self) -> dict[str, dict[str, np.ndarray | None]]:
+        """Per-site, per-coordinate summaries of the draws (Z aligned).
+
+        Returns
+        -------
+        dict
+            ``{site: {"mean", "sd", "r_hat", "ess"}}``, arrays of the site's shape; ``r_hat``
+            and ``ess`` (:func:`chain_statistics`) for MCMC, None for SVI (independent draws).
+        """
+        out = {}
+        for name in self.site_names:
+            c = self.site_chains(name)
+            s = c.reshape(-1, *c.shape[2:])
+            r, e = chain_statistics(c) if self.method == "mcmc" else (None, None)
+            out[name] = {"mean": s.mean(0), "sd": s.std(0, ddof=1) if len(s) > 1 else
+                         np.zeros(s.shape[1:]), "r_hat": r, "ess": e}
+        return out
+
     def point_covariances(self) -> np.ndarray:
         """Per-point posterior covariance of the aligned draws, ``(n, q, q)``."""
         S = self.samples
@@ -126,8 +205,9 @@ class Posterior:
 
     def __repr__(self) -> str:
         n, q = self.chains.shape[2:]
+        more = f", sites={list(self.sites)}" if self.sites else ""
         return (f"Posterior(method={self.method!r}, chains={self.num_chains}, "
-                f"draws={self.num_draws}, n={n}, q={q})")
+                f"draws={self.num_draws}, n={n}, q={q}{more})")
 
 
 # --------------------------------------------------------------------------------------------

@@ -1,8 +1,10 @@
-r"""Posterior inference over embeddings: SVI (AutoNormal, low-rank, user guides) and NUTS.
+r"""Posterior inference over embeddings and the other latent sites of a model: SVI (AutoNormal,
+low-rank, user guides) and NUTS.
 
 The graph-coupling model (``probdr.models.coupling``) is a Pyro program with one latent site,
 ``Z``, and so are the Wishart couplings (``probdr.models.wishart_pca``,
-``probdr.models.probdr_wishart``), with the same ``z_prior`` and ``coupling_weight`` arguments.
+``probdr.models.probdr_wishart``), with the same ``z_prior`` and ``coupling_weight`` arguments;
+a researcher's model may have more (*Models with more latent sites* below).
 MAP gives the classical methods; this module gives the posterior, e.g. for the graph coupling
 
 .. math::
@@ -56,6 +58,31 @@ Preconditioning
     :math:`\tilde Z = \texttt{from\_site}(Z)` instead, with :math:`Z = \texttt{to\_site}(\tilde Z)`
     and the density :math:`p(Z = \texttt{to\_site}(\tilde Z), \mathcal D)`; the maps must be
     linear (a constant Jacobian), so that this is the same posterior. Draws are mapped back to Z.
+
+Models with more latent sites
+    A model may have latent sites besides Z, e.g. a Student kernel's degrees of freedom
+    :math:`\nu > 0`, a kernel scale, or one parameter per cluster. :func:`fit_posterior` finds
+    them by running the model once (:func:`latent_sites`) and fits them jointly with Z, each with
+    a proper prior. They start at ``init_values`` where given, else at their prior median
+    (:func:`~pyro.infer.autoguide.initialization.init_to_median`: the median of 15 prior draws,
+    taken in the model's order, so a prior that depends on an earlier site sees that site's
+    start). The median is defined for heavy-tailed priors that have no mean, and lies in the
+    bulk of a skewed prior (a LogNormal(0, 1) has median 1, mean 1.65). The guides cover every
+    site, in unconstrained space (a positive site as its log): AutoNormal one independent
+    Gaussian per coordinate; the low-rank and full-covariance guides one Gaussian over all
+    coordinates, which sees the correlations between Z and the other sites. NUTS also runs in
+    unconstrained space (``torch.distributions.biject_to`` of each site's support), with the
+    log-Jacobians of the transforms in the potential: Pyro builds that potential from the model;
+    with ``reparam``, :func:`fit_posterior` builds it over every site. :data:`MCMC_MAX_PARAMS`
+    counts every latent parameter. Discrete latent sites are refused: marginalise them.
+
+    The result keeps every site: Z's draws are aligned as above (:attr:`Posterior.chains`), the
+    others come back as drawn, in their support and shape (:attr:`Posterior.sites`), with
+    per-site means, sds, R-hat and ESS in :meth:`Posterior.summary`, and as variables of their own
+    in :func:`probdr.diagnostics.to_arviz`. Only Z is rotated: a site that lives in the
+    embedding's coordinates (a cluster centre in Z space) is not aligned with it; fit with
+    ``align=False`` and align such sites yourself, or summarise them through rotation-invariant
+    quantities (distances).
 """
 
 from __future__ import annotations
@@ -65,7 +92,7 @@ import time
 import warnings
 from collections.abc import Callable
 from numbers import Integral, Real
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import pyro
@@ -79,17 +106,18 @@ from pyro.infer.autoguide import (
     AutoMultivariateNormal,
     AutoNormal,
 )
-from pyro.infer.autoguide.initialization import init_to_value
+from pyro.infer.autoguide.initialization import InitMessenger, init_to_median, init_to_value
+from pyro.poutine.util import site_is_subsample
 from sklearn.utils import check_scalar
-from torch.distributions import constraints
+from torch.distributions import biject_to, constraints
 from tqdm.auto import tqdm
 
 from .._utils import generator
-from .draws import Posterior, procrustes_align
+from .draws import Posterior, chain_statistics, procrustes_align
 
-__all__ = ["Posterior", "fit_posterior", "check_inference", "check_inference_options",
-           "check_mcmc_setup", "procrustes_align", "MCMC_MAX_PARAMS", "SVI_OPTIONS",
-           "MCMC_OPTIONS"]
+__all__ = ["Posterior", "fit_posterior", "latent_sites", "LatentSites", "check_inference",
+           "check_inference_options", "check_mcmc_setup", "procrustes_align", "MCMC_MAX_PARAMS",
+           "SVI_OPTIONS", "MCMC_OPTIONS"]
 
 #: Largest number of parameters n*q that NUTS accepts by default (exact repulsion). Every
 #: gradient is an all-pairs pass and NUTS takes tens of them per draw, so the cost grows
@@ -133,15 +161,18 @@ def fit_posterior(
     generator: torch.Generator | None = None,
     verbose: bool = False,
     reparam: dict | None = None,
+    init_values: dict[str, Any] | None = None,
     **options,
 ) -> Posterior:
-    r"""Fit the posterior of the latent site ``Z`` of ``model`` by SVI or NUTS.
+    r"""Fit the posterior of the latent sites of ``model`` (``Z`` and any others) by SVI or NUTS.
 
     Parameters
     ----------
     model : callable
         A Pyro model with a sample site ``"Z"`` of event shape ``(n, q)`` and a **proper** prior
-        (``model_kwargs["z_prior"]``; the flat prior of the paper has no posterior).
+        (``model_kwargs["z_prior"]``; the flat prior of the paper has no posterior), and any
+        other continuous latent sites with proper priors (see *Models with more latent sites*
+        above).
     model_kwargs : dict
         Keyword arguments of the model.
     Z_init : tensor (n, q)
@@ -156,15 +187,21 @@ def fit_posterior(
         then works on ``Z_raw = from_site(Z)``, a site ``"Z_raw"`` of a wrapped model, and every
         draw is mapped back by ``to_site`` (see *Preconditioning* above). A guide callable
         given in ``options`` must then be a guide of the wrapped model.
+    init_values : dict, optional
+        Starting values of latent sites other than Z, ``{name: value}`` (in the site's
+        support, of its shape). Sites not named start at their prior median
+        (:func:`pyro.infer.autoguide.initialization.init_to_median`, given the values of the
+        sites before them).
     **options
         SVI (defaults in :data:`SVI_OPTIONS`):
 
         ``guide``
             ``"normal"`` (AutoNormal, mean field, default), ``"lowrank"``
-            (AutoLowRankMultivariateNormal, ``rank`` defaults to :math:`\lceil\sqrt{nq}\rceil`),
-            ``"mvn"`` (AutoMultivariateNormal, full covariance, :math:`(nq)^2` memory), an
-            ``AutoGuide`` subclass (instantiated on the model, started at ``Z_init``), or any
-            guide callable with the model's signature.
+            (AutoLowRankMultivariateNormal, ``rank`` defaults to :math:`\lceil\sqrt{d}\rceil`
+            for :math:`d` latent parameters, :math:`nq` for a Z-only model), ``"mvn"``
+            (AutoMultivariateNormal, full covariance, :math:`d^2` memory), an ``AutoGuide``
+            subclass (instantiated on the model, started at the initial values), or any guide
+            callable with the model's signature.
         ``num_steps``, ``lr``, ``lr_decay``
             Adam steps; learning rate decays geometrically to ``lr * lr_decay``.
         ``num_particles``
@@ -177,7 +214,9 @@ def fit_posterior(
         MCMC (defaults in :data:`MCMC_OPTIONS`): ``num_chains``, ``warmup``, ``num_samples``
         (per chain), ``target_accept_prob``, ``max_tree_depth``, ``dense_mass``,
         ``init_jitter`` (chains start at ``Z_init`` plus Gaussian noise of this many standard
-        deviations of ``Z_init``), ``max_params`` (default :data:`MCMC_MAX_PARAMS`).
+        deviations of ``Z_init``, and the other sites at their initial values plus this much
+        Gaussian noise in unconstrained space), ``max_params`` (default
+        :data:`MCMC_MAX_PARAMS`, counting every latent parameter).
 
         Both: ``reference`` (array (n, q)) for the Procrustes alignment; ``align`` (default
         True): set False for models whose Z is identified (e.g. a prior with a non-zero mean or
@@ -186,11 +225,13 @@ def fit_posterior(
     Returns
     -------
     Posterior
+        Aligned draws of Z (``chains``) and draws of the other sites (``sites``).
 
     Raises
     ------
     ValueError
-        Improper Z prior; NUTS with negative sampling; NUTS above the size limit; bad options.
+        Improper Z prior; NUTS with negative sampling; NUTS above the size limit; bad options;
+        discrete latent sites; initial values unknown, of the wrong shape or out of support.
     """
     Z_init = torch.as_tensor(Z_init)
     if Z_init.ndim != 2:
@@ -204,13 +245,94 @@ def fit_posterior(
             "improper (the likelihood is invariant to translations), so the posterior does not "
             "exist. Pass z_prior=<scale> (isotropic Gaussian) or a distribution.")
     n, q = Z_init.shape
-    opts = check_inference(method, n, q, repulsion=kwargs.get("repulsion", "exact"), **options)
+    repulsion = kwargs.get("repulsion", "exact")
+    opts = check_inference(method, n, q, repulsion=repulsion, **options)
     if kwargs.get("exaggeration", 1.0) != 1.0:
         raise ValueError("posterior inference is defined without early exaggeration.")
     model, *site = _reparametrised(model, Z_init, reparam)
     seed = _seed(generator)
+    with torch.no_grad():
+        raw0 = Z_init.detach() if site[2] is None else site[2](Z_init.detach())
+    latent = latent_sites(model, kwargs, {**_other_values(init_values, raw0.dtype), site[0]: raw0},
+                          seed=seed)
+    if method == "mcmc":
+        check_mcmc_setup(n, q, repulsion=repulsion, max_params=opts["max_params"],
+                         extra_params=sum(v.numel() for k, v in latent.values.items()
+                                          if k != site[0]))
     fit = _fit_svi if method == "svi" else _fit_mcmc
-    return fit(model, kwargs, Z_init, opts, seed, verbose, tuple(site))
+    return fit(model, kwargs, Z_init, opts, seed, verbose, tuple(site), latent)
+
+
+def _other_values(init_values, dtype) -> dict[str, torch.Tensor]:
+    """The user's initial values of the sites other than Z, as tensors (numbers in ``dtype``)."""
+    given = dict(init_values or {})
+    if {"Z", "Z_raw"} & set(given):
+        raise ValueError("init_values sets the latent sites other than Z: Z starts at Z_init.")
+    return {k: v.detach() if torch.is_tensor(v) else torch.as_tensor(v, dtype=dtype)
+            for k, v in given.items()}
+
+
+class LatentSites(NamedTuple):
+    """The continuous latent sites of a model: initial ``values`` and ``supports``, by name, in
+    the model's order (:func:`latent_sites`)."""
+
+    values: dict[str, torch.Tensor]
+    supports: dict[str, constraints.Constraint]
+
+
+def latent_sites(model: Callable, model_kwargs: dict[str, Any], init_values: dict[str, Any],
+                 *, seed: int | None = None) -> LatentSites:
+    """Run ``model`` once, its latent sites set to ``init_values`` or else to their prior median
+    (:func:`~pyro.infer.autoguide.initialization.init_to_median`), and return every latent
+    site's value and support.
+
+    Parameters
+    ----------
+    model : callable
+    model_kwargs : dict
+    init_values : dict
+        ``{site: value}``; each must be a latent site of the model, of its shape and support.
+    seed : int, optional
+        Seeds Pyro before the run (the prior medians are medians of 15 prior draws).
+
+    Raises
+    ------
+    ValueError
+        An unknown site in ``init_values``, a value of the wrong shape or outside its support,
+        or a discrete latent site (neither the guides nor NUTS draw them).
+    """
+    if seed is not None:
+        pyro.set_rng_seed(seed)
+    given = {k: torch.as_tensor(v) for k, v in init_values.items()}
+
+    def init(site):  # the given values, checked before the model uses them
+        name, fn = site["name"], site["fn"]
+        if name not in given:
+            return init_to_median(site)
+        value = given[name]
+        if tuple(value.shape) != tuple(fn.shape()):
+            raise ValueError(f"the initial value of site {name!r} has shape "
+                             f"{tuple(value.shape)}; the site has shape {tuple(fn.shape())}.")
+        if not bool(torch.all(fn.support.check(value))):
+            raise ValueError(f"the initial value of site {name!r} lies outside its support "
+                             f"{fn.support}.")
+        return value
+
+    with pyro.validation_enabled(False), poutine.block():
+        tr = poutine.trace(InitMessenger(init)(model)).get_trace(**model_kwargs)
+    values, supports = {}, {}
+    for name, node in tr.nodes.items():
+        if node["type"] != "sample" or node["is_observed"] or site_is_subsample(node):
+            continue
+        if node["fn"].has_enumerate_support:
+            raise ValueError(f"the latent site {name!r} is discrete: fit_posterior draws "
+                             "continuous sites only; marginalise it out of the model.")
+        values[name], supports[name] = node["value"].detach(), node["fn"].support
+    unknown = sorted(set(given) - set(values))
+    if unknown:
+        raise ValueError(f"init_values names {unknown}, which are not latent sites of the "
+                         f"model; its latent sites are {list(values)}.")
+    return LatentSites(values, supports)
 
 
 def _reparametrised(model, Z_init, reparam):
@@ -284,10 +406,11 @@ def check_inference_options(method: str, **options) -> dict[str, Any]:
 
 
 def check_mcmc_setup(n: int, q: int, *, repulsion: str = "exact",
-                     max_params: int | None = None) -> None:
-    """NUTS on ``n`` points in ``q`` dimensions: the repulsion must be exact (a deterministic
-    log density with its exact gradient) and ``n * q`` at most ``max_params`` (default
-    :data:`MCMC_MAX_PARAMS`). Raises ``ValueError``."""
+                     max_params: int | None = None, extra_params: int = 0) -> None:
+    """NUTS on ``n`` points in ``q`` dimensions and ``extra_params`` other latent parameters:
+    the repulsion must be exact (a deterministic log density with its exact gradient) and
+    ``n * q + extra_params`` at most ``max_params`` (default :data:`MCMC_MAX_PARAMS`). Raises
+    ``ValueError``."""
     if repulsion != "exact":
         why = ("is an interpolation whose gradient is not the exact gradient of one log density"
                if repulsion == "fft" else "draws random partners at every evaluation (a "
@@ -297,9 +420,13 @@ def check_mcmc_setup(n: int, q: int, *, repulsion: str = "exact",
             f"{repulsion!r} {why}. Use repulsion='exact' with inference='mcmc', or "
             "inference='svi'.")
     max_params = max_params if max_params is not None else MCMC_MAX_PARAMS
-    if n * q > max_params:
+    total = n * q + int(extra_params)
+    if total > max_params:
+        count = (f"n*q = {n}*{q} = {n * q} parameters" if not extra_params else
+                 f"n*q + {extra_params} other latent parameters = {n}*{q} + {extra_params} = "
+                 f"{total} parameters")
         raise ValueError(
-            f"NUTS on n*q = {n}*{q} = {n * q} parameters exceeds the limit of {max_params} "
+            f"NUTS on {count} exceeds the limit of {max_params} "
             f"(MCMC_MAX_PARAMS, measured on 2 CPU cores: each gradient is an exact O(n^2) "
             "all-pairs pass and NUTS takes tens of gradients per draw). Use inference='svi' "
             "(guide='lowrank' for correlations), a subsample of the data, or pass "
@@ -316,22 +443,25 @@ def _reference(opts, Z_init):
     return ref
 
 
-def _make_guide(model, spec, Z_init, opts, name="Z"):
-    init = init_to_value(values={name: Z_init.detach().clone()})
+def _make_guide(model, spec, values, opts):
+    """The guide ``spec`` of ``model``, started at the initial ``values`` of every latent site;
+    and its name."""
+    init = init_to_value(values={k: v.detach().clone() for k, v in values.items()})
     scale = float(opts["init_scale"])  # positive: check_inference_options
+    size = sum(v.numel() for v in values.values())
     if isinstance(spec, str):
         if spec == "normal":
             return AutoNormal(model, init_loc_fn=init, init_scale=scale), "AutoNormal"
         if spec == "lowrank":
             rank = opts["rank"]  # None or a positive integer: check_inference_options
-            rank = int(math.ceil(math.sqrt(Z_init.numel()))) if rank is None else int(rank)
+            rank = int(math.ceil(math.sqrt(size))) if rank is None else int(rank)
             return (AutoLowRankMultivariateNormal(model, init_loc_fn=init, init_scale=scale,
                                                   rank=rank),
                     f"AutoLowRankMultivariateNormal(rank={rank})")
         if spec == "mvn":
-            if Z_init.numel() > 5000:
-                raise ValueError(f"guide='mvn' stores a ({Z_init.numel()}, {Z_init.numel()}) "
-                                 "covariance factor; use guide='lowrank' for this size.")
+            if size > 5000:
+                raise ValueError(f"guide='mvn' stores a ({size}, {size}) covariance factor; use "
+                                 "guide='lowrank' for this size.")
             return (AutoMultivariateNormal(model, init_loc_fn=init, init_scale=scale),
                     "AutoMultivariateNormal")
         raise ValueError(f"guide must be 'normal', 'lowrank', 'mvn', an AutoGuide class or a "
@@ -347,23 +477,20 @@ def _make_guide(model, spec, Z_init, opts, name="Z"):
                      f"callable, got {spec!r}.")
 
 
-def _fit_svi(model, kwargs, Z_init, opts, seed, verbose, site=("Z", None, None)) -> Posterior:
+def _fit_svi(model, kwargs, Z_init, opts, seed, verbose, site, latent) -> Posterior:
     # in a fresh parameter store: the caller's Pyro parameters are left as they are
     with pyro.get_param_store().scope():
-        return _fit_svi_in_scope(model, kwargs, Z_init, opts, seed, verbose, site)
+        return _fit_svi_in_scope(model, kwargs, Z_init, opts, seed, verbose, site, latent)
 
 
-def _fit_svi_in_scope(model, kwargs, Z_init, opts, seed, verbose, site) -> Posterior:
-    name, to_site, from_site = site
+def _fit_svi_in_scope(model, kwargs, Z_init, opts, seed, verbose, site, latent) -> Posterior:
+    name, to_site, _ = site
     num_steps = int(opts["num_steps"])
-    num_samples = int(opts["num_samples"])
     num_particles = int(opts["num_particles"])
     lr, decay = opts["lr"], opts["lr_decay"]
     reference = _reference(opts, Z_init)
     pyro.set_rng_seed(seed)
-    with torch.no_grad():
-        raw0 = Z_init.detach() if from_site is None else from_site(Z_init.detach())
-    guide, guide_name = _make_guide(model, opts["guide"], raw0, opts, name)
+    guide, guide_name = _make_guide(model, opts["guide"], latent.values, opts)
     optim = pyro.optim.ClippedAdam({"lr": float(lr), "lrd": float(decay) ** (1.0 / num_steps)})
     svi = SVI(model, guide, optim, loss=Trace_ELBO(num_particles=num_particles))
     elbo = np.empty(num_steps)
@@ -378,35 +505,46 @@ def _fit_svi_in_scope(model, kwargs, Z_init, opts, seed, verbose, site) -> Poste
             if verbose and (t + 1) % 50 == 0:
                 bar.set_postfix(loss=f"{elbo[t]:.4g}")
                 bar.update(50)
-    draws = np.empty((num_samples, *Z_init.shape))
+    draws = _guide_draws(guide, kwargs, list(latent.values), int(opts["num_samples"]))
     with torch.no_grad():
-        for s in range(num_samples):
-            tr = poutine.trace(guide).get_trace(**kwargs)
-            Z = _to_z(to_site, tr.nodes[name]["value"])
-            draws[s] = Z.detach().to(torch.float64).cpu().numpy()
-    if not np.all(np.isfinite(draws)):
-        raise FloatingPointError("SVI: the guide produced non-finite draws.")
-    raw = draws[None]
+        raw = _numpy(_to_z(to_site, draws.pop(name)))[None]
+    sites = {k: _numpy(v)[None] for k, v in draws.items()}
+    for k, v in (("Z", raw), *sites.items()):
+        if not np.all(np.isfinite(v)):
+            raise FloatingPointError(f"SVI: the guide produced non-finite draws of {k!r}.")
     diag = {"elbo": elbo, "guide": guide_name, "num_steps": num_steps,
             "seconds": time.perf_counter() - t0}
     aligned = procrustes_align(raw, reference) if opts["align"] else raw
-    return Posterior("svi", aligned, reference, diag, raw, guide=guide)
+    return Posterior("svi", aligned, reference, diag, raw, guide=guide, sites=sites)
 
 
-def _fit_mcmc(model, kwargs, Z_init, opts, seed, verbose, site=("Z", None, None)) -> Posterior:
+def _guide_draws(guide, kwargs, names, num_samples) -> dict[str, torch.Tensor]:
+    """``num_samples`` draws of the sites ``names`` from ``guide``: ``{name: (S, *shape)}``."""
+    draws = {k: [] for k in names}
+    with torch.no_grad():
+        for _ in range(num_samples):
+            tr = poutine.trace(guide).get_trace(**kwargs)
+            for k in names:
+                draws[k].append(tr.nodes[k]["value"].detach())
+    return {k: torch.stack(v) for k, v in draws.items()}
+
+
+def _numpy(x: torch.Tensor) -> np.ndarray:
+    return x.detach().to(torch.float64).cpu().numpy()
+
+
+def _fit_mcmc(model, kwargs, Z_init, opts, seed, verbose, site, latent) -> Posterior:
     from pyro.infer import MCMC, NUTS
 
     num_chains = int(opts["num_chains"])
     warmup = int(opts["warmup"])
     num_samples = int(opts["num_samples"])
     reference = _reference(opts, Z_init)
-    jitter = float(opts["init_jitter"])
-    name, to_site, from_site = site
-    with torch.no_grad():
-        Z0 = Z_init.detach() if from_site is None else from_site(Z_init.detach())
-    sd = float(Z0.std()) if Z0.numel() > 1 else 1.0
+    name, to_site, _ = site
+    transforms = {k: biject_to(c).inv for k, c in latent.supports.items()}
     g = generator(seed)
-    chains, divs, div_idx, acc, steps = [], [], [], [], []
+    draws = {k: [] for k in latent.values}
+    divs, div_idx, acc, steps = [], [], [], []
     t0 = time.perf_counter()
     def potential_model():  # no arguments: MCMC.run's own keywords (e.g. "kernel") cannot clash
         return model(**kwargs)
@@ -415,23 +553,26 @@ def _fit_mcmc(model, kwargs, Z_init, opts, seed, verbose, site=("Z", None, None)
     # enumeration handler that needs tensor observations (the Wishart couplings observe
     # structured matrices), and its flat raw site has nothing to draw initial values from
     nuts_model = dict(model=potential_model) if to_site is None else dict(
-        potential_fn=_potential_energy(model, kwargs, name))
+        potential_fn=_potential_energy(model, kwargs, transforms))
     for c in range(num_chains):
         pyro.set_rng_seed(seed + 1 + c)
         kernel = NUTS(**nuts_model, target_accept_prob=float(opts["target_accept_prob"]),
                       max_tree_depth=int(opts["max_tree_depth"]),
                       full_mass=bool(opts["dense_mass"]), jit_compile=False)
-        init = Z0 + jitter * sd * torch.randn(Z0.shape, generator=g, dtype=Z0.dtype)
+        init = _initial_params(latent, transforms, name, g, float(opts["init_jitter"]))
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", UserWarning)
             mcmc = MCMC(kernel, num_samples=num_samples, warmup_steps=warmup, num_chains=1,
-                        initial_params={name: init}, disable_progbar=not verbose)
+                        initial_params=init, disable_progbar=not verbose,
+                        transforms=None if to_site is None else transforms)
             mcmc.run()
+        samples = mcmc.get_samples()
         with torch.no_grad():
-            Zc = _to_z(to_site, mcmc.get_samples()[name]).to(torch.float64).cpu().numpy()
-        if not np.all(np.isfinite(Zc)):
-            raise FloatingPointError(f"NUTS chain {c} produced non-finite draws.")
-        chains.append(Zc)
+            samples[name] = _to_z(to_site, samples[name])
+        for k in draws:
+            draws[k].append(_numpy(samples[k]))
+            if not np.all(np.isfinite(draws[k][-1])):
+                raise FloatingPointError(f"NUTS chain {c} produced non-finite draws of {k!r}.")
         d = mcmc.diagnostics()
         # Pyro records t - warmup_steps: negative indices are warm-up divergences
         bad = [int(i) for i in d.get("divergences", {}).get("chain 0", []) if int(i) >= 0]
@@ -439,15 +580,30 @@ def _fit_mcmc(model, kwargs, Z_init, opts, seed, verbose, site=("Z", None, None)
         div_idx.append(bad)
         acc.append(float(d.get("acceptance rate", {}).get("chain 0", float("nan"))))
         steps.append(float(kernel.step_size))
-    raw = np.stack(chains)
+    raw = np.stack(draws.pop(name))
+    sites = {k: np.stack(v) for k, v in draws.items()}
     aligned = procrustes_align(raw, reference) if opts["align"] else raw
     diag = {"divergences": divs, "divergent_draws": div_idx, "accept_prob": acc,
             "step_size": steps,
             "num_chains": num_chains, "warmup": warmup, "num_samples": num_samples,
             "seconds": time.perf_counter() - t0}
-    diag.update(_chain_stats(aligned))
+    diag.update(_chain_stats(aligned, *sites.values()))
     _warn_convergence(diag)
-    return Posterior("mcmc", aligned, reference, diag, raw)
+    return Posterior("mcmc", aligned, reference, diag, raw, sites=sites)
+
+
+def _initial_params(latent: LatentSites, transforms, name, g, jitter) -> dict[str, torch.Tensor]:
+    """A chain's starting point in unconstrained space: the inference variable ``name`` plus
+    Gaussian noise of ``jitter`` times its standard deviation, the other sites transformed plus
+    noise of standard deviation ``jitter``."""
+    Z0 = latent.values[name]
+    sd = float(Z0.std()) if Z0.numel() > 1 else 1.0
+    out = {name: Z0 + jitter * sd * torch.randn(Z0.shape, generator=g, dtype=Z0.dtype)}
+    for k, v in latent.values.items():
+        if k != name:
+            u = transforms[k](v)
+            out[k] = u + jitter * torch.randn(u.shape, generator=g, dtype=u.dtype)
+    return out
 
 
 #: NUTS warns above this split R-hat (Vehtari et al. 2021 recommend 1.01; 1.05 is the older,
@@ -473,26 +629,29 @@ def _warn_convergence(diag: dict) -> None:
                       "more chains, or raise the coupling weight.", RuntimeWarning, stacklevel=3)
 
 
-def _potential_energy(model, kwargs, name):
-    """``params -> -log p(params, data)`` of a model whose only latent site is ``name``."""
+def _potential_energy(model, kwargs, transforms):
+    r"""``params -> -log p(params, data)`` over the latent sites of ``model`` in unconstrained
+    space: each site's value is ``transforms[name].inv(params[name])``, and the potential adds
+    the log-Jacobians of the transforms (as Pyro's own, ``pyro.infer.mcmc.util``)."""
     def potential_fn(params):
         with pyro.validation_enabled(False):
-            tr = poutine.trace(poutine.condition(model, data={name: params[name]})).get_trace(
-                **kwargs)
-            return -tr.log_prob_sum()
+            values = {k: transforms[k].inv(v) for k, v in params.items()}
+            tr = poutine.trace(poutine.condition(model, data=values)).get_trace(**kwargs)
+            log_joint = tr.log_prob_sum()
+            for k, t in transforms.items():
+                log_joint = log_joint - t.log_abs_det_jacobian(values[k], params[k]).sum()
+            return -log_joint
 
     return potential_fn
 
 
-def _chain_stats(chains: np.ndarray) -> dict:
-    """Split R-hat and ESS (Pyro's estimators) over all aligned coordinates."""
-    from pyro.ops.stats import effective_sample_size, split_gelman_rubin
-
-    C, S = chains.shape[:2]
-    if S < 4:
+def _chain_stats(*chains: np.ndarray) -> dict:
+    """The largest split R-hat and smallest ESS over every coordinate of the draws per chain
+    ``chains`` (aligned Z, the other sites): :func:`~probdr.infer.draws.chain_statistics`."""
+    if chains[0].shape[1] < 4:
         return {"r_hat_max": float("nan"), "ess_min": float("nan")}
-    x = torch.as_tensor(chains.reshape(C, S, -1))
-    r = split_gelman_rubin(x, chain_dim=0, sample_dim=1)
-    e = effective_sample_size(x, chain_dim=0, sample_dim=1)
-    return {"r_hat_max": float(torch.nan_to_num(r, nan=1.0).max()),
-            "ess_min": float(torch.nan_to_num(e, nan=0.0).min())}
+    stats = [chain_statistics(c) for c in chains]
+    r = np.concatenate([np.ravel(s[0]) for s in stats])
+    e = np.concatenate([np.ravel(s[1]) for s in stats])
+    return {"r_hat_max": float(np.nan_to_num(r, nan=1.0).max()),
+            "ess_min": float(np.nan_to_num(e, nan=0.0).min())}
