@@ -123,3 +123,57 @@ def sum_lgamma1(v: torch.Tensor) -> torch.Tensor:
         o = out[s:s + block]
         torch.lgamma(o.copy_(v[s:s + block]).add_(1), out=o)
     return fixed_sum(out)
+
+
+# --------------------------------------------------------------------------------------------
+# batches of graphs: a (..., n, n) tensor, dense or sparse COO
+# --------------------------------------------------------------------------------------------
+def batch_edges(value):
+    """The entries of a sparse batch of graphs ``(..., n, n)`` as one edge list: (graph, rows,
+    cols, values), ``graph`` the flat index of each entry's graph in the batch (row-major),
+    sorted as ``coalesce`` sorts (a graph's entries are contiguous). A single ``(n, n)`` graph
+    uses the cached :func:`edge_terms`."""
+    if value.dense_dim() != 0:
+        raise ValueError(f"a sparse graph must be sparse in every dimension, got "
+                         f"{value.sparse_dim()} sparse and {value.dense_dim()} dense dimensions.")
+    if value.dim() == 2:
+        r, c, v = edge_terms(value)
+        return torch.zeros_like(r), r, c, v
+    s = value.coalesce()
+    idx = s.indices()
+    graph = torch.zeros_like(idx[0])
+    for d, size in enumerate(value.shape[:-2]):
+        graph = graph * size + idx[d]
+    return graph, idx[-2], idx[-1], s.values()
+
+
+def unbind_graphs(value) -> list:
+    """The graphs of a batch ``(..., n, n)`` (dense or sparse COO) in row-major order, each an
+    ``(n, n)`` tensor of the same layout; sparse ones share the batch's index and value memory."""
+    n = value.shape[-1]
+    count = value.shape[:-2].numel()
+    if not value.is_sparse:
+        return list(value.reshape(count, n, n).unbind(0))
+    graph, r, c, v = batch_edges(value)
+    sizes = torch.bincount(graph, minlength=count).tolist()
+    out = []
+    for rr, cc, vv in zip(r.split(sizes), c.split(sizes), v.split(sizes), strict=True):
+        out.append(torch.sparse_coo_tensor(torch.stack([rr, cc]), vv, value.shape[-2:],
+                                           check_invariants=False, is_coalesced=True))
+    return out
+
+
+def repeat_graph(value, batch_shape):
+    """The graph ``value`` (n, n) repeated over ``batch_shape``: a view for a dense graph, a
+    sparse COO batch ``(*batch_shape, n, n)`` (coalesced) for a sparse one."""
+    batch_shape = torch.Size(batch_shape)
+    if not batch_shape:
+        return value
+    if not value.is_sparse:
+        return value.expand(batch_shape + value.shape)
+    r, c, v = edge_terms(value)
+    count, m = batch_shape.numel(), v.numel()
+    graph = torch.arange(count, device=v.device).repeat_interleave(m)
+    idx = torch.stack([*torch.unravel_index(graph, batch_shape), r.repeat(count), c.repeat(count)])
+    return torch.sparse_coo_tensor(idx, v.repeat(count), batch_shape + value.shape,
+                                   check_invariants=False, is_coalesced=True)

@@ -24,6 +24,30 @@ with :math:`\mathcal N = \sum_i W_{i+}\log w_{i+}` (D), :math:`W_{++}\log w_{++}
 COO); at an expected graph it equals the expected log-likelihood up to :math:`c`, which does not
 depend on the weights. :meth:`GraphLaw.cross_entropy` returns the paper's closed forms (§3.1 there).
 
+Each law is a whole Pyro distribution: ``support`` is its :math:`\Omega` of Definition 2 (a
+constraint of :mod:`probdr.laws.graph_support`; ``event_shape`` is ``(n, n)``), ``log_prob``
+takes a graph or a batch ``(..., n, n)`` and returns one value per graph, ``expand`` puts the law
+in a ``pyro.plate`` (one law over a batch of graphs, the weights shared), and ``mean``,
+``variance`` (B: :math:`p(1-p)`; D: :math:`P_{ij}(1-P_{ij})`; E: :math:`n q_{ij}(1-q_{ij})`),
+``entropy`` and, for tiny n, ``enumerate_support`` are exact.
+
+**Graphs and expected graphs.** ``log_prob`` is linear in W (up to :math:`c`), so the package
+also observes expected graphs :math:`\mathbb E[W]` (t-SNE's row-stochastic P, UMAP's fuzzy
+union) to get the coupling cross-entropy. The two are told apart by value, per graph:
+
+* an **integer-valued** graph (an integer or bool dtype, or floating entries that are all
+  integers) is a graph: outside :math:`\Omega` its ``log_prob`` is :math:`-\infty`, and with
+  validation on (``validate_args=True``, or ``None`` under ``pyro.enable_validation(True)``, torch's
+  default) it raises ``ValueError``;
+* a graph with a **non-integer entry** is an expected graph: ``log_prob`` is the linear
+  extension above, never :math:`-\infty`; validation checks only its shape and that its entries
+  are non-negative (not NaN).
+
+The rule loses nothing: the integer points of the convex hull of each :math:`\Omega` (where
+expected graphs live) are exactly :math:`\Omega`, so an integer-valued expected graph that is
+valid is a graph of the support. The verdict is cached on the tensor (an observed graph is the
+same tensor at every step); MAP and SVI run with validation off.
+
 Weights come in three representations of one law: :class:`DenseWeights` (n x n),
 :class:`SparseWeights` (edge list; absent edges have weight 0) and :class:`KernelWeights`
 (implicit :math:`\log k(\|z_i-z_j\|^2)` for all pairs, with exact normalisers and a hand-written
@@ -36,12 +60,30 @@ import math
 
 import torch
 from pyro.distributions import Bernoulli, TorchDistribution
-from torch.distributions import constraints
 
 from .._compute.edges import bernoulli_log_prob
 from .._utils import tensor_cache as _cached
 from ..config import check_dense
-from .edge_lists import edge_terms, folded_edges, graph_total, near_pairs, row_sums, sum_lgamma1
+from .edge_lists import (
+    batch_edges,
+    edge_terms,
+    folded_edges,
+    graph_total,
+    near_pairs,
+    repeat_graph,
+    row_sums,
+    sum_lgamma1,
+    unbind_graphs,
+)
+from .graph_support import (
+    all_entries,
+    binary_graphs,
+    integer_graphs,
+    integer_valued,
+    n_edge_graphs,
+    symmetric_binary_graphs,
+    unit_degree_graphs,
+)
 from .weights import (
     MAX_LOGIT,
     NEG_INF,
@@ -53,10 +95,14 @@ from .weights import (
 )
 
 __all__ = [
-    "GraphLaw", "BinaryGraph", "UnitDegreeGraph", "NEdgeGraph", "SymmetrizedBinaryGraph",
+    "MAX_ENUMERATED_GRAPHS", "GraphLaw", "BinaryGraph", "UnitDegreeGraph", "NEdgeGraph", "SymmetrizedBinaryGraph",
     "GraphPrior", "BinaryPrior", "UnitDegreePrior", "NEdgePrior", "get_prior",
     "check_coupling", "DEFINED_COUPLINGS",
 ]
+
+
+#: the most graphs ``enumerate_support`` lists (B up to 4 nodes, D 6, E 5, B~ 6)
+MAX_ENUMERATED_GRAPHS = 2**16
 
 
 # --------------------------------------------------------------------------------------------
@@ -66,7 +112,7 @@ class GraphLaw(TorchDistribution):
     """Base class of the B, D and E graph laws (see module docstring)."""
 
     arg_constraints: dict = {}
-    support = constraints.independent(constraints.nonnegative_integer, 2)
+    support = integer_graphs
     has_enumerate_support = False
     prior = "?"
 
@@ -75,7 +121,7 @@ class GraphLaw(TorchDistribution):
             weights = DenseWeights(torch.as_tensor(weights))
         self.weights = weights
         self.n = weights.n
-        super().__init__(torch.Size(), torch.Size((self.n, self.n)), validate_args=False)
+        super().__init__(torch.Size(), torch.Size((self.n, self.n)), validate_args=validate_args)
 
     # the three pieces of eq. (5) -------------------------------------------------------------
     def attraction(self, value) -> torch.Tensor:
@@ -110,56 +156,184 @@ class GraphLaw(TorchDistribution):
         return torch.zeros(())
 
     def in_support(self, value) -> bool:
-        return True
+        r"""Whether the graph (every graph of a batch) lies in the support :math:`\Omega`."""
+        return bool(self.support.check(value).all())
 
+    # log-probability -------------------------------------------------------------------------
     def log_prob(self, value):
+        r"""Eq. (5) at a graph or a batch of graphs ``(..., n, n)`` (dense or sparse COO): one value
+        per graph, broadcast with the law's batch shape. An integer-valued graph outside the
+        support scores :math:`-\infty` (with validation on, it raises ``ValueError``); an
+        expected graph (a non-integer entry) gives the cross-entropy form (module docstring)."""
+        if not isinstance(value, torch.Tensor):
+            value = torch.as_tensor(value)
+        if self._validate_args:
+            self._validate_sample(value)
+        outside = self._outside_support(value)
+        if value.dim() == 2:
+            lp = self._graph_log_prob(value)
+            if outside:
+                lp = torch.where(torch.ones_like(lp, dtype=torch.bool), NEG_INF, lp)
+        else:
+            lp = torch.stack([self._graph_log_prob(g) for g in unbind_graphs(value)])
+            lp = torch.where(outside.to(lp.device), NEG_INF, lp.reshape(value.shape[:-2]))
+        shape = torch.broadcast_shapes(lp.shape, self.batch_shape)
+        return lp if lp.shape == shape else lp.expand(shape)
+
+    def _graph_log_prob(self, value):
+        """Eq. (5) at one graph ``(n, n)``, whatever its support."""
         lp = self.attraction(value) - self.normaliser(value) + self.log_combinatorial(value)
         share = self.weights.share
         if share != 1.0:  # a data-parallel fit: every rank holds the constant, carries its share
             lp = lp + (share - 1.0) * self.log_combinatorial(value)
         return lp
 
+    def _outside_support(self, value):
+        """Per graph: integer-valued and outside the support (a Python bool for one graph),
+        cached on the tensor: an observed graph is the same tensor at every step."""
+        def compute():
+            with torch.no_grad():
+                integer = integer_valued(value)
+                out = integer & ~self.support.check(value) if bool(integer.any()) else integer
+            return bool(out) if value.dim() == 2 else out
+        if value.is_inference():
+            return compute()
+        return _cached(value, f"_probdr_outside_{type(self.support).__name__}", compute)
+
+    def _validate_sample(self, value):
+        """Raise ``ValueError`` unless ``value`` is a graph (batch) of the law's shape whose
+        entries are non-negative and whose integer-valued graphs lie in the support."""
+        if not isinstance(value, torch.Tensor):
+            raise ValueError("The value argument to log_prob must be a Tensor.")
+        name, shape = type(self).__name__, tuple(value.shape)
+        if len(shape) < 2 or shape[-2:] != (self.n, self.n):
+            raise ValueError(f"{name}: a graph on {self.n} nodes has shape (..., {self.n}, "
+                             f"{self.n}), got {shape}.")
+        try:
+            torch.broadcast_shapes(value.shape[:-2], self.batch_shape)
+        except RuntimeError:
+            raise ValueError(f"{name}: the batch shape {shape[:-2]} of the graphs does not "
+                             f"broadcast with the law's {tuple(self.batch_shape)}.") from None
+        if not self._nonnegative(value):
+            raise ValueError(f"{name}: a graph, or an expected graph, has non-negative entries; "
+                             "found a negative or NaN entry.")
+        if bool(torch.as_tensor(self._outside_support(value)).any()):
+            raise ValueError(
+                f"{name}: the graph lies outside the support of the law, {self.support!r} "
+                "(Van Assel et al. 2022, Definition 2). An expected graph E[W] (an entry that "
+                "is not an integer) is taken as the cross-entropy form instead.")
+
+    @staticmethod
+    def _nonnegative(value) -> bool:
+        """Whether every entry is non-negative (NaN is not), cached on the tensor."""
+        def compute():
+            v = batch_edges(value)[3] if value.is_sparse else value
+            return all_entries(v, lambda x: x >= 0)
+        return compute() if value.is_inference() else _cached(value, "_probdr_nonneg", compute)
+
     def cross_entropy(self, P) -> torch.Tensor:
         r""":math:`-\mathbb E_{W\sim P}[\log p(W)]` as Van Assel et al. (2022, §3.1) write it, from the expected
         graph ``P`` (the multinomial coefficient, constant in the weights, is not included)."""
         return -(self.attraction(P) - self.normaliser(P))
 
-    # helpers ----------------------------------------------------------------------------------
-    def _mean_values(self):  # pragma: no cover - abstract
+    # moments, draws, enumeration ---------------------------------------------------------------
+    @property
+    def mean(self):
+        r""":math:`\mathbb E[W]`, ``(*batch_shape, n, n)``, sparse for sparse weights."""
+        return repeat_graph(self._mean_graph(), self.batch_shape)
+
+    @property
+    def variance(self):
+        r""":math:`\operatorname{Var}[W_{ij}]` cell by cell, ``(*batch_shape, n, n)``."""
+        return repeat_graph(self._variance_graph(), self.batch_shape)
+
+    def entropy(self):
+        r""":math:`-\mathbb E[\log p(W)]`, one value per batch element."""
+        return self._entropy_graph().expand(self.batch_shape)
+
+    def sample(self, sample_shape=torch.Size()):
+        """Draws ``(*sample_shape, *batch_shape, n, n)``: long, sparse COO for sparse weights
+        when the draws' leading shape has one dimension (dense otherwise)."""
+        return self._draw(torch.Size(sample_shape) + self.batch_shape)
+
+    def enumerate_support(self, expand=True):
+        """Every graph of the support, ``(K, *batch_shape, n, n)`` long (``(K, 1, ..., 1, n,
+        n)`` with ``expand=False``), for tiny n only: at most ``MAX_ENUMERATED_GRAPHS``."""
+        K = self.support.size(self.n)
+        if K > MAX_ENUMERATED_GRAPHS:
+            small = max((m for m in range(1, self.n) if self.support.size(m)
+                         <= MAX_ENUMERATED_GRAPHS), default=0)
+            raise ValueError(f"{type(self).__name__}.enumerate_support: the support on n={self.n} "
+                             f"nodes holds {K} graphs, more than {MAX_ENUMERATED_GRAPHS}; "
+                             f"enumeration is for tiny graphs (n <= {small}).")
+        W = self.support.enumerate(self.n)
+        W = W.reshape((K,) + (1,) * len(self.batch_shape) + self.event_shape)
+        return W.expand((K,) + self.batch_shape + self.event_shape) if expand else W
+
+    def expand(self, batch_shape, _instance=None):
+        """The same law over a batch of graphs (``pyro.plate``): the weights are shared, and
+        ``log_prob`` of a batch ``(*batch_shape, n, n)`` is one value per graph."""
+        new = self._get_checked_instance(type(self), _instance)
+        new.__dict__.update({k: None if k.endswith("_memo") else v
+                             for k, v in self.__dict__.items()})
+        TorchDistribution.__init__(new, torch.Size(batch_shape), self.event_shape,
+                                   validate_args=self.__dict__.get("_validate_args"))
+        return new
+
+    def _mean_graph(self):  # pragma: no cover - abstract
         raise NotImplementedError
 
-    def expand(self, batch_shape, _instance=None):  # pragma: no cover - graphs are unbatched
-        if tuple(batch_shape) != ():
-            raise NotImplementedError("graph laws are not batched; use sample(sample_shape).")
-        return self
+    def _variance_graph(self):  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def _entropy_graph(self):  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def _draw(self, shape):  # pragma: no cover - abstract
+        raise NotImplementedError
 
     def __repr__(self):
         kind = "sparse" if self.weights.is_sparse else "dense"
-        return f"{type(self).__name__}(n={self.n}, {kind})"
+        batch = f", batch_shape={tuple(self.batch_shape)}" if self.batch_shape else ""
+        return f"{type(self).__name__}(n={self.n}, {kind}{batch})"
 
 
 class BinaryGraph(GraphLaw):
     r"""B law: independent Bernoulli edges :math:`W_{ij} \sim \mathcal B(w_{ij}/(1+w_{ij}))`."""
 
     prior = "B"
+    support = binary_graphs
+    has_enumerate_support = True
 
     def normaliser(self, value):
         # log prod (1 + w_ij): does not depend on the graph
         self._with_near(value)
         return self.weights.sum_softplus()
 
-    def in_support(self, value):
-        r, c, v = edge_terms(value)
-        return bool(((v == 0) | (v == 1)).all())
-
-    @property
-    def mean(self):
+    def _logits(self):
+        """:math:`\\log w_{ij}`: the edge list's values, or dense with a ``-inf`` diagonal."""
         w = self.weights
-        if w.is_sparse:
-            return w.to_sparse(torch.sigmoid(w.values))
-        return torch.sigmoid(w.dense())
+        return w.values if w.is_sparse else w.dense()
 
-    def sample(self, sample_shape=torch.Size()):
+    def _mean_graph(self):
+        return self._on_graph(torch.sigmoid(self._logits()))
+
+    def _variance_graph(self):
+        # p (1 - p) = sigmoid(l) sigmoid(-l), accurate at both ends
+        logits = self._logits()
+        return self._on_graph(torch.sigmoid(logits) * torch.sigmoid(-logits))
+
+    def _entropy_graph(self):
+        r"""The Bernoulli entropies :math:`-p\log p - (1-p)\log(1-p)` summed over the cells."""
+        logits = self._logits()
+        p, q = torch.sigmoid(logits), torch.sigmoid(-logits)
+        return -(torch.special.xlogy(p, p) + torch.special.xlogy(q, q)).sum()
+
+    def _on_graph(self, x):
+        """Values on the weights' cells as a graph: sparse on the edge list, or dense."""
+        return self.weights.to_sparse(x) if self.weights.is_sparse else x
+
+    def _draw(self, sample_shape):
         w = self.weights
         N = int(torch.Size(sample_shape).numel())
         with torch.no_grad():
@@ -197,7 +371,10 @@ class SymmetrizedBinaryGraph(GraphLaw):
 
     prior = "B"
 
-    def __init__(self, base: BinaryGraph):
+    support = symmetric_binary_graphs
+    has_enumerate_support = True
+
+    def __init__(self, base: BinaryGraph, validate_args=None):
         self.base = base
         P = base.mean
         if P.is_sparse:
@@ -208,7 +385,7 @@ class SymmetrizedBinaryGraph(GraphLaw):
         else:
             Pt = P + P.T - P * P.T
             weights = DenseWeights(torch.logit(Pt).clamp(-MAX_LOGIT, MAX_LOGIT))
-        super().__init__(weights)
+        super().__init__(weights, validate_args=validate_args)
 
     # the law is a product over unordered pairs i < j, and the symmetric weights list each pair
     # twice (ij and ji): both terms of log p are halved sums over ordered pairs
@@ -232,11 +409,18 @@ class SymmetrizedBinaryGraph(GraphLaw):
         GraphLaw.__init__(obj, weights)
         return obj
 
-    @property
-    def mean(self):
-        return BinaryGraph(self.weights).mean
+    # one Bernoulli cell per unordered pair: the B law of the symmetric weights, its entropy
+    # halved (each pair counted twice)
+    def _mean_graph(self):
+        return BinaryGraph(self.weights)._mean_graph()
 
-    def sample(self, sample_shape=torch.Size()):
+    def _variance_graph(self):
+        return BinaryGraph(self.weights)._variance_graph()
+
+    def _entropy_graph(self):
+        return 0.5 * BinaryGraph(self.weights)._entropy_graph()
+
+    def _draw(self, sample_shape):
         if self.base is None:  # from_mean: one Bernoulli per unordered pair, mirrored
             W = BinaryGraph(self.weights).sample(sample_shape)
             if W.is_sparse:
@@ -262,6 +446,8 @@ class UnitDegreeGraph(GraphLaw):
     r"""D law: each row has exactly one out-edge, :math:`W_i \sim \mathcal M(1, w_i/w_{i+})`."""
 
     prior = "D"
+    support = unit_degree_graphs
+    has_enumerate_support = True
 
     def normaliser(self, value):
         self._with_near(value)
@@ -271,19 +457,31 @@ class UnitDegreeGraph(GraphLaw):
         w = self.weights
         return (w.values if w.is_sparse else w.Z if isinstance(w, KernelWeights) else w.log_w).dtype
 
-    def in_support(self, value):
-        rs = row_sums(value, self.n)
-        return bool(torch.all(rs == 1))
-
-    @property
-    def mean(self):
+    def _log_probs(self):
+        """:math:`\\log (w_{ij} / w_{i+})`: on the edge list, or dense (``-inf`` off the graph)."""
         w = self.weights
         if w.is_sparse:
-            lse = w.row_logsumexp()
-            return w.to_sparse(torch.exp(w.values - lse[w.rows]))
+            return w.values - w.row_logsumexp()[w.rows]
+        return torch.log_softmax(w.dense(), 1)
+
+    def _mean_graph(self):
+        w = self.weights
+        if w.is_sparse:
+            return w.to_sparse(torch.exp(self._log_probs()))
         return torch.softmax(w.dense(), 1)
 
-    def sample(self, sample_shape=torch.Size()):
+    def _variance_graph(self):
+        M = self._mean_graph()
+        if M.is_sparse:
+            return self.weights.to_sparse(M.values() * (1 - M.values()))
+        return M * (1 - M)
+
+    def _entropy_graph(self):
+        r"""The rows' categorical entropies :math:`-\sum_j P_{ij}\log P_{ij}`, summed."""
+        logp = self._log_probs()
+        return -torch.where(logp > NEG_INF, torch.exp(logp) * logp, torch.zeros_like(logp)).sum()
+
+    def _draw(self, sample_shape):
         w = self.weights
         N = int(torch.Size(sample_shape).numel())
         with torch.no_grad():
@@ -307,6 +505,8 @@ class NEdgeGraph(GraphLaw):
     cells (multi-edges allowed)."""
 
     prior = "E"
+    support = n_edge_graphs
+    has_enumerate_support = True
 
     def normaliser(self, value):
         self._with_near(value)
@@ -318,18 +518,25 @@ class NEdgeGraph(GraphLaw):
             return math.lgamma(self.n + 1) - sum_lgamma1(v)
         return _cached(value, "_probdr_logcomb", compute) if value.is_sparse else compute()
 
-    def in_support(self, value):
-        return bool(graph_total(value) == self.n)
-
-    @property
-    def mean(self):
+    def _mean_graph(self):
         w = self.weights
         if w.is_sparse:
             return w.to_sparse(self.n * torch.exp(w.values - w.total_logsumexp()))
         L = w.dense()
         return self.n * torch.exp(L - torch.logsumexp(L.flatten(), 0))
 
-    def sample(self, sample_shape=torch.Size()):
+    def _variance_graph(self):
+        # W_ij ~ Binomial(n, q_ij): n q (1 - q), with n q the mean
+        M = self._mean_graph()
+        if M.is_sparse:
+            return self.weights.to_sparse(M.values() * (1 - M.values() / self.n))
+        return M * (1 - M / self.n)
+
+    def _entropy_graph(self):
+        w = self.weights
+        return _multinomial_entropy(w.values if w.is_sparse else w.dense().flatten(), self.n)
+
+    def _draw(self, sample_shape):
         w = self.weights
         N = int(torch.Size(sample_shape).numel())
         with torch.no_grad():
@@ -346,6 +553,33 @@ class NEdgeGraph(GraphLaw):
             if w.is_sparse:
                 return _stack_sparse(w.rows, w.cols, counts, w.n, sample_shape)
             return counts.view(*sample_shape, w.n, w.n)
+
+
+def _multinomial_entropy(logits: torch.Tensor, n: int) -> torch.Tensor:
+    r"""The entropy of :math:`\mathcal M(n, q)`, :math:`q = \mathrm{softmax}(\text{logits})` over
+    the cells (``-inf``: empty cells), exactly:
+
+    .. math::
+        H = -\log n! - n \sum_c q_c \log q_c + \sum_c \mathbb E[\log W_c!],\qquad
+        \mathbb E[\log W_c!] = \sum_{k=2}^{n} \binom{n}{k} q_c^k (1-q_c)^{n-k} \log k!,
+
+    as each cell :math:`W_c \sim \mathrm{Bin}(n, q_c)`. The sum over k stops once every cell is
+    past its mode :math:`\lfloor (n+1) q_c \rfloor` and its pmf underflows to 0 in floating
+    point (a handful of terms when :math:`n q_c \ll 1`): the further terms are exactly 0."""
+    logits = logits[logits > NEG_INF]
+    log_q = logits - torch.logsumexp(logits, 0)
+    q = torch.exp(log_q)
+    log_n1 = math.lgamma(n + 1)
+    H = -log_n1 - n * (q * log_q).sum()
+    mode = int(torch.floor((n + 1) * q).max()) if q.numel() else 0
+    for k in range(2, n + 1):
+        log_pmf = (log_n1 - math.lgamma(k + 1) - math.lgamma(n - k + 1) + k * log_q
+                   + torch.special.xlog1py(torch.tensor(float(n - k), dtype=q.dtype), -q))
+        pmf = torch.exp(log_pmf)
+        H = H + pmf.sum() * math.lgamma(k + 1)
+        if k > mode and not bool((pmf > 0).any()):
+            break
+    return H
 
 
 def _gumbel(shape, dtype):
