@@ -35,8 +35,9 @@ class _Captured(Exception):
     pass
 
 
-def capture(X, threads: int):
-    """The model's arguments, start and phases of ``TSNE().fit(X)`` (stops before optimising)."""
+def capture(X, threads: int, dof="1"):
+    """The model's arguments, start and phases of ``TSNE(dof=dof).fit(X)`` (stops before
+    optimising); ``dof="learn"`` learns the kernel's degrees of freedom."""
     got = {}
 
     def stop(model, kwargs, Z0, phases, **opts):
@@ -47,7 +48,8 @@ def capture(X, threads: int):
     real = coupling.run_map
     coupling.run_map = stop
     try:
-        probdr.TSNE(random_state=0, n_jobs=threads).fit(X)
+        probdr.TSNE(random_state=0, n_jobs=threads,
+                    dof=dof if dof == "learn" else float(dof)).fit(X)
     except _Captured:
         pass
     finally:
@@ -90,13 +92,14 @@ def main():
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--repeat", type=int, default=1)
     ap.add_argument("--parts", action="store_true", help="time the pieces of the step too")
+    ap.add_argument("--dof", default="1", help="the Student kernel's dof, or 'learn'")
     a = ap.parse_args()
     from run import load  # benchmarks/run.py: the benchmark data sets
 
     X, _ = load(a.data)
     torch.set_num_threads(a.threads)
     t = time.perf_counter()
-    got = capture(X, a.threads)
+    got = capture(X, a.threads, a.dof)
     print(f"probdr from {probdr.__file__}; {X.shape[0]} points; graph and start "
           f"{time.perf_counter() - t:.1f} s")
     ex, main_ = got["phases"]
