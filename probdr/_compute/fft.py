@@ -217,14 +217,15 @@ def kernel_spectra(grid: Grid2D, kernel, dtype):
     r"""The transforms of :math:`k`, :math:`-\partial k/\partial d^2` and of
     :math:`\partial_\theta k` for each learnable number of ``kernel`` on ``grid``, and the
     self terms (their values at :math:`d = 0`) as ``(spectra, self_terms)``; ``(None, (1.0,))``
-    for the fixed Cauchy kernel or ``kernel=None`` (closed forms, cached). A kernel of fixed
-    numbers has its spectra cached; a learned one (new numbers every step) does not."""
+    for the fixed Cauchy kernel or ``kernel=None`` (closed forms, cached). A kernel whose
+    numbers take no gradient has its spectra cached by their values (a learned number held
+    between its steps too); one that takes a gradient does not."""
     if kernel is None or kernel.is_cauchy:
         return None, (1.0,)
-    key = repr(kernel) if kernel.is_fixed else None
+    key = repr(kernel.fixed()) if not kernel.learnable() else None
     zero = torch.zeros(1, dtype=dtype)
-    self_terms = (float(torch.exp(kernel.log_k(zero))),
-                  *(float(torch.exp(kernel.log_k(zero)) * t) for t in kernel.dlog_k_dparams(zero)))
+    k0 = float(torch.exp(kernel.log_k(zero)).detach())
+    self_terms = (k0, *(k0 * float(t) for t in kernel.dlog_k_dparams(zero)))
     kw = grid.kernel_fft(kernel.log_k, dtype, key=None if key is None else ("k", key))
     kw2 = grid.kernel_fft(lambda d2: kernel.log_k(d2) + torch.log(-kernel.dlog_k(d2)), dtype,
                           key=None if key is None else ("dk", key))

@@ -40,8 +40,10 @@ EXACT_REPULSION_MAX_N = 4000
 #: with repulsion="auto", 2-D t-SNE switches to the FFT normaliser above this many points
 FFT_REPULSION_MIN_N = 1000
 #: Adam's learning rate for a kernel's learned numbers, in log space (a step changes the number
-#: by about this fraction); they are held during early exaggeration
-KERNEL_LEARNING_RATE = 0.02
+#: by about this fraction); they take a step every KERNEL_STEP_EVERY steps (block-coordinate
+#: ascent: in between they cost what a fixed number does) and are held in early exaggeration
+KERNEL_LEARNING_RATE = 0.05
+KERNEL_STEP_EVERY = 5
 #: the estimator parameters that set the input side (:class:`~probdr.input.InputGraph`)
 INPUT_PARAMETERS = ("perplexity", "n_neighbors", "metric", "metric_params", "edge_prior",
                     "neighbors", "precomputed_knn")
@@ -439,11 +441,11 @@ class GraphCoupling(InputKindsMixin, ContinueMixin, NewPointsMixin, PosteriorInf
             coupling_weight=self.coupling_weight_,
             pair_grad_clip=self.grad_clip, epoch_steps=self._epoch_steps(n))
         phases, scale, clip = self._phases(n)
-        init, site_lr = self._map_start(Z0)
+        init, sites = self._map_start(Z0)
         res = run_map(graph_coupling_model, self.model_kwargs_, init, phases,
                       optimizer=self.optimizer, loss_scale=scale, grad_clip=clip,
                       observe=self._observe(), verbose=self.verbose, desc=type(self).__name__,
-                      site_lr=site_lr)
+                      **sites)
         self._keep_learned_kernel(res.values)
         self.loss_history_, self.loss_steps_ = res.loss_history, res.loss_steps
         self.n_iter_ = res.n_iter
@@ -460,13 +462,16 @@ class GraphCoupling(InputKindsMixin, ContinueMixin, NewPointsMixin, PosteriorInf
 
     def _map_start(self, Z0, values: dict | None = None):
         """The MAP fit's start ``{site: value}`` -- Z0, and a learned kernel's numbers at
-        ``values`` (a fit's) or their initial values -- and the learning rates of those numbers
-        (``None`` when the kernel learns none)."""
+        ``values`` (a fit's) or their initial values -- and the driver's options for those
+        numbers (their learning rates and step interval; none when the kernel learns none)."""
         sites = self.model_kwargs_["kernel"].sites()
         values = values or {}
         init = {"Z": Z0, **{k: torch.tensor(float(values.get(k, s.init)), dtype=Z0.dtype)
                             for k, s in sites.items()}}
-        return init, ({k: KERNEL_LEARNING_RATE for k in sites} or None)
+        if not sites:
+            return init, {}
+        return init, dict(site_lr={k: KERNEL_LEARNING_RATE for k in sites},
+                          site_every=KERNEL_STEP_EVERY)
 
     def _keep_learned_kernel(self, values: dict) -> None:
         """``kernel_`` at the MAP fit's values of the learned numbers (the kernel that new points

@@ -151,7 +151,7 @@ class ContinueMixin:
         n = self.embedding_.shape[0]
         _, scale, clip = self._phases(n)
         Z0 = torch.as_tensor(self.embedding_).to(self._fit_dtype)
-        init, site_lr = self._map_start(Z0, getattr(self, "learned_kernel_params_", None))
+        init, sites = self._map_start(Z0, getattr(self, "learned_kernel_params_", None))
         seed = (self.random_state_ + int(self.n_iter_)) % (2**32)  # for files without _stream
         with isolated_random_state(seed), fit_callbacks(self._callback(), self.callbacks_every):
             res = run_map(graph_coupling_model, self.model_kwargs_, init, phases,
@@ -159,7 +159,7 @@ class ContinueMixin:
                           observe=self._observe(), verbose=self.verbose,
                           desc=f"{type(self).__name__}.optimize",
                           optimizer_state=self._optimizer_state,
-                          stream=getattr(self, "_stream", None), site_lr=site_lr)
+                          stream=getattr(self, "_stream", None), **sites)
         self._stream = res.stream
         self._keep_learned_kernel(res.values)
         if not torch.isfinite(res.Z).all():

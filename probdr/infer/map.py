@@ -127,6 +127,10 @@ class MAPFit:
         are stepped by Adam at their own rate, in unconstrained space (log of a positive
         number), not by the main optimiser, whose step sizes suit the embedding; a phase with
         ``learn_sites=False`` holds them (t-SNE's early exaggeration). Not with L-BFGS.
+    site_every : int
+        The ``site_lr`` sites take a step every ``site_every``-th step and are held in between
+        (block-coordinate ascent): their gradient, which costs as much again as the
+        embedding's on the FFT and edge paths, is computed on those steps only.
 
     Data-parallel fits: when the model declares ``data_parallel = True`` and a process group
     of more than one process is initialised (:mod:`probdr._compute.distributed`), the fit is
@@ -153,7 +157,7 @@ class MAPFit:
                  verbose: bool = False, total_steps: int | None = None, desc: str = "MAP",
                  callback: Callable | None = None, callback_every: int | None = None,
                  optimizer_state: list | None = None, loss_every: int | None = None,
-                 site_lr: dict[str, float] | None = None):
+                 site_lr: dict[str, float] | None = None, site_every: int = 1):
         if optimizer not in OPTIMIZERS:
             raise ValueError(f"optimizer must be one of {OPTIMIZERS}, got {optimizer!r}.")
         if optimizer == "lbfgs" and grad_clip is not None:
@@ -162,8 +166,12 @@ class MAPFit:
         if optimizer == "lbfgs" and site_lr:
             raise ValueError("site_lr does not apply to optimizer='lbfgs' (one line search over "
                              "all sites).")
-        #: sites stepped by Adam at their own learning rate (a kernel's numbers)
+        #: sites stepped by Adam at their own learning rate (a kernel's numbers), every
+        #: ``site_every``-th step
         self.site_lr = {k: float(v) for k, v in (site_lr or {}).items()}
+        if isinstance(site_every, bool) or not isinstance(site_every, Integral) or site_every < 1:
+            raise ValueError(f"site_every must be a positive integer, got {site_every!r}.")
+        self.site_every = int(site_every)
         if isinstance(init_values, torch.Tensor):
             init_values = {"Z": init_values}
         if not init_values:
@@ -314,23 +322,35 @@ class MAPFit:
     def _gradient_step(self, kwargs) -> torch.Tensor:
         opt = self.opt
         opt.zero_grad(set_to_none=True)
-        for site_opt in self._site_opts:
-            site_opt.zero_grad(set_to_none=True)
+        sites = self._sites_step()
         loss = self._loss(kwargs)
         (loss * self.loss_scale).backward()
         if self.shard is not None:  # the ranks' shares: one all-reduce of gradients and loss
             loss = self.shard.sum_gradients(self.params, loss)
         if self.grad_clip is not None:
             for p in self.params:
-                p.grad.clamp_(-self.grad_clip, self.grad_clip)
+                if p.grad is not None:
+                    p.grad.clamp_(-self.grad_clip, self.grad_clip)
         opt.step()
-        if self._learn_sites:
+        if sites:
             for site_opt in self._site_opts:
                 site_opt.step()
         if self._z_param is not None:
             self._rescued = self._rescued + rescue_collapsed_columns(
                 self._z_param, opt, self.collapse_floor, self.sync_free)
         return loss.detach()
+
+    def _sites_step(self) -> bool:
+        """Whether the ``site_lr`` sites take this step: in phases that learn them, every
+        ``site_every``-th step. Between, they are held as constants (no gradient is computed
+        for them: a learned kernel then costs what a fixed one does)."""
+        if not self._site_params:
+            return False
+        on = self._learn_sites and self._n_steps % self.site_every == 0
+        for site_opt, p in zip(self._site_opts, self._site_params, strict=True):
+            site_opt.zero_grad(set_to_none=True)
+            p.requires_grad_(on)
+        return on
 
     def _lbfgs_step(self, kwargs) -> torch.Tensor:
         losses: list[torch.Tensor] = []
@@ -450,6 +470,7 @@ def run_map(
     loss_every: int | None = None,
     stream: list | None = None,
     site_lr: dict[str, float] | None = None,
+    site_every: int = 1,
 ) -> MAPResult:
     """Maximise the model's log joint over its latent sites by a schedule of phases
     (:class:`MAPFit`, in a private Pyro parameter store).
@@ -481,7 +502,7 @@ def run_map(
         Record the loss every ``loss_every``-th step of a phase, as in :class:`MAPFit`.
     site_lr : dict, optional
         ``{site: learning rate}`` of sites stepped by Adam apart from the main optimiser (a
-        kernel's learned numbers), as in :class:`MAPFit`.
+        kernel's learned numbers), stepped every ``site_every``-th step, as in :class:`MAPFit`.
     stream : list, optional
         torch's random state to draw the steps from (set after the guide's setup, which runs
         the model once): an earlier fit's :attr:`MAPResult.stream`, to continue its draws.
@@ -494,7 +515,8 @@ def run_map(
     with MAPFit(model, init, optimizer=optimizer, reparam=reparam, loss_scale=loss_scale,
                 grad_clip=grad_clip, collapse_floor=collapse_floor, verbose=verbose,
                 total_steps=sum(ph.n_iter for ph in phases), desc=desc,
-                optimizer_state=optimizer_state, loss_every=loss_every, site_lr=site_lr) as fit:
+                optimizer_state=optimizer_state, loss_every=loss_every, site_lr=site_lr,
+                site_every=site_every) as fit:
         base_kwargs = dict(model_kwargs)
         if observe is not None:
             base_kwargs["W_X"] = observe()

@@ -113,3 +113,26 @@ def test_kernel_params_learn_in_graph_coupling(digits_small):
     fixed = probdr.GraphCoupling(prior_z="E", kernel_z="student", perplexity=10, n_iter=60,
                                  early_exaggeration_iter=20, random_state=0).fit(X)
     assert fixed.learned_kernel_params_ == {}
+
+
+def test_sites_step_every_site_every_steps_and_not_in_held_phases():
+    """Block-coordinate steps: with site_every=3 the site moves at steps 0, 3, 6 only; in a
+    phase with learn_sites=False it does not move."""
+    seen = []
+
+    def model():
+        pyro.sample("Z", pyro.distributions.Normal(0.0, 1.0).expand([2]).to_event(1))
+        dof = pyro.sample("dof", pyro.distributions.LogNormal(0.0, 1.0))
+        seen.append(float(dof))
+        pyro.factor("pull", -(dof - 3.0) ** 2)
+
+    init = {"Z": torch.zeros(2), "dof": torch.tensor(1.0)}
+    run_map(model, {}, init, [Phase(7, 0.1)], optimizer="adam", site_lr={"dof": 0.1},
+            site_every=3, collapse_floor=None, warn_collapse=False)
+    steps = seen[-7:]  # the guide's setup runs the model first
+    moved = [i for i in range(1, 7) if steps[i] != steps[i - 1]]
+    assert moved == [1, 4]  # the values after the steps 0 and 3
+    seen.clear()
+    res = run_map(model, {}, init, [Phase(5, 0.1, learn_sites=False)], optimizer="adam",
+                  site_lr={"dof": 0.1}, collapse_floor=None, warn_collapse=False)
+    assert float(res.values["dof"]) == 1.0
