@@ -2,8 +2,10 @@
 
 Each (method, data set, seed) runs in its own subprocess so that wall time and peak memory (peak
 RSS of that process, imports included) are its own. Quality: trustworthiness@15 (on a 5000-point
-subsample when n > 5000), leave-one-out 5-NN accuracy, and R_n(K) at K = 15 and n/4 (on a 5000-point
-subsample when n > 5000). Results are printed as a Markdown table, with ratios to the reference
+subsample when n > 5000), leave-one-out 5-NN accuracy, R_n(K) at K = 15 and n/4 and the labels'
+silhouette in the embedding (cluster separation; on a 5000-point subsample when n > 5000).
+``tsne-dof0.5`` is t-SNE with a heavier-tailed kernel, ``tsne-learn`` learns the kernel's dof
+by MAP (the learned value is in the table's dof column); both are compared with ``tsne``. Results are printed as a Markdown table, with ratios to the reference
 library of the same method, and optionally written to a Markdown file.
 
     python benchmarks/run.py --data digits --methods tsne opentsne umap umap-learn --seeds 0 1 2 \
@@ -27,8 +29,10 @@ import time
 
 import numpy as np
 
-METHODS = ("tsne", "umap", "largevis", "sne", "opentsne", "umap-learn", "tsne-h3")
-REFERENCE = {"tsne": "opentsne", "tsne-h3": "opentsne", "umap": "umap-learn", "largevis": "umap-learn"}
+METHODS = ("tsne", "umap", "largevis", "sne", "opentsne", "umap-learn", "tsne-h3",
+           "tsne-dof0.5", "tsne-learn")
+REFERENCE = {"tsne": "opentsne", "tsne-h3": "opentsne", "umap": "umap-learn", "largevis": "umap-learn",
+             "tsne-dof0.5": "tsne", "tsne-learn": "tsne"}
 
 
 def _size(text: str) -> int:
@@ -85,6 +89,12 @@ def fit(method: str, X, seed: int):
 
         probdr._compute.fft.GRID_SPACING = 1 / 3
         method = "tsne"
+    if method.startswith("tsne-"):  # tsne-dof0.5: a heavier tail; tsne-learn: dof by MAP
+        dof = method[len("tsne-"):].removeprefix("dof")
+        est = probdr.TSNE(random_state=seed, dof=dof if dof == "learn" else float(dof))
+        Z = est.fit_transform(X)
+        print("DOF " + json.dumps(float(est.kernel_.dof)))
+        return Z
     cls = {"tsne": probdr.TSNE, "umap": probdr.UMAP, "largevis": probdr.LargeVis,
            "sne": probdr.SNE}[method]
     return cls(random_state=seed).fit_transform(X)
@@ -92,6 +102,8 @@ def fit(method: str, X, seed: int):
 
 def child(method: str, data: str, seed: int, trust_sample: int = 5000) -> None:
     import resource
+
+    from sklearn.metrics import silhouette_score
 
     X, y = load(data)
     t0 = time.perf_counter()
@@ -109,7 +121,8 @@ def child(method: str, data: str, seed: int, trust_sample: int = 5000) -> None:
            "trust15": metrics.trustworthiness(Xs, Zs, 15),
            "knn5": metrics.knn_accuracy(Z, y, 5),
            "rnx15": metrics.rnx(Xs, Zs, 15),
-           "rnx_n4": metrics.rnx(Xs, Zs, len(sub) // 4)}
+           "rnx_n4": metrics.rnx(Xs, Zs, len(sub) // 4),
+           "silhouette": float(silhouette_score(Zs, y[sub]))}
     print("RESULT " + json.dumps(out))
 
 
@@ -120,9 +133,12 @@ def run_one(method, data, seed, timeout, threads=1, trust_sample=5000):
     env = dict(os.environ, PYTHONWARNINGS="ignore", OMP_NUM_THREADS=t, MKL_NUM_THREADS=t,
                NUMBA_NUM_THREADS=t, OPENBLAS_NUM_THREADS=t)
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
+    dof = None
     for line in p.stdout.splitlines():
+        if line.startswith("DOF "):
+            dof = json.loads(line[4:])
         if line.startswith("RESULT "):
-            return json.loads(line[7:])
+            return dict(json.loads(line[7:]), dof=dof)
     raise RuntimeError(f"{method} on {data} failed:\n{p.stderr[-3000:]}")
 
 
@@ -140,13 +156,19 @@ def machine() -> str:
             f"torch {torch.__version__}")
 
 
+def _dofs(rows) -> str:
+    """The Student kernel's dof of the TSNE variants (the learned values), else blank."""
+    dofs = [r.get("dof") for r in rows if r.get("dof") is not None]
+    return ", ".join(f"{d:.3g}" for d in dofs)
+
+
 def table(rows):
-    keys = ["wall_s", "peak_rss_gib", "trust15", "knn5", "rnx15", "rnx_n4"]
+    keys = ["wall_s", "peak_rss_gib", "trust15", "knn5", "rnx15", "rnx_n4", "silhouette"]
     agg = {}
     for r in rows:
         agg.setdefault((r["data"], r["method"]), []).append(r)
     lines = ["| data | n | method | seeds | wall (s) | time ratio | peak RSS (GiB) | trust@15 "
-             "| 5-NN acc | R_n(15) | R_n(n/4) | numba |", "|" + "---|" * 12]
+             "| 5-NN acc | R_n(15) | R_n(n/4) | silhouette | dof | numba |", "|" + "---|" * 14]
     means = {k: {kk: float(np.mean([r[kk] for r in v])) for kk in keys} for k, v in agg.items()}
     for (data, method), v in agg.items():
         m = means[(data, method)]
@@ -156,8 +178,8 @@ def table(rows):
         sd = float(np.std([r["trust15"] for r in v]))
         lines.append(f"| {data} | {v[0]['n']} | {method} | {len(v)} | {m['wall_s']:.1f} | {ratio} "
                      f"| {m['peak_rss_gib']:.2f} | {m['trust15']:.4f} ± {sd:.4f} | {m['knn5']:.4f} "
-                     f"| {m['rnx15']:.3f} | {m['rnx_n4']:.3f} "
-                     f"| {'yes' if any(r.get('numba') for r in v) else 'no'} |")
+                     f"| {m['rnx15']:.3f} | {m['rnx_n4']:.3f} | {m['silhouette']:.3f} "
+                     f"| {_dofs(v)} | {'yes' if any(r.get('numba') for r in v) else 'no'} |")
     return "\n".join(lines)
 
 

@@ -108,7 +108,7 @@ class SNE(_GainsPreset):
 
 
 class TSNE(_GainsPreset):
-    """t-SNE: coupling (D, E) with the Student (Cauchy) latent kernel :math:`1/(1 + d^2)`;
+    r"""t-SNE: coupling (D, E) with the Student (Cauchy) latent kernel :math:`1/(1 + d^2)`;
     exact normalisers, early exaggeration 12 for 250 of 750 steps, openTSNE's learning rate.
     ``dof`` is the Student kernel's degrees of freedom :math:`\nu`,
     :math:`k(d^2) = (1 + d^2/\nu)^{-(\nu+1)/2}`: 1 is t-SNE's Cauchy kernel, smaller values
