@@ -455,8 +455,12 @@ class GraphCoupling(InputKindsMixin, ContinueMixin, NewPointsMixin, PosteriorInf
         if self.inference == "map":
             return res.Z
         # the posterior's prior, by the rule of PosteriorInference (from the MAP embedding);
-        # a learned kernel's numbers are held at their MAP (empirical Bayes)
+        # a learned kernel's numbers are held at their MAP (empirical Bayes), which also sets
+        # the automatic temperature's tail rule
         self.model_kwargs_["z_prior"] = prior = self._posterior_z_prior(res.Z)
+        if self.learned_kernel_params_:
+            self.coupling_weight_ = self._resolve_coupling_weight(self.model_kwargs_["W_X"])
+            self.model_kwargs_["coupling_weight"] = self.coupling_weight_
         return self._posterior(graph_coupling_model, {**self.model_kwargs_, "kernel": self.kernel_},
                                res.Z, gen, prior=prior)
 
@@ -490,12 +494,14 @@ class GraphCoupling(InputKindsMixin, ContinueMixin, NewPointsMixin, PosteriorInf
 
     def _resolve_coupling_weight(self, W) -> float:
         r"""``coupling_weight``, or the automatic one: 1 for MAP, the tail rule for SVI/MCMC with
-        each point's attraction mass :math:`m_i = \sum_j (W_{ij} + W_{ji})`."""
+        each point's attraction mass :math:`m_i = \sum_j (W_{ij} + W_{ji})` and the tail of
+        ``kernel_`` (a learned number at its starting value before the MAP fit, at its MAP
+        value after it)."""
         if not (isinstance(self.coupling_weight, str) and self.coupling_weight == "auto"):
             return float(self.coupling_weight)
         if self.inference == "map":
             return 1.0
-        return auto_coupling_weight(self._make_kernel(), self.n_components, attraction_mass(W))
+        return auto_coupling_weight(self.kernel_, self.n_components, attraction_mass(W))
 
     def _observe(self):
         """A fresh input-graph draw per step (``observe="sample"``), else ``None``."""

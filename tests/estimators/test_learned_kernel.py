@@ -136,3 +136,18 @@ def test_sites_step_every_site_every_steps_and_not_in_held_phases():
     res = run_map(model, {}, init, [Phase(5, 0.1, learn_sites=False)], optimizer="adam",
                   site_lr={"dof": 0.1}, collapse_floor=None, warn_collapse=False)
     assert float(res.values["dof"]) == 1.0
+
+
+def test_posterior_temperature_follows_the_learned_tail(digits_small):
+    """With inference="svi" and the automatic coupling weight, the tail rule uses the learned
+    dof, not its starting value."""
+    from probdr.estimators.coupling_new_points import attraction_mass, auto_coupling_weight
+
+    X, _ = digits_small
+    est = probdr.TSNE(dof="learn", perplexity=10, n_iter=60, early_exaggeration_iter=20,
+                      inference="svi", inference_params={"num_steps": 5, "num_samples": 4},
+                      random_state=0).fit(X[:120])
+    W = est.model_kwargs_["W_X"]
+    assert est.coupling_weight_ == auto_coupling_weight(est.kernel_, 2, attraction_mass(W))
+    assert est.model_kwargs_["coupling_weight"] == est.coupling_weight_
+    assert est.kernel_.dof == est.learned_kernel_params_["dof"] != 1.0
