@@ -358,3 +358,20 @@ def test_cli_h5ad_sparse_x_is_passed_through(tmp_path, capsys, monkeypatch, tabl
     report = _report(capsys)
     assert report["use_rep"] == "X" and report["sparse"] is True and report["p"] == 30
     assert sp.issparse(rec.X) and rec.X.shape == (90, 30)
+
+
+def test_cli_labels_typo_suggests_the_column(tmp_path, capsys, no_fit, table):
+    pd = pytest.importorskip("pandas")
+    good = tmp_path / "good.csv"
+    table.to_csv(good, index=False)
+    assert cli.main(["embed", "--data", str(good), "--labels", "specie"]) == 2
+    err = capsys.readouterr().err
+    assert "did you mean 'species'?" in err and "'petal width', 'species'" in err
+    wide = pd.DataFrame(np.zeros((6, 60)), columns=[f"gene{i}" for i in range(60)])
+    wide["cell_type"] = list("ababab")
+    path = tmp_path / "wide.csv"
+    wide.to_csv(path, index=False)
+    assert cli.main(["embed", "--data", str(path), "--labels", "cell_typ"]) == 2
+    err = capsys.readouterr().err
+    assert "did you mean 'cell_type'?" in err and "closest of its 61 columns" in err
+    assert "gene59" not in err
