@@ -333,6 +333,11 @@ def _graph_neighbor_params(est, k: int, explicit: set[str], info: dict) -> dict:
             out["n_neighbors"] = int(k)
         info["note"] = (f"perplexity={perplexity:.6g} (min(30, k/3)) chosen from the graph's "
                         f"k={k} stored neighbours per observation")
+        if perplexity < 30:
+            warnings.warn(f"probdr.anndata.embed: {info['note']}, below t-SNE's usual 30. Pass "
+                          "perplexity=... (at most k/3), or rebuild the graph with more "
+                          "neighbours, e.g. sc.pp.neighbors(adata, n_neighbors=90).",
+                          UserWarning, stacklevel=4)
     elif "n_neighbors" in params and "n_neighbors" not in explicit:
         out["n_neighbors"] = int(k) + 1
         info["note"] = (f"n_neighbors={k + 1} (the graph's k={k} stored neighbours per "

@@ -36,6 +36,40 @@ PARALLEL_METHODS = ("sne", "tsne", "largevis", "umap")
 METRICS = ("euclidean", "sqeuclidean", "cosine", "correlation", "manhattan", "chebyshev",
            "minkowski", "hamming", "jaccard", "haversine")
 
+#: the methods' names as the documentation writes them (plot titles)
+DISPLAY = {"sne": "SNE", "tsne": "t-SNE", "largevis": "LargeVis", "umap": "UMAP",
+           "tsnekhorn": "t-SNEkhorn", "snekhorn": "SNEkhorn"}
+#: what the JSON report's ``loss`` is (the progress bar shows the optimised objective)
+LOSS_IS = ("the coupling cross-entropy H(P_X, P_Z) of the final embedding, exact over all pairs, "
+           "without early exaggeration; the progress bar shows the objective being optimised "
+           "(with exaggeration and sampled repulsion), which differs")
+#: options that apply to some methods or inferences only: dest -> (applies, what ignores it)
+SCOPED = {
+    "perplexity": (lambda a: a.method != "umap", lambda a: "--method umap (it uses --n-neighbors)"),
+    "n_neighbors": (lambda a: a.method == "umap",
+                    lambda a: f"--method {a.method} (it uses --perplexity)"),
+    "num_samples": (lambda a: a.inference != "map", lambda a: "--inference map"),
+    "coupling_weight": (lambda a: a.inference != "map", lambda a: "--inference map"),
+    "num_steps": (lambda a: a.inference == "svi", lambda a: f"--inference {a.inference}"),
+    "guide": (lambda a: a.inference == "svi", lambda a: f"--inference {a.inference}"),
+    "num_chains": (lambda a: a.inference == "mcmc", lambda a: f"--inference {a.inference}"),
+    "warmup": (lambda a: a.inference == "mcmc", lambda a: f"--inference {a.inference}"),
+}
+_UNSET = object()  # the default of every option in the parser that finds the options given
+
+
+def given_options(argv) -> set[str]:
+    """The options (their ``dest``) written on the command line ``argv``, not defaults."""
+    probe = build_parser(defaults=False)
+    return {k for k, v in vars(probe.parse_args(argv)).items() if v is not _UNSET and v != []}
+
+
+def ignored_options(args, given) -> list[str]:
+    """One warning for each option given that the chosen method or inference does not use."""
+    return [f"--{dest.replace('_', '-')} does not apply to {where(args)}; ignored."
+            for dest, (applies, where) in SCOPED.items() if dest in given and not applies(args)]
+
+
 def _check_options(args) -> None:
     """The options and every path the command reads or writes, before anything is loaded."""
     for bad, message in (
@@ -183,7 +217,8 @@ def _embed(args) -> dict[str, Any] | None:
         report["knn_accuracy@5"] = round(metrics.knn_accuracy(Z[m], labels.codes[m], 5), 4)
     if labels is not None and not labels.known.all():
         report["labelled"] = int(labels.known.sum())
-    report["loss"] = round(est.loss(Z), 4) if n <= 20_000 else None
+    if n <= 20_000:
+        report.update(loss=round(est.loss(Z), 4), loss_is=LOSS_IS)
 
     outputs: dict[str, str] = {}
     if args.out:
@@ -196,7 +231,8 @@ def _embed(args) -> dict[str, Any] | None:
 
         matplotlib.use("Agg")
         save_figure(plotting.plot_embedding(
-            Z, y_plot, title=f"{args.method} on {os.path.basename(args.data)}"), args.plot)
+            Z, y_plot, title=f"{DISPLAY[args.method]} on {os.path.basename(args.data)}"),
+            args.plot)
         note(f"plot written to {args.plot}")
         outputs["plot"] = args.plot
     summary = run_bayes_outputs(est, args, y_plot, report=report)
@@ -212,14 +248,28 @@ def _metric_param(text: str) -> tuple[str, Any]:
     return key, float(value) if is_number(value) else value
 
 
-def build_parser() -> argparse.ArgumentParser:
+class _HelpWithDefaults(argparse.HelpFormatter):
+    """``--help`` with each option's default, where it has one worth showing."""
+
+    def _get_help_string(self, action):
+        text, default = action.help or "", action.default
+        if "default" in text or any(default is d for d in (None, False, _UNSET)) or \
+                default in ([], argparse.SUPPRESS) or not action.option_strings:
+            return text
+        return text + " (default: %(default)s)"
+
+
+def build_parser(defaults: bool = True) -> argparse.ArgumentParser:
+    """The ``probdr`` parser; with ``defaults=False`` every option of ``embed`` defaults to a
+    marker, so that a parse tells the options given from the defaults (:func:`given_options`)."""
     p = argparse.ArgumentParser(prog="probdr", description="Dimensionality reduction as "
                                 "probabilistic programs on Pyro.")
     p.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     e = p.add_subparsers(dest="command", required=True).add_parser(
         "embed", help="fit an embedding of a data file, print a JSON report, write it and a plot",
         description="Fit an embedding of a data file or a bundled data set. Standard output "
-                    "carries only the JSON report; progress and notes go to standard error.")
+                    "carries only the JSON report; progress and notes go to standard error.",
+        formatter_class=_HelpWithDefaults)
     io = e.add_argument_group("input and output")
     io.add_argument("--data", default="digits", help="a .npy, .csv, .tsv, .txt (whitespace) or "
                     f".h5ad file, or a bundled data set: {', '.join(BUNDLED)} (default: digits)")
@@ -243,9 +293,10 @@ def build_parser() -> argparse.ArgumentParser:
                     help="where to compute: auto (CUDA if available, else CPU; with --nproc "
                          "each rank its own GPU), cpu, cuda, cuda:1, mps")
     m = e.add_argument_group("model")
-    m.add_argument("--method", choices=METHODS, default="tsne")
-    m.add_argument("--n-components", type=int, default=2)
-    m.add_argument("--perplexity", type=float, default=30.0)
+    m.add_argument("--method", choices=METHODS, default="tsne", help="the method")
+    m.add_argument("--n-components", type=int, default=2, help="embedding dimension")
+    m.add_argument("--perplexity", type=float, default=30.0,
+                   help="the neighbourhood size of every method but UMAP")
     m.add_argument("--n-neighbors", type=int, default=15, help="UMAP's neighbours")
     m.add_argument("--metric", choices=METRICS, default=None, metavar="NAME",
                    help=f"input distance: {', '.join(METRICS)} (default: Euclidean)")
@@ -257,11 +308,14 @@ def build_parser() -> argparse.ArgumentParser:
                    help="with --supervised: the labels' weight (the estimator's target_weight)")
     m.add_argument("--n-iter", type=int, default=None, help="optimisation steps / epochs")
     m.add_argument("--pca", type=int, default=None, help="project the data on k PCs first")
-    m.add_argument("--random-state", type=int, default=0)
+    m.add_argument("--random-state", type=int, default=0, help="seed of every random draw")
     v = e.add_mutually_exclusive_group()
     v.add_argument("--quiet", action="store_true", help="no progress bar, no notes on stderr")
     v.add_argument("--verbose", action="store_true", help="progress bar (the default)")
     add_bayes_arguments(e)
+    if not defaults:
+        e.set_defaults(**dict.fromkeys(
+            (k for k, v in vars(e.parse_args([])).items() if v != []), _UNSET))
     return p
 
 
@@ -271,6 +325,9 @@ def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     try:
         _check_options(args)  # bad input fails here, before torch loads or any process starts
+        if "TORCHELASTIC_RUN_ID" not in os.environ:  # once, not in every process of --nproc
+            for warning in ignored_options(args, given_options(argv)):
+                print(f"probdr: {warning}", file=sys.stderr)
         if args.nproc > 1 and "TORCHELASTIC_RUN_ID" not in os.environ:
             return launch(args.nproc, sys.argv[1:] if argv is None else list(argv))
         with process_group():

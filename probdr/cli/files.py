@@ -147,9 +147,9 @@ def _read_table(path: str, header: str, spec: str | None, minus_one: bool):
         if col is not None:
             labels = Labels.from_raw(df[col].to_numpy(), f"column {name(col)}", minus_one)
         elif not os.path.exists(spec):
-            cols = ", ".join(map(repr, df.columns[:20])) + ", ..." * (df.shape[1] > 20)
-            what = f"a column of {path!r} (columns: {cols})" if has_header else \
-                f"a column position of {path!r} (it has no header row; 0..{df.shape[1] - 1})"
+            what = (f"a column of {path!r} ({column_choices(spec, df.columns)})" if has_header
+                    else f"a column position of {path!r} (it has no header row; "
+                    f"0..{df.shape[1] - 1})")
             raise ValueError(f"--labels {spec!r} is neither {what} nor a file{doubt}.")
     feats = df.drop(columns=[col]) if col is not None else df
     if feats.shape[1] == 0:
@@ -203,10 +203,43 @@ def _read_h5ad(path: str, use_rep: str | None, spec: str | None, minus_one: bool
     if spec is not None and spec in adata.obs.columns:
         labels = Labels.from_raw(adata.obs[spec].to_numpy(object), f"obs[{spec!r}]", minus_one)
     elif spec is not None and not os.path.exists(spec):
-        cols = ", ".join(map(repr, adata.obs.columns[:20])) or "none"
-        raise ValueError(f"--labels {spec!r} is neither an obs column of {path!r} (columns: "
-                         f"{cols}) nor a file.")
+        raise ValueError(f"--labels {spec!r} is neither an obs column of {path!r} "
+                         f"({column_choices(spec, adata.obs.columns)}) nor a file.")
     return X, labels, {"format": "h5ad", "use_rep": rep, "sparse": bool(sp.issparse(X))}
+
+
+#: up to this many columns, a message lists them all; beyond, the closest ten
+LIST_ALL = 50
+
+
+def column_choices(spec: str, columns) -> str:
+    """The columns a ``--labels`` name could have meant, for its error message: "did you mean
+    'x'?" for a close name (:func:`difflib.get_close_matches`), then every column when there are
+    at most :data:`LIST_ALL`, else the ten closest.
+
+    Parameters
+    ----------
+    spec : str
+        The name given.
+    columns : sequence
+        The table's column names.
+
+    Returns
+    -------
+    str
+        E.g. ``"did you mean 'species'? columns: 'a', 'b', 'species'"``.
+    """
+    import difflib
+
+    names = [str(c) for c in columns]
+    close = difflib.get_close_matches(spec, names, n=10, cutoff=0.5)
+    hint = f"did you mean {close[0]!r}? " if close else ""
+    if not names:
+        return "it has no columns"
+    if len(names) <= LIST_ALL:
+        return hint + "columns: " + ", ".join(map(repr, names))
+    near = close or difflib.get_close_matches(spec, names, n=10, cutoff=0.0)
+    return hint + f"the closest of its {len(names)} columns: " + ", ".join(map(repr, near))
 
 
 def load_data(args):

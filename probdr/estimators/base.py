@@ -30,6 +30,7 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 from .._utils import as_output, device_context, resolve_device, resolve_dtype
 from ..infer.map import fit_callbacks
 from .params import MAX_SEED, InvalidParameterError, check_init, constraints_for
+from .tables import check_table, reword_nonfinite
 
 __all__ = ["DREstimator", "resolve_seed", "resolve_n_jobs", "thread_limit", "fit_environment",
            "isolated_random_state", "transform_only_if"]
@@ -214,8 +215,12 @@ class DREstimator(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimat
                               ensure_min_samples=self._min_samples, reset=True)
             return sp.csr_matrix(A)
         data = X.detach().cpu().numpy() if isinstance(X, torch.Tensor) else X
-        A = validate_data(self, data, accept_sparse=False, dtype=np.float64,
-                          ensure_min_samples=self._min_samples, reset=True)
+        check_table(data, type(self).__name__)
+        try:
+            A = validate_data(self, data, accept_sparse=False, dtype=np.float64,
+                              ensure_min_samples=self._min_samples, reset=True)
+        except ValueError as exc:
+            raise reword_nonfinite(exc, type(self).__name__) from None
         if not A.flags.writeable:  # a read-only memmap: torch needs writable memory
             A = A.copy()
         return torch.from_numpy(np.ascontiguousarray(A))
@@ -338,8 +343,12 @@ class DREstimator(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimat
                               reset=False, ensure_min_samples=1)
             return sp.csr_matrix(A)
         data = X.detach().cpu().numpy() if isinstance(X, torch.Tensor) else X
-        A = validate_data(self, data, accept_sparse=False, dtype=np.float64, reset=False,
-                          ensure_min_samples=1)
+        check_table(data, type(self).__name__)
+        try:
+            A = validate_data(self, data, accept_sparse=False, dtype=np.float64, reset=False,
+                              ensure_min_samples=1)
+        except ValueError as exc:
+            raise reword_nonfinite(exc, type(self).__name__) from None
         # as_tensor: on the default device (the fit's, inside ``fit_environment``)
         return torch.as_tensor(np.array(A, dtype=np.float64, order="C", copy=True))
 

@@ -241,7 +241,8 @@ def test_graph_reuse_sets_the_umap_neighbour_count(adata):
 
 def test_graph_reuse_sets_the_perplexity(adata):
     k = N_NEIGHBORS - 1
-    est = pad.embed(adata, FakeTSNE, neighbors_key="neighbors", return_estimator=True)
+    with pytest.warns(UserWarning, match=r"chosen from the graph's.*Pass perplexity="):
+        est = pad.embed(adata, FakeTSNE, neighbors_key="neighbors", return_estimator=True)
     assert est.perplexity == pytest.approx(k / 3) and est.n_neighbors == k
     assert np.ceil(3 * est.perplexity) <= k
     assert "perplexity" in adata.uns["X_probdr_faketsne"]["note"]

@@ -53,6 +53,8 @@ def test_cli_embed_writes_embedding_and_plot(tmp_path, capsys):
     assert 0.5 < report["trustworthiness@15"] <= 1.0 and "knn_accuracy@5" in report
     assert report["n"] == 1797 and report["p"] == 64 and report["metric"] == "euclidean"
     assert report["outputs"] == {"embedding": str(out), "plot": str(png)}
+    assert report["loss_is"].startswith("the coupling cross-entropy") and "loss" in report
+    assert set(cli.DISPLAY) == set(cli.METHODS) and cli.DISPLAY["tsne"] == "t-SNE"
     # the notes and the progress bar (on by default) go to standard error
     assert f"embedding written to {out}" in captured.err and "UMAP" in captured.err
 
@@ -358,3 +360,51 @@ def test_cli_h5ad_sparse_x_is_passed_through(tmp_path, capsys, monkeypatch, tabl
     report = _report(capsys)
     assert report["use_rep"] == "X" and report["sparse"] is True and report["p"] == 30
     assert sp.issparse(rec.X) and rec.X.shape == (90, 30)
+
+
+def test_cli_labels_typo_suggests_the_column(tmp_path, capsys, no_fit, table):
+    pd = pytest.importorskip("pandas")
+    good = tmp_path / "good.csv"
+    table.to_csv(good, index=False)
+    assert cli.main(["embed", "--data", str(good), "--labels", "specie"]) == 2
+    err = capsys.readouterr().err
+    assert "did you mean 'species'?" in err and "'petal width', 'species'" in err
+    wide = pd.DataFrame(np.zeros((6, 60)), columns=[f"gene{i}" for i in range(60)])
+    wide["cell_type"] = list("ababab")
+    path = tmp_path / "wide.csv"
+    wide.to_csv(path, index=False)
+    assert cli.main(["embed", "--data", str(path), "--labels", "cell_typ"]) == 2
+    err = capsys.readouterr().err
+    assert "did you mean 'cell_type'?" in err and "closest of its 61 columns" in err
+    assert "gene59" not in err
+
+
+def test_cli_warns_of_options_the_method_does_not_use(capsys, monkeypatch):
+    monkeypatch.setattr(cli, "embed", lambda args: 0)  # the warnings come before the fit
+    cases = [
+        (["--method", "umap", "--perplexity", "50"],
+         ["--perplexity does not apply to --method umap (it uses --n-neighbors); ignored."]),
+        (["--method", "tsne", "--n-neighbors=30", "--num-steps", "5"],
+         ["--n-neighbors does not apply to --method tsne (it uses --perplexity); ignored.",
+          "--num-steps does not apply to --inference map; ignored."]),
+        (["--method", "umap", "--n-neighbors", "30"], []),
+        (["--method", "tsne", "--perplexity", "30"], []),  # given, even at the default value
+        (["--inference", "svi", "--warmup", "10"],
+         ["--warmup does not apply to --inference svi; ignored."]),
+        ([], []),  # defaults are never named
+    ]
+    for argv, warnings in cases:
+        assert cli.main(["embed", *argv]) == 0
+        err = capsys.readouterr().err
+        assert [line for line in err.splitlines() if "ignored" in line] == [
+            f"probdr: {w}" for w in warnings], (argv, err)
+
+
+def test_cli_help_shows_the_defaults(capsys):
+    with pytest.raises(SystemExit):
+        cli.build_parser().parse_args(["embed", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    for default in ("(default: tsne)", "(default: 30.0)", "(default: 15)", "(default: 0)",
+                    "(default: map)", "(default: 1000)", "(default: digits)"):
+        assert default in text, default
+    assert "(default: None)" not in text and "(default: False)" not in text

@@ -155,3 +155,24 @@ def test_latent_edge_prior_forbidding_input_edges_is_a_clear_error():
     np.fill_diagonal(pi, 0.0)  # the diagonal is never an edge: fine
     probdr.TSNE(perplexity=5, n_iter=20, early_exaggeration_iter=5,
                 latent_edge_prior=pi).fit(X)
+
+
+def test_dataframe_errors_name_the_columns_and_say_what_to_do():
+    pd = pytest.importorskip("pandas")
+    rng = np.random.default_rng(0)
+    df = pd.DataFrame(rng.normal(size=(30, 3)), columns=["a", "b", "c"])
+    est = probdr.TSNE(n_iter=5, early_exaggeration_iter=2, perplexity=5)
+    with pytest.raises(ValueError, match=r"column\(s\) 'kind' are not numeric \(e.g. 'x'\)"):
+        est.fit(df.assign(kind="x"))
+    with pytest.raises(ValueError, match=r"column\(s\) 'kind' are not numeric"):
+        est.fit(df.assign(kind=pd.Categorical(["x", "y"] * 15)))
+    holes = df.assign(b=df["b"].where(df.index != 4))
+    with pytest.raises(ValueError, match=r"NaN\) in column\(s\) 'b' \(1\);.*SimpleImputer") as e:
+        est.fit(holes)
+    assert "HistGradientBoosting" not in str(e.value)
+    with pytest.raises(ValueError, match="X contains NaN.*SimpleImputer") as e:
+        est.fit(holes.to_numpy())
+    assert "HistGradientBoosting" not in str(e.value)
+    est.fit(df)
+    with pytest.raises(ValueError, match=r"column\(s\) 'b'"):
+        est.transform(holes)
