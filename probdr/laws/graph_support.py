@@ -1,14 +1,14 @@
 r"""The supports :math:`\Omega_\mathcal P` of the graph laws (Van Assel et al. 2022, Definition 2)
 as ``torch.distributions`` constraints, and their enumeration on tiny graphs.
 
-=====  ==============================  ==========================================================
-law    constraint                      :math:`W \in \Omega` when
-=====  ==============================  ==========================================================
-B      :data:`binary_graphs`           entries in {0, 1}, zero diagonal
-D      :data:`unit_degree_graphs`      non-negative integers, zero diagonal, every row sums to 1
-E      :data:`n_edge_graphs`           non-negative integers, zero diagonal, :math:`W_{++} = n`
-B~     :data:`symmetric_binary_graphs` B and symmetric
-=====  ==============================  ==========================================================
+=====  =================================  ==========================================================
+law    constraint                         :math:`W \in \Omega` when
+=====  =================================  ==========================================================
+B      :data:`binary_graphs`              entries in {0, 1}, zero diagonal
+D      :data:`unit_degree_graphs`         non-negative integers, zero diagonal, every row sums to 1
+E      :data:`n_edge_graphs`              non-negative integers, zero diagonal, :math:`W_{++} = n`
+B~     :data:`symmetric_binary_graphs`    B and symmetric
+=====  =================================  ==========================================================
 
 ``check(W)`` takes a graph ``(n, n)`` or a batch ``(..., n, n)``, dense or sparse COO, and returns
 one boolean per graph (the batch shape). Sparse graphs are checked on their stored entries (an

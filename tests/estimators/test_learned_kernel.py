@@ -123,7 +123,7 @@ def test_sites_step_every_site_every_steps_and_not_in_held_phases():
     def model():
         pyro.sample("Z", pyro.distributions.Normal(0.0, 1.0).expand([2]).to_event(1))
         dof = pyro.sample("dof", pyro.distributions.LogNormal(0.0, 1.0))
-        seen.append(float(dof))
+        seen.append(float(dof.detach()))
         pyro.factor("pull", -(dof - 3.0) ** 2)
 
     init = {"Z": torch.zeros(2), "dof": torch.tensor(1.0)}
