@@ -169,6 +169,8 @@ class Kernel:
             if isinstance(v, Learn):
                 v = values.get(v.name or k, v.init)
             if isinstance(v, torch.Tensor):
+                if v.numel() != 1:  # per-point bandwidths stay as they are
+                    continue
                 v = float(v.detach())
             out[k] = v
         return self.with_params(**out)

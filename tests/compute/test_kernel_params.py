@@ -198,3 +198,9 @@ def test_input_bandwidths_are_differentiable_on_the_sparse_input_law(Z, per_poin
     g = grad(True)
     assert bool((g != 0).any())
     _close(g, grad(False), 1e-10)
+
+
+def test_fixed_keeps_per_point_bandwidths():
+    h = torch.linspace(0.5, 2.0, 5, dtype=torch.float64)
+    assert GaussianKernel(bandwidth=h).fixed().bandwidth is h
+    assert GaussianKernel(bandwidth=_t(2.0)).fixed().bandwidth == 2.0
