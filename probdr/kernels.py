@@ -123,17 +123,16 @@ class Kernel:
 
     def learnable(self) -> tuple[torch.Tensor, ...]:
         """The parameters that are tensors requiring grad, in :attr:`param_names` order."""
-        return tuple(v for v in (getattr(self, k) for k in self.param_names)
-                     if isinstance(v, torch.Tensor) and v.requires_grad)
+        return tuple(getattr(self, k) for k in self.learnable_names())
 
     def learnable_names(self) -> tuple[str, ...]:
+        """The names of :meth:`learnable`'s parameters."""
         return tuple(k for k in self.param_names if isinstance(getattr(self, k), torch.Tensor)
                      and getattr(self, k).requires_grad)
 
     def sites(self) -> dict[str, Learn]:
         """``{site name: Learn}`` of the parameters that are latent sites."""
-        return {(v.name or k): v for k, v in ((k, getattr(self, k)) for k in self.param_names)
-                if isinstance(v, Learn)}
+        return {(v.name or k): v for k, v in self._learn_params().items()}
 
     def with_params(self, **values) -> Kernel:
         """A copy with some parameters replaced (numbers, tensors or :class:`Learn`)."""
@@ -150,14 +149,18 @@ class Kernel:
     def sampled(self) -> Kernel:
         """Inside a Pyro model: the kernel with each :class:`Learn` parameter drawn as a latent
         site (``pyro.sample(name, prior)``); the kernel itself if it has none."""
-        learn = {k: v for k, v in ((k, getattr(self, k)) for k in self.param_names)
-                 if isinstance(v, Learn)}
+        learn = self._learn_params()
         if not learn:
             return self
         import pyro
 
         return self.with_params(**{k: pyro.sample(v.name or k, v.site_prior())
                                    for k, v in learn.items()})
+
+    def _learn_params(self) -> dict[str, Learn]:
+        """``{parameter name: Learn}`` of the parameters that are latent sites."""
+        return {k: v for k, v in ((k, getattr(self, k)) for k in self.param_names)
+                if isinstance(v, Learn)}
 
     def fixed(self, values: dict | None = None) -> Kernel:
         """The kernel with every parameter a plain number: :class:`Learn` parameters at
