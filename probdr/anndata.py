@@ -41,6 +41,15 @@ MAX_VARS_WITHOUT_PCA = 50
 MAX_GRAPH_PERPLEXITY = 30.0
 
 
+def _warn_if_replacing(adata, key: str) -> None:
+    """Warn before replacing an embedding that probdr did not write (e.g. scanpy's X_umap)."""
+    record = adata.uns.get(key)
+    if key in adata.obsm and not (isinstance(record, dict) and "probdr_version" in record):
+        warnings.warn(f"replacing adata.obsm[{key!r}], which probdr did not write (scanpy's own "
+                      f"embedding, for example); pass key_added='X_probdr_{key.removeprefix('X_')}'"
+                      " to keep both.", UserWarning, stacklevel=3)
+
+
 def _require_anndata():
     try:
         import anndata
@@ -87,7 +96,10 @@ def embed(adata, method="umap", *, use_rep: str = "X_pca", neighbors_key: str | 
         ``None`` (default): the estimator computes the neighbours of ``use_rep`` itself.
     key_added : str, optional
         Where to write: ``adata.obsm[key_added]``, ``adata.uns[key_added]``. Default
-        ``"X_probdr_<method>"`` (the lower-cased class name for a class or instance).
+        ``"X_<method>"``, scanpy's own key (``"X_umap"``, ``"X_tsne"``; the lower-cased class
+        name for a class or instance), so that ``scanpy.pl.umap`` and ``scanpy.pl.tsne`` plot it
+        with scanpy's axis names. Replacing an embedding another tool wrote there (for example
+        ``scanpy.tl.umap``'s) warns; pass ``key_added="X_probdr_umap"`` to keep both.
     copy : bool
         Return a modified copy of ``adata``; by default ``adata`` is modified in place and
         ``None`` is returned.
@@ -108,7 +120,7 @@ def embed(adata, method="umap", *, use_rep: str = "X_pca", neighbors_key: str | 
 
     Notes
     -----
-    What is written, under ``key = key_added or "X_probdr_<method>"``:
+    What is written, under ``key = key_added or "X_<method>"``:
 
     ``adata.obsm[key]``
         The embedding, ``(n_obs, n_components)``, in the estimator's ``dtype`` (float32 by
@@ -137,8 +149,9 @@ def embed(adata, method="umap", *, use_rep: str = "X_pca", neighbors_key: str | 
     --------
     >>> import probdr.anndata
     >>> probdr.anndata.embed(adata, "umap")                      # doctest: +SKIP
-    >>> adata.obsm["X_probdr_umap"].shape                        # doctest: +SKIP
+    >>> adata.obsm["X_umap"].shape                               # doctest: +SKIP
     (3000, 2)
+    >>> import scanpy as sc; sc.pl.umap(adata, color="louvain")  # doctest: +SKIP
     >>> # reuse scanpy's graph (scanpy.pp.neighbors(adata)):
     >>> probdr.anndata.embed(adata, "tsne", neighbors_key="neighbors")  # doctest: +SKIP
     """
@@ -159,9 +172,10 @@ def embed(adata, method="umap", *, use_rep: str = "X_pca", neighbors_key: str | 
                          f"{sorted(available)}.")
     if "random_state" in available:
         params = {"random_state": random_state, **params}
-    key = key_added if key_added is not None else f"X_probdr_{name}"
+    key = key_added if key_added is not None else f"X_{name}"
     if not (isinstance(key, str) and key):
         raise ValueError(f"key_added must be a non-empty string, got {key_added!r}.")
+    _warn_if_replacing(adata, key)
 
     info: dict[str, Any] = {"method": name}
     if neighbors_key is not None:

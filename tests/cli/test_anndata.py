@@ -2,6 +2,7 @@
 
 import subprocess
 import sys
+import warnings
 
 import numpy as np
 import pytest
@@ -78,13 +79,13 @@ def test_import_probdr_does_not_import_anndata():
 
 def test_umap_in_place_and_h5ad_round_trip(adata, tmp_path):
     assert pad.embed(adata, "umap", **FAST_UMAP) is None
-    Z = adata.obsm["X_probdr_umap"]
+    Z = adata.obsm["X_umap"]
     assert Z.shape == (adata.n_obs, 2) and Z.dtype == np.float32 and np.isfinite(Z).all()
-    info = adata.uns["X_probdr_umap"]
+    info = adata.uns["X_umap"]
     assert info["method"] == "umap" and info["use_rep"] == "X_pca"
     assert info["probdr_version"] == probdr.__version__
     assert info["params"]["n_epochs"] == 15 and info["params"]["random_state"] == 0
-    assert "X_probdr_umap_std" not in adata.obsm and "neighbors_key" not in info
+    assert "X_umap_std" not in adata.obsm and "neighbors_key" not in info
     # every stored parameter is a plain scalar: None, arrays and callables are left out
     assert all(isinstance(v, (str, bool, int, float)) for v in info["params"].values())
     assert "callbacks" not in info["params"] and "z_prior" not in info["params"]
@@ -92,9 +93,9 @@ def test_umap_in_place_and_h5ad_round_trip(adata, tmp_path):
     path = tmp_path / "a.h5ad"
     adata.write_h5ad(path)
     back = anndata.read_h5ad(path)
-    np.testing.assert_array_equal(back.obsm["X_probdr_umap"], Z)
-    assert back.uns["X_probdr_umap"]["params"] == info["params"]
-    assert back.uns["X_probdr_umap"]["method"] == "umap"
+    np.testing.assert_array_equal(back.obsm["X_umap"], Z)
+    assert back.uns["X_umap"]["params"] == info["params"]
+    assert back.uns["X_umap"]["method"] == "umap"
 
 
 def test_copy_returns_a_modified_copy(adata):
@@ -107,16 +108,16 @@ def test_copy_returns_a_modified_copy(adata):
 def test_same_seed_same_embedding(adata):
     a = pad.embed(adata, "umap", copy=True, random_state=3, **FAST_UMAP)
     b = pad.embed(adata, "umap", copy=True, random_state=3, **FAST_UMAP)
-    np.testing.assert_array_equal(a.obsm["X_probdr_umap"], b.obsm["X_probdr_umap"])
+    np.testing.assert_array_equal(a.obsm["X_umap"], b.obsm["X_umap"])
 
 
 def test_sparse_X_and_float64(adata):
     adata.X = sp.csr_matrix(adata.X)
     est = pad.embed(adata, "tsne", use_rep="X", dtype="float64", return_estimator=True,
                     **FAST_TSNE)
-    Z = adata.obsm["X_probdr_tsne"]
+    Z = adata.obsm["X_tsne"]
     assert Z.shape == (adata.n_obs, 2) and Z.dtype == np.float64
-    assert adata.uns["X_probdr_tsne"]["use_rep"] == "X"
+    assert adata.uns["X_tsne"]["use_rep"] == "X"
     assert est.n_features_in_ == adata.n_vars  # fitted on X, not on X_pca
     np.testing.assert_allclose(Z, est.embedding_)
 
@@ -126,21 +127,21 @@ def test_estimator_class_and_instance(adata):
     est = pad.embed(adata, template, return_estimator=True, min_dist=0.3)
     assert est is not template and not hasattr(template, "embedding_")
     assert est.n_neighbors == 10 and est.min_dist == 0.3 and template.min_dist == 0.1
-    assert "X_probdr_umap" in adata.obsm
+    assert "X_umap" in adata.obsm
     pad.embed(adata, probdr.LargeVis, n_iter=10, perplexity=10)
-    assert adata.uns["X_probdr_largevis"]["params"]["perplexity"] == 10
+    assert adata.uns["X_largevis"]["params"]["perplexity"] == 10
 
 
 def test_svi_writes_the_posterior_spread(adata):
     est = pad.embed(adata, "tsne", inference="svi", return_estimator=True,
                     inference_params={"num_steps": 3, "num_samples": 8}, **FAST_TSNE)
-    std = adata.obsm["X_probdr_tsne_std"]
+    std = adata.obsm["X_tsne_std"]
     assert std.shape == (adata.n_obs, 2) and (std >= 0).all() and std.max() > 0
     np.testing.assert_allclose(std, est.posterior_samples_.std(0, ddof=1), rtol=1e-5)
-    assert adata.uns["X_probdr_tsne"]["params"]["inference"] == "svi"
+    assert adata.uns["X_tsne"]["params"]["inference"] == "svi"
     # a MAP refit under the same key removes the stale spread
     pad.embed(adata, "tsne", **FAST_TSNE)
-    assert "X_probdr_tsne_std" not in adata.obsm
+    assert "X_tsne_std" not in adata.obsm
 
 
 # -- the representation --------------------------------------------------------------------------
@@ -156,8 +157,8 @@ def test_few_variables_fall_back_to_X():
     rng = np.random.default_rng(0)
     adata = anndata.AnnData(rng.normal(size=(120, 8)).astype(np.float32))
     pad.embed(adata, "umap", n_epochs=5)
-    assert adata.uns["X_probdr_umap"]["use_rep"] == "X"
-    assert adata.obsm["X_probdr_umap"].shape == (120, 2)
+    assert adata.uns["X_umap"]["use_rep"] == "X"
+    assert adata.obsm["X_umap"].shape == (120, 2)
 
 
 @pytest.mark.parametrize("kwargs, error, match", [
@@ -172,7 +173,7 @@ def test_few_variables_fall_back_to_X():
 def test_bad_arguments_fail_before_fitting(adata, kwargs, error, match):
     with pytest.raises(error, match=match):
         pad.embed(adata, **kwargs)
-    assert not any(k.startswith("X_probdr") for k in adata.obsm)
+    assert not any(k not in ("X_pca",) for k in adata.obsm)
 
 
 def test_an_instance_with_another_metric_conflicts_with_a_graph(adata):
@@ -227,7 +228,7 @@ def test_graph_reuse_sets_the_umap_neighbour_count(adata):
     est = pad.embed(adata, FakeUMAP, neighbors_key="neighbors", return_estimator=True)
     assert est.metric == "precomputed" and est.n_neighbors == N_NEIGHBORS
     assert sp.issparse(est.X_seen_) and (est.X_seen_ != adata.obsp["distances"]).nnz == 0
-    info = adata.uns["X_probdr_fakeumap"]
+    info = adata.uns["X_fakeumap"]
     assert info["neighbors_key"] == "neighbors" and info["graph_neighbors"] == N_NEIGHBORS - 1
     assert "use_rep" not in info and "n_neighbors=15" in info["note"]
     # a count given by the user is kept (the estimator checks it against the graph)
@@ -245,12 +246,12 @@ def test_graph_reuse_sets_the_perplexity(adata):
         est = pad.embed(adata, FakeTSNE, neighbors_key="neighbors", return_estimator=True)
     assert est.perplexity == pytest.approx(k / 3) and est.n_neighbors == k
     assert np.ceil(3 * est.perplexity) <= k
-    assert "perplexity" in adata.uns["X_probdr_faketsne"]["note"]
+    assert "perplexity" in adata.uns["X_faketsne"]["note"]
     for given in (dict(perplexity=20.0), dict(n_neighbors=40)):
         est = pad.embed(adata, FakeTSNE, neighbors_key="neighbors", return_estimator=True,
                         **given)
         assert est.get_params()[next(iter(given))] == next(iter(given.values()))
-        assert "note" not in adata.uns["X_probdr_faketsne"]
+        assert "note" not in adata.uns["X_faketsne"]
 
 
 @pytest.mark.parametrize("k", range(3, 100))
@@ -323,4 +324,27 @@ def test_tsne_on_scanpy_graph_equals_tsne_on_the_representation(adata):
 def test_too_few_graph_neighbours_for_the_perplexity_is_the_estimators_error(adata):
     with pytest.raises(ValueError):
         pad.embed(adata, "tsne", neighbors_key="neighbors", perplexity=30, **FAST_TSNE)
-    assert "X_probdr_tsne" not in adata.obsm
+    assert "X_tsne" not in adata.obsm
+
+
+def test_default_key_is_scanpys_so_its_plots_name_the_axes_umap1(adata):
+    pad.embed(adata, "umap", **FAST_UMAP)
+    assert adata.obsm["X_umap"].shape == (adata.n_obs, 2)
+    sc = pytest.importorskip("scanpy")
+    import matplotlib
+
+    matplotlib.use("Agg")
+    ax = sc.pl.umap(adata, color="digit", show=False)
+    assert ax.get_xlabel() == "UMAP1" and ax.get_ylabel() == "UMAP2"
+    matplotlib.pyplot.close("all")
+
+
+def test_replacing_another_tools_embedding_warns_and_a_rerun_does_not(adata):
+    adata.obsm["X_umap"] = np.zeros((adata.n_obs, 2), dtype=np.float32)  # scanpy.tl.umap's
+    with pytest.warns(UserWarning, match=r"replacing adata.obsm\['X_umap'\].*X_probdr_umap"):
+        pad.embed(adata, "umap", **FAST_UMAP)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        pad.embed(adata, "umap", **FAST_UMAP)  # probdr's own: replaced silently
+    pad.embed(adata, "umap", key_added="X_probdr_umap", **FAST_UMAP)
+    assert {"X_umap", "X_probdr_umap"} <= set(adata.obsm)
