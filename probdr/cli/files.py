@@ -109,6 +109,24 @@ def _pandas():
     return pandas
 
 
+def _parse(pd, path: str, **kw):
+    """``pandas.read_csv`` with its parser's errors named by the file and explained."""
+    try:
+        return pd.read_csv(path, **kw)
+    except pd.errors.EmptyDataError:
+        raise ValueError(f"--data {path!r} is empty.") from None
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"--data {path!r} is not UTF-8 text (byte {exc.object[exc.start]:#04x} "
+                         f"at position {exc.start}); is it a binary file? probdr reads "
+                         ".csv/.tsv/.txt text tables, .npy arrays and .h5ad files.") from None
+    except pd.errors.ParserError as exc:
+        why = str(exc).strip().removeprefix("Error tokenizing data. C error: ")
+        raise ValueError(f"--data {path!r} could not be read as a table: {why}. Every row needs "
+                         "the same number of fields, separated by the file type's separator "
+                         "(comma for .csv, tab for .tsv, spaces for .txt), with quotes closed."
+                         ) from None
+
+
 def _read_table(path: str, header: str, spec: str | None, minus_one: bool):
     """A delimited table: numeric feature columns and, optionally, the label column ``spec``."""
     import numpy as np
@@ -116,18 +134,15 @@ def _read_table(path: str, header: str, spec: str | None, minus_one: bool):
     pd = _pandas()
     sep = TABLES[file_suffix(path, compressed=True)]
     kw = dict(sep=sep, skipinitialspace=sep != r"\s+")
-    try:
-        first = pd.read_csv(path, header=None, nrows=1, dtype=str, keep_default_na=False, **kw)
-    except pd.errors.EmptyDataError:
-        raise ValueError(f"--data {path!r} is empty.") from None
+    first = _parse(pd, path, header=None, nrows=1, dtype=str, keep_default_na=False, **kw)
     cells = [str(c).strip() for c in first.iloc[0]]
     # auto: a first row with a cell that is not a number is a header
     has_header = any(c and not is_number(c) for c in cells) if header == "auto" else \
         header == "yes"
     # an empty first header cell (pandas' to_csv with its index, R's write.csv): row names
     row_names = has_header and len(cells) > 1 and cells[0] == ""
-    df = pd.read_csv(path, header=0 if has_header else None, index_col=0 if row_names else None,
-                     **kw)
+    df = _parse(pd, path, header=0 if has_header else None, index_col=0 if row_names else None,
+                **kw)
     if len(df) == 0:
         raise ValueError(f"--data {path!r} has no data rows.")
     first_line = 2 if has_header else 1

@@ -408,3 +408,21 @@ def test_cli_help_shows_the_defaults(capsys):
                     "(default: map)", "(default: 1000)", "(default: digits)"):
         assert default in text, default
     assert "(default: None)" not in text and "(default: False)" not in text
+
+
+def test_cli_unreadable_tables_are_named_and_explained(tmp_path, capsys, no_fit):
+    ragged, binary, quote, empty = (tmp_path / f"{n}.csv" for n in ("r", "b", "q", "e"))
+    ragged.write_text("a,b,c\n1,2,3\n6,7,8,9\n")
+    binary.write_bytes(b"\xff\xfe\x00PK")
+    quote.write_text('a,b\n"1,2\n3,4\n')
+    empty.write_text("")
+    cases = [(ragged, ["could not be read as a table", "Expected 3 fields in line 3, saw 4",
+                       "same number of fields"]),
+             (binary, ["is not UTF-8 text (byte 0xff at position 0)", "binary file"]),
+             (quote, ["could not be read as a table", "quotes closed"]),
+             (empty, ["is empty"])]
+    for path, messages in cases:
+        assert cli.main(["embed", "--data", str(path)]) == 2, path
+        err = capsys.readouterr().err
+        assert f"--data {str(path)!r}" in err and all(m in err for m in messages), err
+        assert "Traceback" not in err and "C error" not in err
