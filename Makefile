@@ -16,7 +16,7 @@ test-all:
 	$(PY) -m pytest --nbmake tests notebooks
 
 lint:
-	$(PY) -m ruff check probdr models tests benchmarks
+	$(PY) -m ruff check probdr models tests benchmarks docs/check_html.py
 
 # the wheels benchmarks/device_check.py needs on a GPU machine without a package registry
 # (Python 3.12, manylinux x86-64; benchmarks/DEVICE.md), into .whl/ (ignored by git)
@@ -28,6 +28,7 @@ device-wheels:
 
 docs:
 	$(PY) -m sphinx -W --keep-going -b html docs docs/_build/html
+	$(PY) docs/check_html.py docs/_build/html --exclude benchmarks.html --exclude api.html
 
 # probdr's t-SNE and UMAP presets beside openTSNE and umap-learn on the bundled digits (1797
 # points), one seed, one thread each: about a minute on 2 cores. Prints a Markdown table (wall

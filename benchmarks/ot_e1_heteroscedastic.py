@@ -192,7 +192,7 @@ def main(argv=None):
     body = "\n".join([
         "### E1: heteroscedastic multinomial data, EA vs SEA, SNE vs SNEkhorn [ot-e1-heteroscedastic]",
         "", "Command: `" + command_line() + "`", "", "Machine: " + machine(), "",
-        f"Data as published (thesis §4.4, spec §3.6 E1): n = {args.n}, d = {args.d}, "
+        f"Data as published (thesis §4.4, experiment E1): n = {args.n}, d = {args.d}, "
         "500 x M(10^3, p1), 250 x M(10^3, p2), 250 x M(10^4, p2), rows normalised; "
         f"perplexity {args.perplexity:g}. Affinity metrics over data seeds {args.seeds} "
         f"(mean ± sd); embeddings for seeds {args.embed_seeds}. Script: "

@@ -4,10 +4,14 @@ Build (CI runs exactly this; warnings are errors):
 
     python -m sphinx -W --keep-going -b html docs docs/_build/html
 
-Pages are Markdown (MyST). The table of contents of ``index.md`` is completed at build time with
-every other page found in ``docs/`` (see ``_complete_toctree``): pages written by other parts of
-the project (``ot.md``, ``bayesian.md``, ``benchmarks.md``, ...) appear when they exist, and a
-missing page is never a warning.
+Pages are Markdown (MyST). The sidebar is organised by what users do: ``SECTIONS`` below lists
+the sections and their pages, and ``_complete_toctree`` writes one toctree per section into
+``index.md`` at build time. A page that does not exist is left out (never a warning); a page of
+``docs/`` that no section names is still listed (a research report ``*-results`` under
+"Reproducing the papers", any other page under "More"), so every page is in the sidebar once.
+
+Theme: Furo, which serves everything from the build (no web fonts, no CDN) and scrolls wide code
+blocks and tables inside their own box.
 
 Notebooks: the teaching notebooks of ``notebooks/`` are copied into ``docs/notebooks/``
 (git-ignored) when the build starts and rendered by MyST-NB, which executes them during the build
@@ -94,18 +98,13 @@ numpydoc_xref_param_type = False
 numpydoc_validation_checks: set[str] = set()
 
 # -- HTML --------------------------------------------------------------------------------------
-html_theme = "alabaster"
+html_theme = "furo"  # self-contained: no web fonts, no CDN; code and tables scroll in their box
 html_title = f"probdr {release}"
 html_static_path = ["_static"] if os.path.isdir(os.path.join(os.path.dirname(__file__),
                                                              "_static")) else []
 html_theme_options = {
-    "description": "Dimensionality reduction as probabilistic programs on Pyro",
-    "fixed_sidebar": True,
-    "show_relbars": True,
-    "page_width": "1100px",
-    "sidebar_width": "240px",
+    "navigation_with_keys": True,
 }
-html_sidebars = {"**": ["about.html", "navigation.html", "relations.html", "searchbox.html"]}
 
 # -- notebooks ---------------------------------------------------------------------------------
 DOCS = Path(__file__).resolve().parent
@@ -168,29 +167,77 @@ def _copy_mathjax(app, exception):
 
 
 # -- the table of contents ---------------------------------------------------------------------
-#: pages every build has, in this order
-CORE_PAGES = ["quickstart", "cli", "input", "concepts", "api"]
-#: pages written elsewhere in the project, listed in this order when they exist
-OPTIONAL_PAGES = ["ot", "ot-results", "wishart", "ccpca-results", "bayesian", "benchmarks"]
-#: the line of index.md that is replaced by the toctree of the optional and any other pages
-TOC_MARKER = "% probdr: more pages are listed here by conf.py"
+NOTEBOOKS_CAPTION = "Notebooks"
+PAPERS_CAPTION = "Reproducing the papers"
+#: the sidebar, by what users do: (caption, [(page, sidebar title or None), ...]). A page that
+#: does not exist is left out (pages written elsewhere in the project appear once they exist);
+#: the notebooks section lists every notebook of ``notebooks/``.
+SECTIONS = [
+    ("Get started", [("quickstart", None), ("cli", None)]),
+    ("Embed your data", [("input", None), ("anndata", None), ("bad-inputs", None)]),
+    ("New points and saving", [("out-of-sample", None), ("saving", None)]),
+    ("The model and custom priors", [("concepts", "Concepts: DR as graph coupling"),
+                                     ("bayesian", None), ("wishart", None), ("ot", None)]),
+    ("How sure is the map", [("uncertainty", None)]),
+    ("Scale", [("devices", None), ("distributed", None), ("benchmarks", None)]),
+    ("Reference", [("api", None)]),
+    (NOTEBOOKS_CAPTION, [("gallery", None)]),
+    (PAPERS_CAPTION, [("ccpca-results", None), ("ot-results", None)]),
+]
+#: pages found in ``docs/`` but named in no section go to this section, before the notebooks;
+#: a page whose name ends with this suffix is a research report and goes to the papers' section
+OTHER_CAPTION = "More"
+REPORT_SUFFIX = "-results"
+#: the line of index.md that is replaced by the toctrees
+TOC_MARKER = "% probdr: the table of contents is inserted here by conf.py"
+
+
+#: short sidebar titles of the notebooks; a notebook not named here is listed under its first
+#: heading
+NOTEBOOK_TITLES = {
+    "01-graph-coupling": "01 Graph coupling: SNE, t-SNE, LargeVis, UMAP",
+    "02-pca-as-wishart-coupling": "02 PCA as a Wishart coupling",
+    "03-mrf-degeneracy-and-ccpca": "03 MRF degeneracy and ccPCA",
+    "04-probdr-laplacian-wishart": "04 ProbDR: Laplacian–Wishart models",
+    "05-bayesian-workflow": "05 The Bayesian workflow",
+    "06-optimal-transport-dr": "06 Optimal transport on small data",
+    "07-writing-your-own-model": "07 Writing your own model",
+}
+
+
+def _notebook_entry(docname: str) -> str:
+    """The toctree entry of a notebook page: its title from ``NOTEBOOK_TITLES``, else the page's
+    own first heading."""
+    title = NOTEBOOK_TITLES.get(Path(docname).name)
+    return f"{title} <{docname}>" if title else docname
+
+
+def _toctree(caption: str, entries: list[str]) -> str:
+    return (f"```{{toctree}}\n:hidden:\n:maxdepth: 1\n:caption: {caption}\n\n"
+            + "\n".join(entries) + "\n```\n\n")
 
 
 def _complete_toctree(app, docname, source):
-    """Replace the marker line of ``index.md`` with a toctree of the pages that exist."""
+    """Replace the marker line of ``index.md`` with one toctree per section of ``SECTIONS``."""
     if docname != root_doc:
         return
-    # the notebooks have their own toctree in index.md
-    found = {d for d in app.env.found_docs if not d.startswith("notebooks/")}
-    found -= {root_doc, *CORE_PAGES}
-    pages = [p for p in OPTIONAL_PAGES if p in found]
-    pages += sorted(found - set(OPTIONAL_PAGES))
-    if pages:
-        block = "```{toctree}\n:maxdepth: 2\n:caption: Methods and results\n\n"
-        block += "\n".join(pages) + "\n```\n"
-    else:
-        block = ""
-    source[0] = re.sub(rf"^{re.escape(TOC_MARKER)}\s*$", lambda _: block, source[0],
+    found = set(app.env.found_docs) - {root_doc}
+    named = {page for _, pages in SECTIONS for page, _ in pages}
+    rest = sorted(d for d in found - named if not d.startswith("notebooks/"))
+    reports = [d for d in rest if d.endswith(REPORT_SUFFIX)]
+    others = [d for d in rest if not d.endswith(REPORT_SUFFIX)]
+    blocks = []
+    for caption, pages in SECTIONS:
+        if caption == NOTEBOOKS_CAPTION and others:
+            blocks.append(_toctree(OTHER_CAPTION, others))
+        entries = [f"{title} <{page}>" if title else page for page, title in pages if page in found]
+        if caption == NOTEBOOKS_CAPTION:
+            entries += [_notebook_entry(d) for d in sorted(found) if d.startswith("notebooks/")]
+        elif caption == PAPERS_CAPTION:
+            entries += reports
+        if entries:
+            blocks.append(_toctree(caption, entries))
+    source[0] = re.sub(rf"^{re.escape(TOC_MARKER)}\s*$", lambda _: "".join(blocks), source[0],
                        flags=re.MULTILINE)
 
 

@@ -325,7 +325,7 @@ class StudentKernel(Kernel):
         self.scale = _number(scale, "scale")
 
     def _c(self):
-        """:math:`\nu s^2`, the squared distance at which the kernel bends."""
+        r""":math:`\nu s^2`, the squared distance at which the kernel bends."""
         return self.dof if isinstance(self.scale, float) and self.scale == 1.0 \
             else self.dof * self.scale * self.scale
 

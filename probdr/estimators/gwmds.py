@@ -39,7 +39,7 @@ INITS = ("pca", "random")
 
 
 def _sandwich(G: np.ndarray, C: np.ndarray) -> np.ndarray:
-    """:math:`G^\top C G` for symmetric C, exploiting the sparsity of exact GW plans (a
+    r""":math:`G^\top C G` for symmetric C, exploiting the sparsity of exact GW plans (a
     permutation has n non-zeros): O(nnz n) instead of O(n^3) when G is sparse."""
     import scipy.sparse as sp
 
