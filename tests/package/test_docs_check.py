@@ -89,6 +89,17 @@ def test_leaves_alone(text):
     assert kinds(text) == []
 
 
+def test_only_the_benchmarks_measured_statement_may_carry_a_date():
+    def found(html):
+        return [f.match for f in check_html.check_text(page(html), "x/benchmarks.html")]
+
+    assert found("<p>Measured on 2026-11-27 on 2 cores (AMD EPYC), Python 3.11.7.</p>") == []
+    assert found("<p>Measured from 2026-11-26 to 2026-11-27 on 2 cores.</p>") == []
+    assert found("<p>Measured on 2 cores, 2026-11-27.</p>") == ["2026-11-27"]
+    assert found("<p>Measured on 2026-11-27; re-run on 2026-11-28.</p>") == ["2026-11-28"]
+    assert kinds("<p>Measured on 2026-11-27 on 2 cores.</p>") == [("date", "2026-11-27")]
+
+
 def test_line_numbers_and_tree(tmp_path):
     html = tmp_path / "html"
     (html / "notebooks").mkdir(parents=True)
