@@ -30,14 +30,14 @@ docs:
 	$(PY) -m sphinx -W --keep-going -b html docs docs/_build/html
 	$(PY) docs/check_html.py docs/_build/html --exclude benchmarks.html --exclude api.html
 
-# probdr's t-SNE and UMAP presets beside openTSNE and umap-learn on the bundled digits (1797
-# points), one seed, one thread each: about a minute on 2 cores. Prints a Markdown table (wall
-# time, trustworthiness, 5-NN accuracy, R_n(K)); writes nothing. Override BENCH_ARGS for more,
-# e.g. make bench BENCH_ARGS="--data digits mnist5k --seeds 0 1 2 --out docs/benchmarks.md"
-BENCH_ARGS ?= --data digits --methods tsne opentsne umap umap-learn --seeds 0 --threads 1
+# the benchmark suite (benchmarks/suite.py): by default probdr's t-SNE and UMAP beside openTSNE
+# and umap-learn on the bundled digits, each fit in its own process, a few minutes on 2 cores; it
+# adds the fits to benchmarks/results/suite.jsonl and rewrites docs/benchmarks.md. The whole
+# suite (every data set and peer, about an hour): make bench BENCH_ARGS=
+BENCH_ARGS ?= --data digits --methods probdr-tsne opentsne probdr-umap umap-learn
 
 bench:
-	$(PY) benchmarks/run.py $(BENCH_ARGS)
+	$(PY) benchmarks/suite.py $(BENCH_ARGS)
 
 clean:
 	rm -rf docs/_build docs/notebooks .pytest_cache build *.egg-info

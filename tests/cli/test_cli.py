@@ -426,3 +426,13 @@ def test_cli_unreadable_tables_are_named_and_explained(tmp_path, capsys, no_fit)
         err = capsys.readouterr().err
         assert f"--data {str(path)!r}" in err and all(m in err for m in messages), err
         assert "Traceback" not in err and "C error" not in err
+
+
+def test_cli_plot_title_uses_the_display_name(tmp_path, monkeypatch, capsys):
+    from probdr.cli import command
+
+    titles = []
+    monkeypatch.setattr(command, "save_figure", lambda ax, path: titles.append(ax.get_title()))
+    rc = cli.main(["embed", "--method", "tsne", "--data", "digits", "--n-iter", "30", "--quiet",
+                   "--plot", str(tmp_path / "p.png")])
+    assert rc == 0 and titles == ["t-SNE on digits"], capsys.readouterr().err
