@@ -1,4 +1,4 @@
-r"""Hierarchical graph coupling (Van Assel et al. 2022, §4.2, Corollary 1; spec §7.1--7.2).
+r"""Hierarchical graph coupling (Van Assel et al. 2022, §4.2, Corollary 1).
 
 Model
 -----
@@ -28,8 +28,8 @@ Up to terms free of :math:`Z`, :math:`-(9)` is
     \frac{\nu_X+p}{2}\,\varepsilon\,\mathrm{tr}\big(\bar Z^\top(I_R + \varepsilon\bar X\bar X^\top)^{-1}
     \bar Z\big) - \frac{\nu_Z+q}{2}\log|I_R + \varepsilon\bar Z\bar Z^\top|,
 
-i.e. eq. (21)/(22) of [002] **with the factor** :math:`\varepsilon` **on the trace term** (spec
-Appendix Z #10--#11: the printed (21) omits it; the derivation from the Wishart posterior gives it,
+i.e. eq. (21)/(22) of Van Assel et al. (2022) **with the factor** :math:`\varepsilon` **on the
+trace term** (the printed (21) omits it; the derivation from the Wishart posterior gives it,
 and only with it is the minimiser independent of :math:`\varepsilon`, as Corollary 1 states). With
 :math:`\tilde Z = \sqrt\varepsilon\bar Z`, :math:`\tilde X = \sqrt\varepsilon\bar X` it is Theorem 2, so for
 :math:`\gamma = 1` the minimiser over :math:`Z \in \mathcal S_M^q` is a PCA embedding of
@@ -96,7 +96,7 @@ def global_coupling_objective(Zbar: torch.Tensor, Xbar: torch.Tensor, eps: float
     r"""The Z-dependent part of :math:`-(9)` in CC coordinates (dense :math:`R\times R`):
     :math:`\frac{\nu_X+p}{2}\,c\,\mathrm{tr}(\bar Z^\top(I+\varepsilon\bar X\bar X^\top)^{-1}\bar Z)
     - \frac{\nu_Z+q}{2}\log|I + \varepsilon\bar Z\bar Z^\top|` with :math:`c = \varepsilon`
-    (``eps_factor=True``, derived) or :math:`c = 1` (as printed in [002] (21))."""
+    (``eps_factor=True``, derived) or :math:`c = 1` (as printed in their eq. (21))."""
     R, p = Xbar.shape
     q = Zbar.shape[1]
     eye = torch.eye(R, dtype=Xbar.dtype)

@@ -46,7 +46,7 @@ without bound in :math:`\gamma`.)
 Closed form at :math:`\alpha = 0`
 ---------------------------------
 With :math:`\alpha = 0`, :math:`\ell` is dual probabilistic PCA's objective in the precision
-(Lawrence 2005; [004] footnote 4). Let :math:`\mu_1 \le \dots \le \mu_q` be the smallest
+(Lawrence 2005; Ravuri and Lawrence 2025, footnote 4). Let :math:`\mu_1 \le \dots \le \mu_q` be the smallest
 eigenvalues of :math:`\Lambda` restricted to centred vectors (of :math:`Q^\top\Lambda Q`,
 :math:`Q` an orthonormal basis of :math:`\mathbf 1^\perp`) and :math:`u_i` the eigenvectors.
 Along :math:`u_i`, :math:`\Psi` has eigenvalue :math:`\lambda_i + \gamma` and the objective is

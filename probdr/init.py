@@ -287,7 +287,7 @@ def ccpca_embedding(
     n_components : int
         Number of PCA components :math:`q < p`.
     n_samples : int
-        Monte Carlo draws :math:`N` ([002]: about 100 suffice for n = 10 000).
+        Monte Carlo draws :math:`N` (Van Assel et al. 2022: about 100 suffice for n = 10 000).
     generator : torch.Generator, optional
         Source of randomness (the global torch RNG is left untouched when given).
 

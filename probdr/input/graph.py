@@ -280,7 +280,7 @@ def sea_affinity(X: torch.Tensor, perplexity: float) -> torch.Tensor:
 def knn_laplacian(X, n_neighbors: int = 15, *, neighbors: str = "auto",
                   random_state: int = 0, metric="euclidean", metric_params=None) -> KNNLaplacian:
     r"""Laplacian of the symmetrised binary kNN graph, :math:`A = \mathbb 1[A^{kNN} +
-    A^{kNN\top} \ge 1]` (``n_neighbors`` neighbours per point, self excluded), as [004] builds
+    A^{kNN\top} \ge 1]` (``n_neighbors`` neighbours per point, self excluded), as Ravuri and Lawrence (2025) build
     Laplacian eigenmaps' graph; ``metric`` as in :func:`neighbor_lists`."""
     X = check_data(X)
     n = X.shape[0]

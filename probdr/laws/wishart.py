@@ -454,6 +454,6 @@ def laplacian_eigenmaps(L: KNNLaplacian, q: int, *, dense_max_n: int = 4000) -> 
 
 
 def probdr_epsilon(n: int, n_neg: int = 5, n_neigh: int = 15) -> float:
-    r""":math:`\tilde\epsilon = 4\,n_\text{neg}\,n_\text{neigh}/(3n)` ([004] App. B; 100/n with the
+    r""":math:`\tilde\epsilon = 4\,n_\text{neg}\,n_\text{neigh}/(3n)` (Ravuri and Lawrence 2025, App. B; 100/n with the
     defaults)."""
     return 4.0 * n_neg * n_neigh / (3.0 * n)
