@@ -75,7 +75,7 @@ return NaN. For example, a prior favouring pairs close in time :math:`t`:
             self.n, self.scale = len(self.t), float(scale)
 
         def log_at(self, rows, cols):
-            self._check_index(rows, cols)
+            self.check_index(rows, cols)
             return -((self.t[rows] - self.t[cols]).abs() / self.scale)
 
     est = probdr.TSNE(edge_prior=TemporalPrior(t, scale=5.0)).fit(X)
@@ -126,7 +126,8 @@ class EdgePrior:
             out[s:e] = self.log_at(r, cols.repeat(e - s)).view(e - s, n)
         return out
 
-    def _check_index(self, rows: torch.Tensor, cols: torch.Tensor) -> None:
+    def check_index(self, rows: torch.Tensor, cols: torch.Tensor) -> None:
+        """Raise a ``ValueError`` naming the prior when a node index is outside ``[0, n)``."""
         if rows.numel() and (int(rows.max()) >= self.n or int(cols.max()) >= self.n
                              or int(rows.min()) < 0 or int(cols.min()) < 0):
             raise ValueError(
@@ -175,7 +176,7 @@ class LabelPrior(EdgePrior):
         self.unknown = unknown
 
     def log_at(self, rows, cols):
-        self._check_index(rows, cols)
+        self.check_index(rows, cols)
         yr, yc = self.y[rows], self.y[cols]
         both = self.known[rows] & self.known[cols]
         sign = torch.where(yr == yc, 1.0, -1.0).to(torch.float64)
@@ -244,7 +245,7 @@ class GraphEdgePrior(EdgePrior):
         return keys // self.n, keys % self.n
 
     def log_at(self, rows, cols):
-        self._check_index(rows, cols)
+        self.check_index(rows, cols)
         hit = self.contains(rows, cols)
         return torch.where(hit, torch.tensor(self._log_on, dtype=torch.float64),
                            torch.tensor(self._log_off, dtype=torch.float64))
