@@ -151,14 +151,13 @@ class ccPCA(DREstimator):
 
     @in_fit_environment
     def transform(self, X):
-        r"""Place new points: in each posterior draw a new node of the input graph joins the
-        component :math:`C` of the training node :math:`j` it links to (probability
-        :math:`p_{ij}/p_{i+}`, its input row against the training points, same prior and
-        perplexity), so its CC mean is :math:`(|C|\,\bar x_C + x_{new})/(|C| + 1)`; averaged
-        over the fit's draws (``join_means_``, ``join_weights_``) and over :math:`j`, this is
-        its averaged row, projected on the PCA axes of the averaged data. Edges from training
-        nodes to the new node are left out. A new point equal to a training point gets its
-        fitted position."""
+        """Place new points: in each posterior draw a new node i of the input graph joins the
+        component C of the training node j it links to (probability p_ij / p_i+, its input row
+        against the training points, same prior and perplexity), so its CC mean is
+        (s m_C + x_i) / (s + 1), m_C the mean and s the size of C; averaged over the fit's draws
+        (``join_means_``, ``join_weights_``) and over j, this is its averaged row, projected on
+        the PCA axes of the averaged data. Edges from training nodes to the new node are left
+        out. A new point equal to a training point gets its fitted position."""
         Xt = self._validate_new(X)
         side = self._fitted_input()
         JA = side.averaged(Xt, self.join_means_)

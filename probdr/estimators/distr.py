@@ -216,9 +216,10 @@ class DistR(DREstimator):
 
     @in_fit_environment
     def predict(self, X) -> np.ndarray:
-        r"""The prototype of each new point: the largest entry of its neighbours' average
-        assignment :math:`\sum_j p_{ij} T_{j\cdot}/p_{i+}` (its entropic input row against the
-        training samples, at the fit's perplexity); a training sample keeps its ``labels_``."""
+        """The prototype of each new point: the largest entry of its neighbours' average
+        assignment Σ_j p_ij T_j / p_i+ (p_i its entropic input row against the training
+        samples, at the fit's perplexity, T_j a training sample's row of the coupling); a
+        training sample keeps its ``labels_``."""
         A, match, _ = self._new_assignment(X)
         labels = A.argmax(1)
         seen = (match >= 0).cpu().numpy()
