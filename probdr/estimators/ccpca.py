@@ -127,11 +127,11 @@ class ccPCA(DREstimator):
     Examples
     --------
     >>> import probdr
-    >>> X, y = probdr.datasets.load("digits", n_samples=300)
+    >>> X, y = probdr.datasets.load("digits", n_samples=200)
     >>> cc = probdr.ccPCA(n_components=2, n_samples=20, random_state=0)
     >>> Z = cc.fit_transform(X)
     >>> Z.shape
-    (300, 2)
+    (200, 2)
     >>> cc.transform(X[:5]).shape
     (5, 2)
     """

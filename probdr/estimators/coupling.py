@@ -219,12 +219,12 @@ class GraphCoupling(InputKindsMixin, ContinueMixin, NewPointsMixin, PosteriorInf
     t-SNE written out as a coupling (D, E) with the Student kernel, with heavier tails:
 
     >>> import probdr
-    >>> X, y = probdr.datasets.load("digits", n_samples=300)
-    >>> est = probdr.GraphCoupling("D", "E", "student", perplexity=20, n_iter=300,
+    >>> X, y = probdr.datasets.load("digits", n_samples=200)
+    >>> est = probdr.GraphCoupling("D", "E", "student", perplexity=20,
     ...                            kernel_params={"dof": 0.5}, random_state=0)
     >>> Z = est.fit_transform(X)
     >>> Z.shape
-    (300, 2)
+    (200, 2)
     >>> probdr.metrics.trustworthiness(X, Z, k=10) > 0.9
     True
     """

@@ -156,11 +156,11 @@ class DistR(DREstimator):
     Examples
     --------
     >>> import probdr
-    >>> X, y = probdr.datasets.load("digits", n_samples=300)
+    >>> X, y = probdr.datasets.load("digits", n_samples=200)
     >>> distr = probdr.DistR(n_prototypes=10, perplexity=20, random_state=0)
     >>> Z = distr.fit_transform(X)
     >>> Z.shape, distr.prototypes_.shape
-    ((300, 2), (10, 2))
+    ((200, 2), (10, 2))
     >>> distr.predict(X[:5]).shape
     (5,)
     """

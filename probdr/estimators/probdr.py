@@ -158,11 +158,11 @@ class ProbDR(GraphRowMixin, DREstimator):
     Examples
     --------
     >>> import probdr
-    >>> X, y = probdr.datasets.load("digits", n_samples=300)
+    >>> X, y = probdr.datasets.load("digits", n_samples=200)
     >>> pdr = probdr.ProbDR(n_components=2, random_state=0)
     >>> Z = pdr.fit_transform(X)
     >>> Z.shape
-    (300, 2)
+    (200, 2)
 
     Dual probabilistic PCA, in closed form:
 

@@ -93,12 +93,12 @@ class SNEkhorn(GraphCoupling):
     Examples
     --------
     >>> import probdr
-    >>> X, y = probdr.datasets.load("digits", n_samples=300)
+    >>> X, y = probdr.datasets.load("digits", n_samples=200)
     >>> sk = probdr.SNEkhorn(perplexity=20, random_state=0)
     >>> Z = sk.fit_transform(X)
     >>> Z.shape
-    (300, 2)
-    >>> probdr.metrics.trustworthiness(X, Z, k=10) > 0.9
+    (200, 2)
+    >>> probdr.metrics.trustworthiness(X, Z, k=10) > 0.85
     True
     """
 
@@ -225,12 +225,12 @@ class TSNEkhorn(SNEkhorn):
     Examples
     --------
     >>> import probdr
-    >>> X, y = probdr.datasets.load("digits", n_samples=300)
+    >>> X, y = probdr.datasets.load("digits", n_samples=200)
     >>> tsk = probdr.TSNEkhorn(perplexity=20, random_state=0)
     >>> Z = tsk.fit_transform(X)
     >>> Z.shape
-    (300, 2)
-    >>> probdr.metrics.knn_accuracy(Z, y) > 0.9
+    (200, 2)
+    >>> probdr.metrics.knn_accuracy(Z, y) > 0.85
     True
     """
 
