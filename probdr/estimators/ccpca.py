@@ -97,7 +97,7 @@ class ccPCA(DREstimator):
     mean_ : ndarray of shape (n_features,)
         Column means of X̄.
     projection_ : ndarray of shape (n_features, n_components)
-        The PCA map of the averaged data: scores = (X̄ - mean_) @ projection_.
+        The PCA map of the averaged data: the scores are ``(X̄ - mean_) @ projection_``.
     n_threads_
     device_
     random_state_

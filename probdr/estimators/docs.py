@@ -69,9 +69,9 @@ metric : str or callable
 metric_params : dict or None
     Parameters of the metric ({"p": 3} for minkowski).
 random_state : int, RandomState, Generator or None
-    Seed of everything random in ``fit`` (neighbour search, initialisation, sampling): torch's,
-    numpy's and Python's random streams are seeded from it during ``fit`` and restored
-    afterwards. An int in [0, 2**32 - 1] is used as it is, a numpy RandomState or Generator
+    Seed of every random choice of ``fit`` (neighbour search, initialisation, sampling, as the
+    method has them): torch's, numpy's and Python's random streams are seeded from it during
+    ``fit`` and restored afterwards. An int in [0, 2**32 - 1] is used as it is, a numpy RandomState or Generator
     gives one draw, None takes fresh entropy from the system; the seed used is
     ``random_state_``.
 verbose : bool

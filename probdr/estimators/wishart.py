@@ -129,7 +129,7 @@ class WishartPCA(LinearMapMixin, PosteriorInference, DREstimator):
     mean_ : ndarray of shape (n_features,)
         The centring vector of ``transform``.
     projection_ : ndarray of shape (n_features, n_components)
-        The linear map W of ``transform``: (X - mean_) @ W.
+        The linear map W of ``transform``: ``(X - mean_) @ W``.
     loss_history_ : ndarray
         Negative log joint during the MAP fit (empty for the closed form).
     n_threads_
