@@ -13,7 +13,7 @@ UMAP       B~       B        umap_odds     umap         negative sampling (m=5, 
 
 ``affinity`` is the preset's calibration, or ``"precomputed"`` (X is the input affinity). The
 parameters not listed in a preset's signature are those of :class:`GraphCoupling` at the
-values of the class attributes below (use :class:`GraphCoupling` to change them).
+values of the preset's class attributes (use :class:`GraphCoupling` to change them).
 """
 
 from __future__ import annotations
