@@ -286,6 +286,11 @@ class LargeVis(_SGDPreset):
     not in the signature are GraphCoupling's at the values of the class attributes
     (``LargeVis.prior_z``, ``LargeVis.optimizer``, ...).
 
+    Parameters
+    ----------
+    learning_rate : float or "auto"
+        Step size of SGD, decaying linearly to 0 over the fit; "auto": 1 (umap-learn's).
+
     Attributes
     ----------
     embedding_
@@ -397,6 +402,8 @@ class UMAP(_SGDPreset):
         move within an epoch as in umap-learn's sequential updates (one step per epoch
         converges more slowly on large data; measured in docs/benchmarks.md). "auto":
         ceil(sqrt(n / 20000)), at most 4.
+    learning_rate : float or "auto"
+        Step size of SGD, decaying linearly to 0 over the fit; "auto": 1 (umap-learn's).
 
     Attributes
     ----------
