@@ -51,56 +51,89 @@ from ..laws.components import (
     sample_memberships,
 )
 from .base import DREstimator, in_fit_environment
+from .docs import reference
 from .params import Num, StrOptions
 
 __all__ = ["ccPCA"]
 
 
+@reference
 class ccPCA(DREstimator):
-
-    r"""ccPCA (Van Assel et al. 2022): PCA of the data averaged over the connected-component
-    means of posterior input graphs; the heuristic minimiser of the hierarchical coupling's
-    global term and an initialisation for t-SNE/UMAP that keeps the positions of clusters.
-
-    .. math::
-        Z = \mathrm{PCA}_q\Big(\frac1N\sum_{\ell=1}^N U^\ell_{[R]}U^{\ell\top}_{[R]}X\Big),\qquad
-        W^{(\ell)} \sim \mathbb P_{\mathcal P_X}(\cdot; K_X),
-
-    :math:`U^\ell_{[R]}` the CC indicators (normalised) of :math:`W^{(\ell)} + W^{(\ell)\top}`.
-
-    The input graph law is built by :func:`probdr.estimators.build_input_graph` with entropic
-    affinities: :math:`K_{X,ij} = \exp(-(\|x_i-x_j\|^2 - d^2_{i,\min})/\varepsilon_i)` on the
-    ``3 * perplexity`` nearest neighbours, bandwidths from the perplexity. Under the D prior the
-    posterior mean is the row-stochastic :math:`P^D` (one out-edge per node); under E, :math:`n`
-    edges drawn from :math:`K_X/K_{X,++}`; under B, independent edges with probability
-    :math:`K/(1+K)` (the row shift fixes each row's largest weight to 1, a convention [002] does
-    not specify).
+    """ccPCA (Van Assel et al. 2022, Algorithm 1): PCA of the data averaged over the
+    connected-component means of posterior input graphs. Graphs W are drawn from the posterior
+    of the input prior (``prior_x``) given the entropic affinities K_X of the data; each row of
+    X is replaced by the mean of its connected component in each draw, and the average over the
+    draws is embedded by PCA. It is the heuristic minimiser of the hierarchical coupling's
+    global term, and an initialisation for t-SNE and UMAP that keeps the relative positions of
+    the clusters (``init="ccpca"``).
 
     Parameters
     ----------
     n_components : int
+        Dimension q of the embedding, at most the number of features.
     prior_x : {"D", "E", "B"}
-        Input-graph prior.
+        Prior of the input graph: D, one out-edge per node drawn from P^D (row-stochastic);
+        E, n edges drawn from K_X / ΣK_X; B, independent edges of probability K / (1 + K).
     perplexity : float
-        Perplexity of the entropic affinities ([002]: 30). Higher perplexity gives more connected
-        draws and an embedding closer to plain PCA ([002] Fig. 4).
+        Perplexity of the entropic affinities, in [1, n - 1) (the paper's 30). Higher values
+        give more connected draws and an embedding closer to plain PCA.
     n_samples : int
-        Monte Carlo draws :math:`N`.
-    random_state : int or None
-
-    metric, metric_params : str or callable, dict
-        Dissimilarity of the rows for the input graph (:mod:`probdr.input.distances`); the components' means stay in feature space.
+        Number N of posterior graphs drawn.
+    metric : str or callable
+        Dissimilarity of the rows for the input graph (probdr.input.distances; the names are
+        those of GraphCoupling); the components' means stay in feature space, so
+        "precomputed" is not supported.
 
     Attributes
     ----------
-    embedding_ : ndarray (n, q)
+    embedding_ : ndarray of shape (n_samples, n_components)
         Unscaled PCA scores of the centred averaged data.
-    input_graph_ : GraphLaw
-        The posterior law of :math:`W_X`.
+    input_
+    input_graph_
     component_stats_ : ComponentStatistics
-        Connected components of the ``n_samples`` draws (``.summary()``).
-    averaged_data_ : ndarray (n, p)
-        :math:`\bar X` (before centring).
+        Connected components of the draws (``.summary()``).
+    averaged_data_ : ndarray of shape (n_samples, n_features)
+        The averaged data X̄, before centring.
+    mean_ : ndarray of shape (n_features,)
+        Column means of X̄.
+    projection_ : ndarray of shape (n_features, n_components)
+        The PCA map of the averaged data: the scores are ``(X̄ - mean_) @ projection_``.
+    n_threads_
+    device_
+    random_state_
+
+    See Also
+    --------
+    WishartPCA : PCA as a Wishart coupling.
+    TSNE, UMAP : ``init="ccpca"`` starts them from this embedding.
+
+    Notes
+    -----
+    With N draws W⁽ˡ⁾ and U⁽ˡ⁾ the normalised indicators of the connected components of
+    W⁽ˡ⁾ + W⁽ˡ⁾ᵀ::
+
+        Z = PCA_q( (1/N) Σ_l U⁽ˡ⁾ U⁽ˡ⁾ᵀ X )
+
+    computed as the average of the component-mean matrices, in O(Nnp), without the n × n
+    average. The averaged data are column-centred before the SVD (the same as centring X
+    first); the output is the unscaled scores U_q S_q, each column's largest-magnitude entry
+    positive.
+
+    References
+    ----------
+    H. Van Assel, T. Espinasse, J. Chiquet, F. Picard. A Probabilistic Graph Coupling View of
+    Dimension Reduction. NeurIPS 2022, §4.2-4.3.
+
+    Examples
+    --------
+    >>> import probdr
+    >>> X, y = probdr.datasets.load("digits", n_samples=200)
+    >>> cc = probdr.ccPCA(n_components=2, n_samples=20, random_state=0)
+    >>> Z = cc.fit_transform(X)
+    >>> Z.shape
+    (200, 2)
+    >>> cc.transform(X[:5]).shape
+    (5, 2)
     """
 
     _components_at_most_features = True
@@ -151,14 +184,13 @@ class ccPCA(DREstimator):
 
     @in_fit_environment
     def transform(self, X):
-        r"""Place new points: in each posterior draw a new node of the input graph joins the
-        component :math:`C` of the training node :math:`j` it links to (probability
-        :math:`p_{ij}/p_{i+}`, its input row against the training points, same prior and
-        perplexity), so its CC mean is :math:`(|C|\,\bar x_C + x_{new})/(|C| + 1)`; averaged
-        over the fit's draws (``join_means_``, ``join_weights_``) and over :math:`j`, this is
-        its averaged row, projected on the PCA axes of the averaged data. Edges from training
-        nodes to the new node are left out. A new point equal to a training point gets its
-        fitted position."""
+        """Place new points: in each posterior draw a new node i of the input graph joins the
+        component C of the training node j it links to (probability p_ij / p_i+, its input row
+        against the training points, same prior and perplexity), so its CC mean is
+        (s m_C + x_i) / (s + 1), m_C the mean and s the size of C; averaged over the fit's draws
+        (``join_means_``, ``join_weights_``) and over j, this is its averaged row, projected on
+        the PCA axes of the averaged data. Edges from training nodes to the new node are left
+        out. A new point equal to a training point gets its fitted position."""
         Xt = self._validate_new(X)
         side = self._fitted_input()
         JA = side.averaged(Xt, self.join_means_)

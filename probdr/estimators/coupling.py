@@ -28,6 +28,7 @@ from ..laws.weights import KernelWeights, sparse_to
 from ..models.coupling import graph_coupling_model
 from .base import DREstimator
 from .coupling_new_points import NewPointsMixin, attraction_mass, auto_coupling_weight
+from .docs import reference
 from .inference import PosteriorInference
 from .inputs import ContinueMixin, InputKindsMixin
 from .params import POSITIVE, Int, InvalidParameterError, Num, StrOptions
@@ -51,143 +52,181 @@ INPUT_PARAMETERS = ("perplexity", "n_neighbors", "metric", "metric_params", "edg
 SAMPLED_LR_SHRINK = 16.0
 
 
+@reference
 class GraphCoupling(InputKindsMixin, ContinueMixin, NewPointsMixin, PosteriorInference,
                     DREstimator):
-    r"""Probabilistic graph coupling (Van Assel et al., 2022) fitted by MAP.
+    """Probabilistic graph coupling (Van Assel et al. 2022) fitted by MAP: the estimator of which
+    SNE, TSNE, LargeVis and UMAP are presets, with every choice open.
+
+    The model: the data give an input graph W_X, drawn from the posterior of the input prior
+    (``prior_x``) given the affinities K_X of the rows of X; the embedding Z gives a latent
+    graph W_Z, drawn from the latent prior (``prior_z``) with the weights k(‖z_i - z_j‖²) of
+    the latent kernel (``kernel_z``); Z maximises the likelihood of W_Z = W_X, i.e. minimises
+    the cross-entropy between the two graph laws. The priors: B, independent Bernoulli edges;
+    D, one out-edge per node (rows normalised, as SNE's P); E, n edges in all (one global
+    normaliser, as t-SNE's Q); B~, UMAP's symmetrised B graph (input side only).
 
     Parameters
     ----------
     prior_x : {"D", "B", "B~", "E"} or GraphPrior
-        Prior of the input graph :math:`W_X` (``"B~"``: UMAP's symmetrised B graph).
+        Prior of the input graph W_X.
     prior_z : {"D", "B", "E"} or GraphPrior
-        Prior of the latent graph :math:`W_Z`. The pair must have a defined cross-entropy
-        (Van Assel et al. 2022, Table 1); otherwise a ``ValueError`` lists the defined pairs.
-    kernel_z : str or Kernel
-        Latent kernel: ``"gaussian"``, ``"student"``, ``"umap"``, ``"umap_odds"``.
-    perplexity : float
-        Perplexity of the entropic input affinities.
-    n_components : int
-        Embedding dimension q (must be smaller than the number of features).
-    affinity : {"auto", "entropic", "umap", "binary"}
-        Input affinity; ``"auto"`` is ``"umap"`` for B/B~ input priors, else ``"entropic"``.
-    n_neighbors : int, optional
-        Neighbour count for the input graph (UMAP convention: counts the point itself).
-    kernel_params : dict, optional
-        Keyword arguments of the latent kernel (e.g. ``{"dof": 1}``, ``{"a": .., "b": ..}``).
-    edge_prior : array (n, n), sparse or None
-        Edge prior :math:`\pi` of the input graph (Proposition 1: posterior weights
-        :math:`\pi \odot K_X`).
+        Prior of the latent graph W_Z. The pair must have a defined cross-entropy (Van Assel et
+        al. 2022, Table 1); otherwise a ValueError lists the defined pairs.
+    kernel_z : {"gaussian", "student", "umap", "umap_odds"} or Kernel
+        Latent kernel k of the squared distances d²: "gaussian" exp(-d²), "student"
+        (1 + d²/ν)^(-(ν+1)/2) (ν = 1: Cauchy 1/(1 + d²)), "umap" UMAP's curve
+        1/(1 + a d^(2b)), "umap_odds" its odds 1/(a d^(2b)), whose B-prior edge probability is
+        UMAP's curve; or a probdr.kernels.Kernel.
+    affinity : {"auto", "entropic", "umap", "binary", "precomputed"}
+        Calibration of the input affinities K_X: "entropic" (per-point Gaussian bandwidths set
+        by the perplexity), "umap" (UMAP's fuzzy kNN weights), "binary" (the kNN graph);
+        "auto" is "umap" under the B and B~ input priors, else "entropic"; "precomputed": X is
+        the affinity matrix itself.
+    n_neighbors : int or None
+        Neighbours per point of the input graph (UMAP's convention: the point itself counted).
+        None: 3 × perplexity for the entropic affinities.
+    kernel_params : dict or None
+        Keyword arguments of the latent kernel, e.g. {"dof": 0.5} or {"a": 1.6, "b": 0.9}; a
+        number given as "learn" ({"dof": "learn"}) is fitted by MAP with the embedding.
+    edge_prior : array of shape (n_samples, n_samples), sparse matrix, edge-prior object or None
+        Edge prior π of the input graph: its posterior weights are π ⊙ K_X (Proposition 1). One
+        built from an observed network (probdr.laws.edge_priors.from_graph) also adds the
+        network's pairs to the neighbour lists.
     repulsion : {"auto", "exact", "fft", "sampled", "negative_sampling"}
-        How the all-pairs (repulsive) normaliser is computed: ``"exact"`` (O(n^2) per step),
-        ``"fft"`` (grid interpolation, 2-D t-SNE, O(n)), ``"sampled"`` (Monte Carlo over
-        ``negative_samples`` partners per node, any law) or ``"negative_sampling"`` (umap-learn's
-        scheme: down-weighted non-edges, B latent prior). ``"auto"``: FFT for 2-D t-SNE above
-        ``FFT_REPULSION_MIN_N`` points; otherwise exact up to ``EXACT_REPULSION_MAX_N``, then
-        sampled.
-    negative_samples, negative_weight : int, float
-        Negatives per edge (per node for ``"sampled"``) and their weight :math:`\gamma`
-        (``"negative_sampling"`` only).
+        How the all-pairs (repulsive) part of the objective is computed: "exact" (O(n²) per
+        step), "fft" (grid interpolation, 2-D Student kernel, O(n)), "sampled" (Monte Carlo over
+        ``negative_samples`` partners per node, any prior) or "negative_sampling" (umap-learn's
+        scheme: down-weighted non-edges, B latent prior). "auto": FFT for 2-D fits with the E
+        latent prior above 1,000 points, otherwise exact up to 4,000 points, then sampled.
+    negative_samples : int
+        Negatives per edge ("negative_sampling") or per node ("sampled").
+    negative_weight : float
+        Weight γ of the negatives ("negative_sampling" only).
     observe : {"mean", "sample"}
-        Couple with the posterior mean of :math:`W_X` (exact cross-entropy) or with a fresh
-        posterior draw at every step (Monte Carlo coupling).
-    init : {"pca", "random", "spectral", "ccpca"} or array (n, q)
+        Couple with the posterior mean E[W_X] (the exact cross-entropy) or with a fresh draw of
+        W_X at every step (Monte Carlo coupling).
+    init : {"pca", "random", "spectral", "ccpca"} or array of shape (n_samples, n_components)
+        Initial embedding: PCA scores, Gaussian noise, the spectral embedding of the input
+        graph, ccPCA (probdr.ccPCA), or an array; a named one is rescaled by ``init_scale``.
     n_iter : int
-        Total optimisation steps (including early exaggeration).
-    early_exaggeration, early_exaggeration_iter : float, int
-        Attraction multiplier and its duration.
+        Optimiser steps in all, early exaggeration included.
+    early_exaggeration : float
+        Multiplier of the attraction during the first ``early_exaggeration_iter`` steps.
+    early_exaggeration_iter : int
+        Steps of early exaggeration (at most ``n_iter``).
     learning_rate : float or "auto"
-        ``"auto"``: ``max(50, n / (4 exaggeration))`` per phase for the gains optimiser (openTSNE's
-        ``max(200, n / exaggeration)`` in this gradient's scale, which keeps t-SNE's factor 4;
-        scikit-learn's rule), 1.0 decaying to 0 for SGD (umap-learn's).
-    momentum, early_momentum : float
-        Momentum of the main and early-exaggeration phases (``"gains"`` and ``"sgd"``).
+        Step size. "auto": for the gains optimiser max(50, n / (4 α)) in each phase, α its
+        exaggeration (openTSNE's max(200, n / α) in this gradient's scale, which keeps t-SNE's
+        factor 4; scikit-learn's rule), 16 times smaller with ``repulsion="sampled"``; 1 for
+        "sgd" and "adam".
+    momentum : float
+        Momentum of the main phase ("gains" and "sgd").
+    early_momentum : float
+        Momentum of the early-exaggeration phase ("gains" and "sgd").
     optimizer : {"gains", "sgd", "adam"}
-        ``"gains"``: t-SNE's delta-bar-delta gains with momentum, on the loss divided by n (the
-        scale of t-SNE's KL gradient, which the automatic learning rate assumes); ``"sgd"``,
-        ``"adam"``: on the loss itself.
+        "gains": t-SNE's delta-bar-delta gains with momentum, on the loss divided by n (the
+        scale of t-SNE's gradient, which the automatic learning rate assumes); "sgd" and
+        "adam": on the loss itself.
     learning_rate_decay : bool
         Decay the learning rate linearly to 0 over the main phase (umap-learn's schedule).
-    grad_clip : float, optional
+    grad_clip : float or None
         Clip every gradient coordinate, and every pair's force inside the model, to
-        ``[-grad_clip, grad_clip]`` (umap-learn clips at 4).
+        [-grad_clip, grad_clip] (umap-learn clips at 4).
     init_scale : float or "umap"
         A named initialisation is centred and scaled so that its first coordinate has this
-        standard deviation (openTSNE's 1e-4); ``"umap"`` maps it to the box [0, 10] with 1e-4
+        standard deviation (openTSNE's 1e-4); "umap" maps it to the box [0, 10] with 1e-4
         noise, as umap-learn does.
-    neighbors : {"auto", "exact", "approximate", "pynndescent"}
-        Input-graph neighbours (:func:`probdr.input.neighbors.knn`): ``"auto"`` is exact up to
-        100,000 points (brute force, then a pruned cell search), the torch approximate search beyond.
-    inference : {"map", "svi", "mcmc"}
-        MAP (the classical methods), or a posterior over Z by SVI or NUTS, started from the MAP
-        embedding (see :mod:`probdr.infer.posterior`), as in the Wishart estimators
-        (:class:`~probdr.estimators.inference.PosteriorInference`).
-    inference_params : dict, optional
-        Options of the posterior inference (guide, steps, draws, chains, ...).
-    z_prior : None, float or distribution
-        Prior on Z (:class:`~probdr.estimators.inference.PosteriorInference`'s rule). ``None``:
-        flat in the MAP fit, also when a posterior follows, whose prior is then the isotropic
-        Gaussian of scale 10 x the RMS of the MAP embedding (``z_prior_scale_``); a float:
-        isotropic Gaussian of that scale; or a Pyro distribution with event shape (n, q).
     coupling_weight : float or "auto"
-        Weight of the coupling likelihood (an inverse temperature): the posterior's spread
-        depends on it; MAP does not, up to the Z prior. ``"auto"`` (default): 1 for MAP; for
-        SVI/MCMC and ``sample_transform`` the tail rule of :func:`auto_coupling_weight` (4 for
-        2-D t-SNE), stored as ``coupling_weight_``.
-    latent_edge_prior : array, sparse or edge-prior object, optional
-        Edge prior :math:`\pi` on the latent graph :math:`W_Z`.
-    dtype : {"float32", "float64"}
-    random_state : int or None
-    verbose : bool
-    n_jobs, device : int or None, str or torch.device
-        Threads for ``fit`` and ``transform`` (``None``: the process's setting; ``-1``: every
-        core) and where they compute (``"auto"``: CUDA if available, else the CPU; ``"cpu"``,
-        ``"cuda:1"``, ``"mps"``); resolved once in ``fit`` (``n_threads_``, ``device_``), which
-        ``transform`` then uses; see the page "Devices and threads".
+        Weight ω of the coupling likelihood, an inverse temperature: the posterior's spread
+        depends on it, the MAP does not (up to the Z prior). "auto": 1 for MAP; for SVI, MCMC
+        and ``sample_transform`` the tail rule of probdr.estimators.coupling.auto_coupling_weight
+        (4 for 2-D t-SNE), stored as ``coupling_weight_``.
+    latent_edge_prior : array, sparse matrix, edge-prior object or None
+        Edge prior π on the latent graph W_Z.
     metric : str or callable
-        Dissimilarity of the rows of X (:mod:`probdr.input.distances`): ``"euclidean"``
-        (default), ``"sqeuclidean"``, ``"cosine"``, ``"correlation"``, ``"manhattan"``,
-        ``"chebyshev"``, ``"minkowski"``, ``"hamming"``, ``"jaccard"``, ``"haversine"``, a
-        callable ``f(x, y) -> float``, or ``"precomputed"``: X is then a square distance matrix
-        (dense), or a sparse matrix whose stored entries in each row are that row's neighbour
+        Dissimilarity of the rows of X (probdr.input.distances): "euclidean", "sqeuclidean",
+        "cosine", "correlation", "manhattan", "chebyshev", "minkowski", "hamming", "jaccard",
+        "haversine", a callable f(x, y) -> float, or "precomputed": X is then a square distance
+        matrix, or a sparse matrix whose stored entries in each row are that row's neighbour
         distances (scanpy's ``obsp["distances"]``), and ``transform`` takes the new points'
-        distances to the training points. The entropic affinities use the cost :math:`d^2`,
-        UMAP's calibration the distance :math:`d`.
-    metric_params : dict, optional
-        Parameters of the metric (``{"p": 3}`` for minkowski).
-    precomputed_knn : tuple (indices, distances), optional
-        Neighbour lists ``(n, k')`` computed elsewhere, used instead of the search (umap-learn's
-        layout, with the point itself in column 0, is accepted).
-    target_weight : float in [0, 1]
-        Weight of the labels in ``fit(X, y)`` (:mod:`probdr.input.labels`): each labelled
-        point's observed row is :math:`(1 - \alpha) P_X + \alpha P_Y`, where the label graph
-        :math:`W_Y` links it to points of its own label. 0: the labels are ignored; 1: labelled
-        points follow only their labels. ``y = -1`` marks an unknown label.
-
-    A sparse X (scipy CSR/CSC, e.g. counts or tf-idf) is never densified: the neighbour search
-    works on its rows and ``init="pca"`` uses a randomised PCA of the implicitly centred matrix.
-    With precomputed distances the ``"pca"`` initialisation is classical MDS (dense distances,
-    equal to PCA for Euclidean distances) or, without all distances, the spectral one.
+        distances to the training points. The entropic affinities use the cost d², UMAP's
+        calibration the distance d.
+    precomputed_knn : tuple (indices, distances) or None
+        Neighbour lists of shape (n_samples, k) computed elsewhere, used instead of the search
+        (umap-learn's layout, the point itself in column 0, is accepted).
+    target_weight : float
+        Weight α in [0, 1] of the labels in ``fit(X, y)`` (probdr.input.labels): a labelled
+        point's observed row is (1 - α) P_X + α P_Y, the label graph W_Y linking it to points of
+        its own label; 0 ignores the labels, 1 follows only them; y = -1 marks an unknown label.
 
     Attributes
     ----------
-    embedding_ : ndarray (n, q)
-    input_graph_ : GraphLaw
-        The law of :math:`W_X \mid X` (``.mean`` is :math:`E[W_X]`, ``.sample()`` draws a graph).
-    label_graph_ : torch sparse tensor (n, n)
-        ``fit(X, y)`` only: :math:`E[W_Y \mid y]`, the label graph's mean on its sampled edges.
-    loss_history_, loss_steps_ : ndarray
-        Optimised objective (exaggerated; stochastic under negative sampling) at the steps
-        ``loss_steps_`` (from 1): all below 100,000 points, every 50th above (``probdr.config``).
-    kernel_ : Kernel
-        The latent kernel; a number given as ``"learn"`` (e.g. ``kernel_params={"dof":
-        "learn"}``, ``TSNE(dof="learn")``) at its MAP value.
-    learned_kernel_params_ : dict
-        ``{name: MAP value}`` of the kernel's learned numbers (empty when none is learned).
+    embedding_
+    input_
+    input_graph_
+    label_graph_ : torch sparse tensor of shape (n_samples, n_samples) or None
+        ``fit(X, y)`` only: E[W_Y | y], the label graph's mean on its sampled edges.
+    kernel_
+    learned_kernel_params_
+    loss_history_ : ndarray
+        The optimised objective (exaggerated; stochastic under sampled repulsion) at the steps
+        ``loss_steps_``: every step below 100,000 points, every 50th above (probdr.config).
+    loss_steps_ : ndarray of int
+        The steps (from 1) of ``loss_history_``.
+    n_iter_
+    n_rescued_ : int
+        Collapsed columns of Z rescued during the fit (probdr.infer.schedule).
+    stopped_by_callback_
+    coupling_weight_ : float
+        The coupling weight used, "auto" resolved.
     model_kwargs_ : dict
         The model's arguments (after a posterior fit, ``z_prior`` is the posterior's prior).
-    posterior_, posterior_samples_, map_embedding_, z_prior_scale_
-        With ``inference="svi"`` or ``"mcmc"``: see
-        :class:`~probdr.estimators.inference.PosteriorInference`.
+    n_threads_
+    device_
+    random_state_
+    posterior_
+    posterior_samples_
+    map_embedding_
+    z_prior_scale_
+
+    See Also
+    --------
+    TSNE, UMAP, SNE, LargeVis : the presets.
+    SNEkhorn : the coupling with a doubly stochastic latent law.
+    probdr.models.coupling.graph_coupling_model : the Pyro model.
+
+    Notes
+    -----
+    Besides ``fit``, ``transform`` places new points (MAP of each new point given the fitted
+    embedding), ``sample_transform`` draws them from their conditional posteriors, ``optimize``
+    continues the fit, ``loss(Z)`` is the exact cross-entropy whatever the optimiser used and
+    ``latent_law(Z)`` the law of W_Z.
+
+    X may be a dense array, a sparse matrix (scipy CSR/CSC, e.g. counts or tf-idf, never
+    densified: the neighbour search works on its rows and ``init="pca"`` uses a randomised PCA
+    of the implicitly centred matrix), precomputed distances or affinities, or a GraphLaw. With
+    precomputed distances ``init="pca"`` is classical MDS (dense distances; equal to PCA for
+    Euclidean ones) or, without all distances, the spectral initialisation.
+
+    References
+    ----------
+    H. Van Assel, T. Espinasse, J. Chiquet, F. Picard. A Probabilistic Graph Coupling View of
+    Dimension Reduction. NeurIPS 2022.
+
+    Examples
+    --------
+    t-SNE written out as a coupling (D, E) with the Student kernel, with heavier tails:
+
+    >>> import probdr
+    >>> X, y = probdr.datasets.load("digits", n_samples=200)
+    >>> est = probdr.GraphCoupling("D", "E", "student", perplexity=20,
+    ...                            kernel_params={"dof": 0.5}, random_state=0)
+    >>> Z = est.fit_transform(X)
+    >>> Z.shape
+    (200, 2)
+    >>> probdr.metrics.trustworthiness(X, Z, k=10) > 0.9
+    True
     """
 
     _defaults_kernel: dict[str, Any] = {}
@@ -527,13 +566,12 @@ class GraphCoupling(InputKindsMixin, ContinueMixin, NewPointsMixin, PosteriorInf
         return Zt
 
     def latent_law(self, Z) -> GraphLaw:
-        """The posterior law of :math:`W_Z` given Z (float64)."""
+        """The posterior law of the latent graph W_Z given Z (float64)."""
         return self._latent_prior().posterior(KernelWeights(self._check_Z(Z), self._make_kernel()))
 
     def loss(self, Z) -> float:
-        r"""The coupling cross-entropy :math:`\mathcal H_{\mathcal P_X,\mathcal P_Z}(Z)` (Van Assel
-        et al. 2022, §3.1), exactly (all ordered pairs :math:`i \ne j`, float64), from
-        ``input_graph_.mean``."""
+        """The coupling cross-entropy H(Z) between the laws of W_X and W_Z (Van Assel et al.
+        2022, §3.1), exactly (all ordered pairs i ≠ j, float64), from ``input_graph_.mean``."""
         law = self.latent_law(Z)
         P = self._observed_graph()
         return float(law.cross_entropy(P.double().coalesce() if P.is_sparse else P.double()))

@@ -21,6 +21,7 @@ import warnings
 
 import numpy as np
 import torch
+from sklearn.utils.metadata_routing import UNUSED
 
 from .._compute.fft import CauchyField
 from .._utils import check_number, generator
@@ -107,6 +108,10 @@ def attraction_mass(W: torch.Tensor) -> torch.Tensor:
 
 class NewPointsMixin:
     """``transform`` and ``sample_transform`` of the graph-coupling estimators."""
+
+    #: ``transform``'s ``n_iter`` is an option, not metadata that a meta-estimator routes:
+    #: scikit-learn then adds no ``set_transform_request`` method
+    __metadata_request__transform = {"n_iter": UNUSED}
 
     # -- the model of a new row ---------------------------------------------------------------
     def _row_model(self, n: int) -> tuple[str, float | None]:
@@ -243,11 +248,11 @@ class NewPointsMixin:
     @in_fit_environment
     def sample_transform(self, X, num_samples: int = 200, random_state=None, *,
                          num_warmup: int = 300, thin: int = 4, n_iter: int = 100):
-        r"""Draws from each new point's conditional posterior given the fitted embedding,
-        :math:`p(z_i \mid \cdot) \propto p(z_i)\, e^{\beta \ell_i(z_i)}` at the estimator's
-        ``coupling_weight`` :math:`\beta`; ``"auto"`` (the default) applies the tail rule of
-        :func:`auto_coupling_weight` to the new rows (4 for 2-D
-        t-SNE), so that spreads reflect the data rather than the prior.
+        """Draws from each new point's conditional posterior given the fitted embedding,
+        p(z_i | ·) ∝ p(z_i) exp(β ℓ_i(z_i)), ℓ_i its coupling log-likelihood, at the
+        estimator's ``coupling_weight`` β; "auto" (the default) applies the tail rule of
+        :func:`auto_coupling_weight` to the new rows (4 for 2-D t-SNE), so that spreads reflect
+        the data rather than the prior.
 
         Exact per-point Markov chains: two random-walk Metropolis chains per new point, started
         at the MAP (:meth:`transform`), each point's step adapted during ``num_warmup`` steps,

@@ -38,6 +38,7 @@ from ..input.graph import sea_affinity
 from ..models.ot_distr import distr_model, prototype_affinity, srgw_energy
 from ..ot.srgw import gw_f1
 from .base import DREstimator, in_fit_environment
+from .docs import reference
 from .params import InvalidParameterError, StrOptions
 
 __all__ = ["DistR"]
@@ -46,85 +47,122 @@ AFFINITIES_IN = ("sea", "gram")
 AFFINITIES_OUT = ("student", "gaussian", "gram")
 
 
+@reference
 class DistR(DREstimator):
-
-    r"""Distributional Reduction: low-dimensional prototypes, their weights and a soft
-    assignment of the samples, by semi-relaxed Gromov-Wasserstein.
+    """Distributional Reduction (Van Assel et al. 2024): dimensionality reduction and clustering
+    at once, by semi-relaxed Gromov-Wasserstein. DistR looks for a few low-dimensional
+    prototypes z_k with weights h_k, and a soft assignment T of the samples to them, such that
+    the prototypes' affinity C_Z(Z) matches the data's C_X(X) in the Gromov-Wasserstein sense:
+    min over Z and T of E_L(C_X, C_Z(Z), T), T with row sums h_X = 1/N, h_Z = Tᵀ1.
 
     ``fit_transform(X)`` returns one row per sample, the barycentric projection
-    :math:`\sum_k T_{ik}z_k/[\mathbf h_X]_i` (each sample placed on its prototype, or between
-    prototypes for a soft coupling); the prototypes' embedding :math:`\mathbf Z` is
-    ``prototypes_``, of shape ``(n_prototypes, n_components)``, and ``labels_`` gives each
-    sample's prototype.
+    Σ_k T_ik z_k / h_X,i (each sample placed on its prototype, or between prototypes for a soft
+    assignment); the prototypes are ``prototypes_``, and ``labels_`` gives each sample's
+    prototype. Prototypes that receive no mass are dead: DistR selects an effective number of
+    clusters.
 
     Parameters
     ----------
     n_prototypes : int
-        Number n of prototypes (upper bound on the number of clusters), ``2 <= n <= N``.
+        Number of prototypes, an upper bound on the number of clusters, in [2, N].
     n_components : int
-        Dimension d of the prototypes (smaller than the number of features).
+        Dimension d of the prototypes, smaller than the number of features.
     affinity_in : {"sea", "gram"}
-        :math:`\mathbf C_X`: the symmetric entropic affinity (with self-loops) scaled to mean 1
-        under :math:`\mathbf h_X\mathbf h_X^\top` (i.e. :math:`N\mathbf P^{se}`, thesis Fig. 5.2),
-        or the Gram matrix of the centred data :math:`\mathbf X\mathbf X^\top` (srGW analogue of
-        PCA, use with ``affinity_out="gram"`` and ``loss="square"``).
+        C_X: the symmetric entropic affinity (with self-loops) scaled to mean 1 under
+        h_X h_Xᵀ (i.e. N P^se, thesis Fig. 5.2), or the Gram matrix XXᵀ of the centred data
+        (the srGW analogue of PCA, with ``affinity_out="gram"`` and ``loss="square"``).
     perplexity : float
-        Perplexity of SEA.
+        Perplexity of the symmetric entropic affinity (> 1).
     affinity_out : {"student", "gaussian", "gram"}
-        :math:`\mathbf C_Z`: Student :math:`(1+\|z_k-z_l\|^2)^{-1}` or Gaussian kernel rescaled
-        to mean 1 over prototype pairs, or :math:`\mathbf Z\mathbf Z^\top`.
+        C_Z: the Student kernel 1/(1 + ‖z_k - z_l‖²) or the Gaussian kernel, rescaled to mean
+        1 over pairs of prototypes, or ZZᵀ.
     loss : {"kl", "square"}
-        Inner loss L: generalised KL :math:`a\log(a/b)-a+b` or :math:`(a-b)^2`.
+        Inner loss L: the generalised KL a log(a/b) - a + b, or (a - b)².
     solver : {"cg", "md"}
-        T-step solver: conditional gradient (POT ``semirelaxed_gromov_wasserstein``) or KL mirror
-        descent (POT ``entropic_semirelaxed_gromov_wasserstein``, step ``md_epsilon``).
+        T-step solver: conditional gradient (POT's semirelaxed_gromov_wasserstein) or KL mirror
+        descent (POT's entropic_semirelaxed_gromov_wasserstein, step ``md_epsilon``).
     md_epsilon : float
-        Mirror-descent regularisation :math:`\varepsilon` (solver "md").
+        Regularisation ε of the mirror descent (``solver="md"``).
     n_outer : int
-        Maximum number of BCD rounds.
+        Maximum number of block-coordinate rounds (a Z-step and a T-step each).
     z_steps : int
         Adam steps on Z per round.
     learning_rate : float
-        Adam learning rate of the Z-step.
-    init : {"pca", "random"} or array (n, d)
-        Prototypes' initial positions: PCA scores of the initial cluster barycentres
-        (standardised) or :math:`\mathcal N(0, 1)`.
+        Adam's learning rate in the Z-step.
+    init : {"pca", "random"} or array of shape (n_prototypes, n_components)
+        The prototypes' initial positions: PCA scores of the initial clusters' barycentres
+        (standardised), or N(0, 1).
     init_T : {"kmeans", "random"}
-        Initial coupling: k-means membership (``n_init=1``, seeded) or a random soft assignment.
-        (The product coupling :math:`\mathbf h\mathbf 1^\top/n` is a symmetric saddle that
-        collapses onto one prototype, so it is not offered.)
+        Initial assignment: k-means membership (``n_init=1``, seeded) or a random soft
+        assignment. (The product coupling h 1ᵀ/n is a symmetric saddle that collapses onto one
+        prototype, so it is not offered.)
     tol : float
         Stop when the relative change of the objective between rounds is below ``tol``.
     srgw_max_iter : int
         Iteration cap of each T-step.
-    random_state : int or None
-    verbose : bool
+    callbacks : callable, list of callables or None
+        Called as ``callback(round, embedding, loss)`` every ``callbacks_every`` rounds, with
+        the samples' current positions and the objective; the fit stops when one returns True
+        (``stopped_by_callback_``).
+    callbacks_every : int
+        Rounds between two calls of the callbacks.
 
     Attributes
     ----------
-    embedding_ : ndarray (n_samples, n_components)
+    embedding_ : ndarray of shape (n_samples, n_components)
         The samples' barycentric projection onto the prototypes.
-    prototypes_ : ndarray (n_prototypes, n_components)
-        Prototype positions :math:`\mathbf Z`.
-    weights_ : ndarray (n_prototypes,)
-        :math:`\mathbf h_Z = \mathbf T^\top\mathbf 1_N` (sums to 1; 0 for dead prototypes).
-    assignment_ : ndarray (n_samples, n_prototypes)
-        The coupling :math:`\mathbf T` (rows sum to :math:`1/N`).
-    labels_ : ndarray (n_samples,)
-        :math:`\arg\max_k T_{ik}`.
+    prototypes_ : ndarray of shape (n_prototypes, n_components)
+        The prototypes' positions Z.
+    weights_ : ndarray of shape (n_prototypes,)
+        h_Z = Tᵀ1 (sums to 1; 0 for dead prototypes).
+    assignment_ : ndarray of shape (n_samples, n_prototypes)
+        The coupling T (rows sum to 1/N).
+    labels_ : ndarray of shape (n_samples,)
+        Each sample's prototype, argmax_k T_ik.
     n_effective_ : int
         Number of prototypes with positive mass.
-    medoids_ : ndarray (n_prototypes,)
-        For each prototype, :math:`\arg\max_i [\mathbf C_X\mathbf T]_{ik}` (-1 if dead).
+    medoids_ : ndarray of shape (n_prototypes,)
+        For each prototype, argmax_i (C_X T)_ik (-1 if dead).
+    input_
+    input_affinity_ : ndarray of shape (n_samples, n_samples)
+        C_X.
     loss_history_ : ndarray
-        :math:`E_L` after every round.
-    n_iter_ : int
+        E_L after every round.
+    n_iter_
+    stopped_by_callback_
+    n_threads_
+    device_
+    random_state_
+
+    See Also
+    --------
+    GWMDS : Gromov-Wasserstein multidimensional scaling, one point per sample.
+    SNEkhorn : the symmetric entropic affinity with one point per sample.
+
+    Notes
+    -----
+    The fit alternates a Z-step (Adam steps of probdr's MAP driver on the Pyro model
+    probdr.models.ot_distr.distr_model, T fixed; the optimiser keeps its moments from one round
+    to the next) with a T-step (semi-relaxed GW for fixed Z, warm-started). Conditional
+    gradient returns membership matrices in practice, whence the clustering. ``predict`` gives
+    the prototype of new points and ``transform`` its position.
 
     References
     ----------
-    H. Van Assel, C. Vincent-Cuaz, N. Courty, R. Flamary, P. Frossard, T. Vayer, *Distributional
-    Reduction: Unifying Dimensionality Reduction and Clustering with Gromov-Wasserstein*,
-    arXiv:2402.02239 (2024); H. Van Assel, PhD thesis (2024), ch. 5 and App. 8.
+    H. Van Assel, C. Vincent-Cuaz, N. Courty, R. Flamary, P. Frossard, T. Vayer. Distributional
+    Reduction: Unifying Dimensionality Reduction and Clustering with Gromov-Wasserstein.
+    arXiv:2402.02239 (2024). H. Van Assel, PhD thesis (2024), ch. 5.
+
+    Examples
+    --------
+    >>> import probdr
+    >>> X, y = probdr.datasets.load("digits", n_samples=200)
+    >>> distr = probdr.DistR(n_prototypes=10, perplexity=20, random_state=0)
+    >>> Z = distr.fit_transform(X)
+    >>> Z.shape, distr.prototypes_.shape
+    ((200, 2), (10, 2))
+    >>> distr.predict(X[:5]).shape
+    (5,)
     """
 
     _constraint_overrides = {
@@ -216,9 +254,10 @@ class DistR(DREstimator):
 
     @in_fit_environment
     def predict(self, X) -> np.ndarray:
-        r"""The prototype of each new point: the largest entry of its neighbours' average
-        assignment :math:`\sum_j p_{ij} T_{j\cdot}/p_{i+}` (its entropic input row against the
-        training samples, at the fit's perplexity); a training sample keeps its ``labels_``."""
+        """The prototype of each new point: the largest entry of its neighbours' average
+        assignment Σ_j p_ij T_j / p_i+ (p_i its entropic input row against the training
+        samples, at the fit's perplexity, T_j a training sample's row of the coupling); a
+        training sample keeps its ``labels_``."""
         A, match, _ = self._new_assignment(X)
         labels = A.argmax(1)
         seen = (match >= 0).cpu().numpy()

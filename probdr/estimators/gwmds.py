@@ -31,6 +31,7 @@ from ..input.graph import dense_cost, euclidean_distance_matrix, geodesic_distan
 from ..models.ot_gwmds import euclidean_distances, gwmds_model
 from ..ot.costs import pearson_distance_correlation
 from .base import DREstimator, transform_only_if
+from .docs import reference
 from .params import StrOptions
 
 __all__ = ["GWMDS"]
@@ -50,74 +51,117 @@ def _sandwich(G: np.ndarray, C: np.ndarray) -> np.ndarray:
     return np.asarray((Gs.T @ B.T).T)
 
 
+@reference
 class GWMDS(DREstimator):
-    r"""Gromov-Wasserstein multidimensional scaling ([G] Algorithm 1), Euclidean or geodesic.
+    """Gromov-Wasserstein multidimensional scaling (Eufrazio et al., Algorithm 1), Euclidean or
+    geodesic: the embedding Y whose Euclidean distances are closest to the data's
+    dissimilarities d_X in the Gromov-Wasserstein sense, with uniform weights on the points::
+
+        min_Y min_π Σ_ijkl (d_X(x_i, x_j) - ‖y_k - y_l‖)² π_ik π_jl
+
+    with π a coupling with uniform marginals 1/n. Each iteration solves GW for the current Y with
+    POT's conditional gradient (warm-started), then takes one gradient step on Y with the plan
+    fixed; the final embedding is aligned with the data by the barycentric projection
+    y*_i = n Σ_j π_ij y_j, which restores the correspondence that GW (invariant to permutations
+    of Y) does not keep.
 
     Parameters
     ----------
     n_components : int
-        Embedding dimension d (smaller than the number of features).
+        Dimension d of the embedding, smaller than the number of features.
     geodesic : bool
-        Use geodesic distances (shortest paths on the kNN graph) for :math:`d_{\mathcal X}`; the
-        embedding distances stay Euclidean. Comparison baseline in [G]: Isomap.
+        Use geodesic distances (shortest paths on the kNN graph) for d_X; the embedding's
+        distances stay Euclidean. The paper compares it with Isomap.
     n_neighbors : int or None
-        k of the kNN graph (geodesic only). ``None``: smallest k >= 5 giving a connected graph
-        ([G] does not specify k).
-    init : {"pca", "random"} or array (n, d)
-        [G]'s two strategies: a prior DR (PCA scores :math:`y_i = W x_i`) or
-        :math:`y_i \sim \mathcal N(0, I_d)` (in units of the mean input distance). With "pca" or
-        an array the first plan is warm-started at the identity coupling (Y starts in
-        correspondence with X); with "random" at the product coupling.
+        k of the kNN graph (geodesic only). None: the smallest k ≥ 5 that gives a connected
+        graph (the paper does not specify k).
+    init : {"pca", "random"} or array of shape (n_samples, n_components)
+        The paper's two strategies: a prior reduction (PCA scores), or y_i ~ N(0, I_d) (in units
+        of the mean input distance). With "pca" or an array the first plan is warm-started at
+        the identity coupling (Y starts in correspondence with X); with "random" at the product
+        coupling.
     n_iter : int
-        :math:`N_{it}`, outer iterations (GW solve + one gradient step each).
+        Outer iterations (a GW solve and one gradient step each).
     learning_rate : float
-        Step :math:`\eta`. For ``optimizer="gd"`` (plain gradient descent, as [G]) it is applied to
-        the per-point gradient :math:`n\nabla_{y_k}E` (each :math:`\nabla_{y_k}E` carries the
-        point mass :math:`1/n`), with distances scaled to mean 1, so the step is free of n and
-        of the data scale. [G] tested 0.1 and 0.01.
+        Step η. With ``optimizer="gd"`` (plain gradient descent, as the paper) it applies to the
+        per-point gradient n ∇_(y_k) E, with distances scaled to mean 1, so the step is free of
+        n and of the data's scale. The paper tested 0.1 and 0.01.
     optimizer : {"gd", "adam"}
+        Gradient descent (the paper's) or Adam.
     tol : float
         Stop when the relative change of the GW value between iterations stays below ``tol``
         for 5 iterations.
     align : bool
-        Apply [G]'s alignment step (barycentric projection by the final plan).
+        Apply the paper's alignment step (the barycentric projection by the final plan).
     gw_max_iter : int
         Iteration cap of POT's GW solver per outer iteration.
-    random_state : int or None
-    verbose : bool
-
-    metric, metric_params : str or callable, dict
-        Dissimilarity of the rows (:mod:`probdr.input.distances`), or ``"precomputed"``: X is a dense symmetric distance matrix (``init="pca"`` is then classical MDS).
+    callbacks : callable, list of callables or None
+        Called as ``callback(iteration, embedding, loss)`` every ``callbacks_every`` outer
+        iterations, with the current positions and the GW value; the fit stops when one
+        returns True (``stopped_by_callback_``).
+    callbacks_every : int
+        Outer iterations between two calls of the callbacks.
+    metric : str or callable
+        Dissimilarity of the rows (probdr.input.distances; the names are those of
+        GraphCoupling), or "precomputed": X is a dense symmetric distance matrix (``init="pca"``
+        is then classical MDS).
 
     Attributes
     ----------
-    embedding_ : ndarray (n, d)
-        The aligned embedding (original distance units).
-    embedding_raw_ : ndarray (n, d)
-        Y before alignment (row j is the j-th atom of :math:`\hat\nu`, not tied to x_j).
-    plan_ : ndarray (n, n)
-        The final GW plan :math:`\pi^\star` (rows sum to 1/n).
-    dissimilarity_ : ndarray (n, n)
-        :math:`d_{\mathcal X}` (Euclidean or geodesic).
+    embedding_ : ndarray of shape (n_samples, n_components)
+        The aligned embedding, in the data's distance units.
+    embedding_raw_ : ndarray of shape (n_samples, n_components)
+        Y before alignment (row j is the j-th atom of the embedding's measure, not tied to
+        x_j).
+    plan_ : ndarray of shape (n_samples, n_samples)
+        The final GW plan π* (rows sum to 1/n).
+    dissimilarity_ : ndarray of shape (n_samples, n_samples)
+        d_X (Euclidean or geodesic).
+    scale_ : float
+        The mean input distance, by which distances are divided during the fit.
     gw_distance_ : float
-        Final GW value, distances scaled by ``scale_`` (mean input distance).
+        The final GW value, distances divided by ``scale_``.
     loss_history_ : ndarray
         GW value at every outer iteration (scaled distances).
     distance_correlation_ : float
-        Pearson correlation ([G] eq. (7)) between ``dissimilarity_`` and the distances of
-        ``embedding_`` over pairs i<j.
+        Pearson correlation (the paper's eq. 7) between ``dissimilarity_`` and the distances
+        of ``embedding_`` over pairs i < j.
     n_neighbors_ : int or None
-    n_iter_ : int
+        k used (geodesic only).
+    n_iter_
+    stopped_by_callback_
+    n_threads_
+    device_
+    random_state_
+
+    See Also
+    --------
+    DistR : Gromov-Wasserstein with a few prototypes: reduction and clustering.
+    sklearn.manifold.MDS : metric MDS by stress majorisation.
+    sklearn.manifold.Isomap : geodesic distances embedded by classical MDS.
 
     Notes
     -----
-    Cost: one GW solve per iteration, :math:`O(n^3)` per conditional-gradient step (POT). Use a
-    few hundred to a thousand points.
+    The paper prints the index pattern π_ij π_kl; the standard GW pattern π_ik π_jl is used.
+    Each GW solve costs O(n³) per conditional-gradient step (POT): use a few hundred to a
+    thousand points. There is no ``transform``: a new point has no place in the plan; refit on
+    the training and new points together.
 
     References
     ----------
-    R. P. Eufrazio, E. F. Montesuma, C. C. Cavalcante, *A dimensionality reduction technique
-    based on the Gromov-Wasserstein distance*.
+    R. P. Eufrazio, E. F. Montesuma, C. C. Cavalcante. A dimensionality reduction technique
+    based on the Gromov-Wasserstein distance.
+
+    Examples
+    --------
+    >>> import probdr
+    >>> X, y = probdr.datasets.load("digits", n_samples=100)
+    >>> gw = probdr.GWMDS(n_components=2, n_iter=30, random_state=0)
+    >>> Z = gw.fit_transform(X)
+    >>> Z.shape
+    (100, 2)
+    >>> gw.distance_correlation_ > 0.5
+    True
     """
 
     _min_samples = 4

@@ -13,7 +13,7 @@ UMAP       B~       B        umap_odds     umap         negative sampling (m=5, 
 
 ``affinity`` is the preset's calibration, or ``"precomputed"`` (X is the input affinity). The
 parameters not listed in a preset's signature are those of :class:`GraphCoupling` at the
-values of the class attributes below (use :class:`GraphCoupling` to change them).
+values of the preset's class attributes (use :class:`GraphCoupling` to change them).
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ import math
 
 from ..kernels import find_ab_params, get_kernel
 from .coupling import GraphCoupling
+from .docs import reference
 
 __all__ = ["SNE", "TSNE", "LargeVis", "UMAP"]
 
@@ -57,11 +58,55 @@ class _SGDPreset(GraphCoupling):
     init_scale = "umap"
 
 
+@reference
 class SNE(_GainsPreset):
-    """Stochastic neighbour embedding: coupling (D, D) with a Gaussian latent kernel
-    :math:`\\exp(-\\|z_i - z_j\\|^2)`. The default learning rate (10, with momentum and gains) was
-    measured stable; t-SNE's automatic rate (about n / 4) makes SNE diverge (the Gaussian kernel
-    gives points that fly off no force back). Parameters as :class:`GraphCoupling`."""
+    """Stochastic neighbour embedding (Hinton & Roweis 2002) as a graph coupling: entropic input
+    affinities under the D prior (one out-edge per node: SNE's row-normalised P), the D prior
+    on the latent graph too, and the Gaussian latent kernel k(d) = exp(-d²), fitted with exact
+    normalisers by t-SNE's gains optimiser with momentum.
+
+    The default learning rate (10, with momentum and gains) was measured stable; t-SNE's
+    automatic rate (about n / 4) makes SNE diverge (the Gaussian kernel gives points that fly
+    off no force back). The choices not in the signature are GraphCoupling's at the values of
+    the class attributes (``SNE.prior_x``, ``SNE.optimizer``, ...).
+
+    Attributes
+    ----------
+    embedding_
+    input_
+    input_graph_
+    kernel_
+    loss_history_
+    n_iter_
+    n_threads_
+    device_
+    random_state_
+    coupling_weight_
+    posterior_
+    posterior_samples_
+    map_embedding_
+    z_prior_scale_
+
+    See Also
+    --------
+    TSNE : the Student latent kernel and a global normaliser.
+    GraphCoupling : every choice open.
+
+    References
+    ----------
+    G. Hinton, S. Roweis. Stochastic Neighbor Embedding. NeurIPS 2002.
+
+    Examples
+    --------
+    >>> import probdr
+    >>> X, y = probdr.datasets.load("digits", n_samples=200)
+    >>> sne = probdr.SNE(perplexity=20, random_state=0)
+    >>> Z = sne.fit_transform(X)
+    >>> Z.shape
+    (200, 2)
+    >>> probdr.metrics.trustworthiness(X, Z, k=10) > 0.9
+    True
+    """
 
     prior_z = "D"
 
@@ -107,15 +152,79 @@ class SNE(_GainsPreset):
         self.affinity = affinity
 
 
+@reference
 class TSNE(_GainsPreset):
-    r"""t-SNE: coupling (D, E) with the Student (Cauchy) latent kernel :math:`1/(1 + d^2)`;
-    exact normalisers, early exaggeration 12 for 250 of 750 steps, openTSNE's learning rate.
-    ``dof`` is the Student kernel's degrees of freedom :math:`\nu`,
-    :math:`k(d^2) = (1 + d^2/\nu)^{-(\nu+1)/2}`: 1 is t-SNE's Cauchy kernel, smaller values
-    give heavier tails and more separated clusters (Kobak et al. 2019), ``"learn"`` fits
-    :math:`\nu` by MAP with the embedding (a latent site with a flat prior, started at 1, held
-    during early exaggeration; the value is ``learned_kernel_params_["dof"]``). Other
-    parameters as :class:`GraphCoupling`."""
+    """t-SNE (van der Maaten & Hinton 2008) as a graph coupling: entropic input affinities under
+    the D prior (SNE's row-normalised P), the E prior on the latent graph (n edges in all: one
+    global normaliser, t-SNE's Q) and the Student latent kernel, by default the Cauchy kernel
+    k(d) = 1/(1 + d²); fitted as openTSNE does: early exaggeration 12 for 250 of 750 steps,
+    t-SNE's gains optimiser with momentum, openTSNE's learning rate.
+
+    The normaliser is computed exactly up to 1,000 points in 2-D (4,000 in other dimensions),
+    by FFT interpolation above in 2-D, by sampling above in other dimensions (``repulsion``).
+    The choices not in the signature are GraphCoupling's at the values of the class
+    attributes (``TSNE.prior_x``, ``TSNE.optimizer``, ...).
+
+    Parameters
+    ----------
+    dof : float or "learn"
+        Degrees of freedom ν of the Student kernel k(d) = (1 + d²/ν)^(-(ν+1)/2): 1 is t-SNE's
+        Cauchy kernel, smaller values give heavier tails and more separated clusters (Kobak et
+        al. 2019). "learn" fits ν by MAP with the embedding (a latent site with a flat prior,
+        started at 1, held during early exaggeration); its value is
+        ``learned_kernel_params_["dof"]``.
+
+    Attributes
+    ----------
+    embedding_
+    input_
+    input_graph_
+    kernel_
+    learned_kernel_params_
+    loss_history_
+    loss_steps_
+    n_iter_
+    n_threads_
+    device_
+    random_state_
+    coupling_weight_
+    posterior_
+    posterior_samples_
+    map_embedding_
+    z_prior_scale_
+
+    See Also
+    --------
+    UMAP : the B priors, UMAP's curve and negative sampling.
+    TSNEkhorn : t-SNE with symmetric entropic affinities and a doubly stochastic latent law.
+    GraphCoupling : every choice open.
+    ccPCA : an initialisation that keeps the positions of the clusters (``init="ccpca"``).
+
+    References
+    ----------
+    L. van der Maaten, G. Hinton. Visualizing Data using t-SNE. JMLR 2008.
+    D. Kobak, G. Linderman, S. Steinerberger, Y. Kluger, P. Berens. Heavy-tailed kernels
+    reveal a finer cluster structure in t-SNE visualisations. ECML PKDD 2019.
+
+    Examples
+    --------
+    >>> import probdr
+    >>> X, y = probdr.datasets.load("digits", n_samples=200)
+    >>> tsne = probdr.TSNE(perplexity=20, random_state=0)
+    >>> Z = tsne.fit_transform(X)
+    >>> Z.shape
+    (200, 2)
+    >>> probdr.metrics.trustworthiness(X, Z, k=10) > 0.95
+    True
+
+    Learn the tails (the degrees of freedom) with the embedding, then place new points:
+
+    >>> tsne = probdr.TSNE(perplexity=20, dof="learn", random_state=0).fit(X[:150])
+    >>> sorted(tsne.learned_kernel_params_)
+    ['dof']
+    >>> tsne.transform(X[150:]).shape
+    (50, 2)
+    """
 
     prior_z = "E"
     kernel_z = "student"
@@ -165,10 +274,62 @@ class TSNE(_GainsPreset):
         return get_kernel("student", dof=self.dof)
 
 
+@reference
 class LargeVis(_SGDPreset):
-    """LargeVis: coupling (D, B) with the Student latent kernel, fitted by negative sampling
-    (5 negatives per edge, weight 7, as Tang et al.) with SGD; ``repulsion="exact"`` gives the
-    exact :math:`\\mathcal H_{D,B}`. Parameters as :class:`GraphCoupling`."""
+    """LargeVis (Tang et al. 2016) as a graph coupling: entropic input affinities under the D
+    prior, the B prior on the latent graph (independent Bernoulli edges) and the Student latent
+    kernel k(d) = 1/(1 + d²), fitted by negative sampling (5 negatives per edge, weight γ = 7,
+    as Tang et al.) with SGD, the learning rate decaying linearly to 0 and the forces clipped at
+    4 (umap-learn's scheme).
+
+    ``repulsion="exact"`` optimises the exact cross-entropy of the coupling (D, B). The choices
+    not in the signature are GraphCoupling's at the values of the class attributes
+    (``LargeVis.prior_z``, ``LargeVis.optimizer``, ...).
+
+    Parameters
+    ----------
+    learning_rate : float or "auto"
+        Step size of SGD, decaying linearly to 0 over the fit; "auto": 1 (umap-learn's).
+
+    Attributes
+    ----------
+    embedding_
+    input_
+    input_graph_
+    kernel_
+    loss_history_
+    n_iter_
+    n_threads_
+    device_
+    random_state_
+    coupling_weight_
+    posterior_
+    posterior_samples_
+    map_embedding_
+    z_prior_scale_
+
+    See Also
+    --------
+    UMAP : the same prior on the latent graph with UMAP's input graph and curve.
+    TSNE : the E prior on the latent graph.
+    GraphCoupling : every choice open.
+
+    References
+    ----------
+    J. Tang, J. Liu, M. Zhang, Q. Mei. Visualizing Large-scale and High-dimensional Data.
+    WWW 2016.
+
+    Examples
+    --------
+    >>> import probdr
+    >>> X, y = probdr.datasets.load("digits", n_samples=200)
+    >>> lv = probdr.LargeVis(perplexity=20, random_state=0)
+    >>> Z = lv.fit_transform(X)
+    >>> Z.shape
+    (200, 2)
+    >>> probdr.metrics.trustworthiness(X, Z, k=10) > 0.9
+    True
+    """
 
     prior_x = "D"
     kernel_z = "student"
@@ -213,19 +374,88 @@ class LargeVis(_SGDPreset):
         self.affinity = affinity
 
 
+@reference
 class UMAP(_SGDPreset):
-    """UMAP: coupling (B~, B) of the symmetrised fuzzy kNN graph with UMAP's curve
-    :math:`1/(1 + a d^{2b})` as the latent edge probability (kernel ``umap_odds``), fitted by
-    negative sampling (5 per edge) with SGD, learning rate 1 decaying to 0, gradients clipped at
-    4, spectral initialisation -- umap-learn's scheme.
+    """UMAP (McInnes et al. 2018) as a graph coupling: UMAP's fuzzy kNN weights under the
+    symmetrised B~ input prior, the B prior on the latent graph (independent Bernoulli edges)
+    with UMAP's curve 1/(1 + a d^(2b)) as the edge probability (kernel "umap_odds"), fitted as
+    umap-learn does: negative sampling (5 per edge), SGD with learning rate 1 decaying linearly
+    to 0, forces clipped at 4, spectral initialisation in the box [0, 10].
 
-    ``n_epochs``: optimisation epochs (``None``: 500 up to 10,000 points, else 200, as
-    umap-learn). ``epoch_steps``: optimiser steps per epoch, each using its share of the epoch's
-    edges, so that points move within an epoch as in umap-learn's sequential updates (one step
-    per epoch converges more slowly on large data; measured in ``docs/benchmarks.md``);
-    ``"auto"``: ceil(sqrt(n / 20000)), at most 4. ``min_dist`` and ``spread`` set the curve.
-    Other parameters as :class:`GraphCoupling`. Attributes ``a_``, ``b_`` hold the curve fitted from ``min_dist``
-    and ``spread``; ``epoch_steps_`` the steps per epoch used.
+    The choices not in the signature are GraphCoupling's at the values of the class attributes
+    (``UMAP.prior_x``, ``UMAP.optimizer``, ...).
+
+    Parameters
+    ----------
+    n_neighbors : int
+        Neighbours per point of the fuzzy kNN graph, the point itself counted (umap-learn's
+        convention).
+    min_dist : float
+        Distance below which the curve is flat: how tightly points pack (umap-learn's).
+    spread : float
+        Scale of the curve, with ``min_dist``; a and b are fitted to them as umap-learn does
+        (``a_``, ``b_``).
+    n_epochs : int or None
+        Optimisation epochs; None: 500 up to 10,000 points, else 200 (umap-learn's).
+    epoch_steps : int or "auto"
+        Optimiser steps per epoch, each using its share of the epoch's edges, so that points
+        move within an epoch as in umap-learn's sequential updates (one step per epoch
+        converges more slowly on large data; measured in docs/benchmarks.md). "auto":
+        ceil(sqrt(n / 20000)), at most 4.
+    learning_rate : float or "auto"
+        Step size of SGD, decaying linearly to 0 over the fit; "auto": 1 (umap-learn's).
+
+    Attributes
+    ----------
+    embedding_
+    input_
+    input_graph_
+    kernel_
+    a_ : float
+        The curve's a, fitted from ``min_dist`` and ``spread``.
+    b_ : float
+        The curve's b, fitted from ``min_dist`` and ``spread``.
+    epoch_steps_ : int
+        Optimiser steps per epoch, "auto" resolved.
+    loss_history_
+    n_iter_
+    n_threads_
+    device_
+    random_state_
+    coupling_weight_
+    posterior_
+    posterior_samples_
+    map_embedding_
+    z_prior_scale_
+
+    See Also
+    --------
+    TSNE : the D and E priors and the Cauchy kernel.
+    LargeVis : the B latent prior with entropic input affinities.
+    GraphCoupling : every choice open.
+    probdr.kernels.find_ab_params : a and b from ``min_dist`` and ``spread``.
+
+    References
+    ----------
+    L. McInnes, J. Healy, J. Melville. UMAP: Uniform Manifold Approximation and Projection for
+    Dimension Reduction. arXiv:1802.03426 (2018).
+
+    Examples
+    --------
+    >>> import probdr
+    >>> X, y = probdr.datasets.load("digits", n_samples=200)
+    >>> umap = probdr.UMAP(n_neighbors=10, random_state=0)
+    >>> Z = umap.fit_transform(X)
+    >>> Z.shape
+    (200, 2)
+    >>> probdr.metrics.knn_accuracy(Z, y) > 0.85
+    True
+
+    Labels, where known, pull points of the same label together (``target_weight``):
+
+    >>> y_partial = y.copy()
+    >>> y_partial[100:] = -1
+    >>> Z = probdr.UMAP(n_neighbors=10, random_state=0).fit_transform(X, y_partial)
     """
 
     prior_x = "B~"

@@ -25,6 +25,7 @@ from ..input.calibration import InputGraph
 from ..laws.wishart import probdr_epsilon, theorem2_solution
 from ..models.probdr_general import KERNELS, closed_form, probdr_general_model
 from .base import DREstimator, in_fit_environment, transform_only_if
+from .docs import reference
 from .params import Int, InvalidParameterError, StrOptions
 from .wishart import principal_axes
 from .wishart_new_points import GraphRowMixin, LinearMapMixin
@@ -38,120 +39,136 @@ def _is_sample(cov) -> bool:
     return isinstance(cov, str) and cov == "sample"
 
 
+@reference
 class ProbDR(GraphRowMixin, DREstimator):
-    r"""The unifying ProbDR model (Ravuri & Lawrence 2025, eq. 1), fitted by MAP.
-
-    A covariance estimate :math:`S` (n x n) of the data is modelled as
-
-    .. math::
-        S \mid Z \sim \mathcal W^{-1}\big(\Psi(Z), \nu\big),\qquad
-        \Psi(Z) = Z_cZ_c^\top + \alpha\,HK(Z)H + \gamma I,\qquad p(Z)\propto 1,
-
-    :math:`Z_c = HZ`, :math:`H = I - \mathbf 1\mathbf 1^\top/n`, :math:`K_{ij} = k(\|z_i -
-    z_j\|^2)`. With :math:`\Lambda = S^{-1}` the :math:`Z`-dependent log-likelihood is
-
-    .. math:: \ell(Z) = \tfrac\nu2\log|\Psi(Z)| - \tfrac12\mathrm{tr}\big(\Psi(Z)\Lambda\big),
-
-    and the model only ever uses :math:`\Lambda`:
-
-    * ``covariance="laplacian"``: :math:`\Lambda = c(\hat L + \epsilon I)`, the Laplacian of the
-      symmetrised binary ``n_neighbors``-NN graph read as a precision (never inverted);
-    * ``covariance="sample"``: :math:`S = Y_cY_c^\top/d` (centred data, d features, dual
-      probabilistic PCA), :math:`\Lambda = c(S + \epsilon I)^{-1}` from one eigendecomposition
-      (:math:`S` is singular for :math:`d < n`);
-    * an array (n, n): a covariance :math:`S`, :math:`\Lambda = c(S + \epsilon I)^{-1}`;
-
-    :math:`c` is ``precision_scale`` and :math:`\epsilon` ``ridge``.
-
-    **Closed form at** :math:`\alpha = 0`. The MAP is :math:`Z^* = U_q\,\mathrm{diag}
-    (\lambda^*)^{1/2}` (up to a rotation) with Gram eigenvalues
-
-    .. math:: \lambda^*_i = \max\big(0,\ \nu/\mu_i - \gamma\big)
-
-    along the eigenvectors :math:`u_i` of the :math:`q` smallest eigenvalues :math:`\mu_i` of
-    :math:`\Lambda` on centred vectors. For the Laplacian and the sample covariance
-    (:math:`S\mathbf 1\propto\mathbf 1`) this is :math:`\max(0, \nu s_i - \gamma)` along the top
-    non-constant eigenvectors of the modelled :math:`S = \Lambda^{-1}`, i.e. :math:`s_i =
-    (\sigma_i + \epsilon)/c` for the sample covariance's eigenvalues :math:`\sigma_i`; the
-    sample covariance's MAP spans PCA's top components (dual PPCA, [004] footnote 4).
-
-    **The paper's models.** Eq. (2), Laplacian eigenmaps: ``covariance="laplacian"``,
-    ``alpha=0``, ``gamma=beta``, ``precision_scale=nu`` (:math:`\Lambda = \nu\hat L`). Eq. (5), the
-    UMAP/t-SNE-like model (the defaults): ``covariance="laplacian"``, ``alpha=0.5``,
-    ``kernel="student"`` (:math:`K = P^u`, :math:`P^u_{ij} = 1/(1 + d_{ij}^2)`),
-    :math:`\gamma = \tfrac12\tilde\epsilon^{-1}` with :math:`\tilde\epsilon = 4 n_\text{neg}
-    n_\text{neigh}/(3n)`, :math:`\nu = n`, ``precision_scale=1``.
+    """The unifying ProbDR model (Ravuri & Lawrence 2025, eq. 1), fitted by MAP: a covariance
+    estimate S (n × n) of the data is inverse-Wishart given the embedding,
+    S | Z ~ W⁻¹(Ψ(Z), ν) with Ψ(Z) = Z_c Z_cᵀ + α H K(Z) H + γ I, a flat prior on Z, Z_c = HZ
+    (H the centring matrix) and K_ij = k(‖z_i - z_j‖²) a latent kernel. S is the kNN Laplacian
+    read as a precision (the defaults: the UMAP/t-SNE-like model of eq. 5), the sample
+    covariance (dual probabilistic PCA) or a given matrix.
 
     Parameters
     ----------
     n_components : int
-        Embedding dimension :math:`q \le n - 1`.
-    covariance : {"laplacian", "sample"} or array (n, n)
-        The covariance estimate :math:`S` (see above).
-    random_state : int or None
-        Seed of the kNN search and of the random initialisation.
+        Dimension q of the embedding, at most n - 1.
+    covariance : {"laplacian", "sample"} or array of shape (n_samples, n_samples)
+        The covariance estimate S, used through Λ = S⁻¹: "laplacian", Λ = c (L̂ + εI), the
+        Laplacian of the symmetrised binary kNN graph read as a precision (never inverted);
+        "sample", S = Y_c Y_cᵀ / d (centred data, d features: dual probabilistic PCA),
+        Λ = c (S + εI)⁻¹; an array: a covariance S, Λ = c (S + εI)⁻¹. Here c is
+        ``precision_scale`` and ε ``ridge``.
     alpha : float
-        Weight :math:`\alpha \ge 0` of the double-centred latent kernel.
+        Weight α ≥ 0 of the double-centred latent kernel.
     kernel : {"student", "gaussian"} or callable
-        :math:`k(d^2)`: Student-t/Cauchy :math:`1/(1+d^2)` (eq. 5), Gaussian
-        :math:`\exp(-d^2/2)`, or a callable of the squared distances (tensor in, tensor out).
-    gamma : float, optional
-        :math:`\gamma > 0`. Default :math:`\tfrac12\tilde\epsilon^{-1} = 3n/(8 n_\text{neg}
-        n_\text{neighbors})` (eq. 5).
-    nu : float, optional
-        Degrees of freedom, :math:`\nu > n - 1`. Default :math:`n` (eq. 5).
+        k(d²): Student (Cauchy) 1/(1 + d²) (eq. 5), Gaussian exp(-d²/2), or a callable of the
+        squared distances (tensor in, tensor out).
+    gamma : float or None
+        γ > 0. None: ε̃⁻¹/2 = 3n / (8 n_neg n_neighbors) (eq. 5).
+    nu : float or None
+        Degrees of freedom ν > n - 1. None: n (eq. 5).
     n_neighbors : int
-        Neighbours per point of the kNN graph (``covariance="laplacian"``) and
-        :math:`n_\text{neigh}` in :math:`\tilde\epsilon`.
+        Neighbours per point of the kNN graph (``covariance="laplacian"``), and n_neighbors in
+        ε̃ = 4 n_neg n_neighbors / (3n).
     n_neg : int
-        :math:`n_\text{neg}` in :math:`\tilde\epsilon` (5).
-    ridge : float, optional
-        :math:`\epsilon \ge 0`. Default: for the Laplacian 0 if the kNN graph is connected, else
-        :math:`10^{-3}` times the mean degree (with a warning); for the sample covariance
-        :math:`10^{-6}\,\mathrm{tr}(S)/n` (:math:`S` is singular when :math:`d < n`); 0 for an
-        array.
+        n_neg in ε̃.
+    ridge : float or None
+        ε ≥ 0. None: for the Laplacian 0 if the kNN graph is connected, else 1e-3 times the mean
+        degree (with a warning); for the sample covariance 1e-6 tr(S)/n (S is singular when
+        d < n); 0 for an array.
     precision_scale : float
-        :math:`c > 0`, multiplies :math:`\Lambda`.
+        c > 0, which multiplies Λ.
     solver : {"map", "closed_form"}
-        MAP on the Pyro model, or the :math:`\alpha = 0` eigen-solution (``alpha=0`` only).
+        MAP on the Pyro model probdr.models.probdr_general.probdr_general_model, or the α = 0
+        eigen-solution (``alpha=0`` only).
     optimizer : {"auto", "lbfgs", "adam"}
-        ``"auto"``: L-BFGS for :math:`\alpha = 0`, Adam (the paper's optimiser) for
-        :math:`\alpha > 0`. L-BFGS runs on the whitened variable :math:`Y = \Lambda^{1/2}Z`
-        (same maximiser); Adam on :math:`Z`.
-    init : {"pca", "eigen", "random"} or array (n, q)
-        ``"pca"``: PCA scores, ``"random"``: standard normal, both rescaled to unit standard
-        deviation of the first axis (as :class:`probdr.LaplacianWishart`); ``"eigen"``: the
-        :math:`\alpha = 0` closed form of this model (unscaled).
-    n_iter : int, optional
-        L-BFGS: budget of function evaluations (default 2000, stopping at a relative loss
-        change of :math:`10^{-13}`); Adam: steps (default 50, the paper's).
+        "auto": L-BFGS for α = 0, Adam (the paper's optimiser) for α > 0. L-BFGS runs on the
+        whitened variable Y = Λ^(1/2) Z (same maximiser), Adam on Z.
+    init : {"pca", "eigen", "random"} or array of shape (n_samples, n_components)
+        "pca": PCA scores, "random": standard normal, both rescaled to unit standard deviation
+        of the first axis (as LaplacianWishart); "eigen": the α = 0 closed form of this model
+        (unscaled).
+    n_iter : int or None
+        L-BFGS: budget of function evaluations (None: 2000, stopping at a relative change of the
+        loss of 1e-13); Adam: steps (None: 50, the paper's).
     learning_rate : float
-        L-BFGS initial step or Adam learning rate (default 1, the paper's).
+        L-BFGS initial step or Adam learning rate (1, the paper's).
     max_n : int
-        Refuse larger inputs: the precision is a dense :math:`n\times n` matrix.
-    neighbors : {"auto", "exact", "approximate", "pynndescent"}
-        kNN search.
-
-    metric, metric_params : str or callable, dict
-        Dissimilarity of the rows for the kNN Laplacian (:mod:`probdr.input.distances`).
+        Refuse larger inputs: the precision is a dense n × n matrix.
+    metric : str or callable
+        Dissimilarity of the rows for the kNN Laplacian (probdr.input.distances; the names are
+        those of GraphCoupling), or "precomputed": X is a dense square distance matrix.
 
     Attributes
     ----------
-    embedding_ : ndarray (n, q)
-        MAP embedding, centred and rotated to its principal axes.
-    precision_ : ndarray (n, n)
-        :math:`\Lambda`.
-    gamma_, nu_, ridge_, eps_tilde_ : float
-    gram_eigenvalues_ : ndarray (q,)
-        Eigenvalues of :math:`Z_cZ_c^\top` (decreasing).
-    closed_form_eigenvalues_ : ndarray (q,) or None
-        :math:`\lambda^*` (``alpha=0``; ``None`` otherwise).
-    laplacian_ : KNNLaplacian
-        (``covariance="laplacian"``)
+    embedding_ : ndarray of shape (n_samples, n_components)
+        The MAP embedding, centred and rotated to its principal axes.
+    input_
+    precision_ : ndarray of shape (n_samples, n_samples)
+        Λ.
+    gamma_ : float
+        γ used.
+    nu_ : float
+        ν used.
+    ridge_ : float
+        ε used.
+    eps_tilde_ : float
+        ε̃ used.
+    gram_eigenvalues_ : ndarray of shape (n_components,)
+        Eigenvalues of Z_c Z_cᵀ, decreasing.
+    closed_form_eigenvalues_ : ndarray of shape (n_components,) or None
+        λ* of the closed form (``alpha=0``; None otherwise).
+    laplacian_ : KNNLaplacian or None
+        The kNN Laplacian (``covariance="laplacian"``).
     n_graph_components_ : int
-        (``covariance="laplacian"``)
+        Connected components of the kNN graph (``covariance="laplacian"``).
     loss_history_ : ndarray
         Negative log joint during the MAP fit (empty for the closed form).
+    n_threads_
+    device_
+    random_state_
+
+    See Also
+    --------
+    LaplacianWishart : eq. 5 with its comparison models (eqs. 3 and 4).
+    WishartEigenmaps : eq. 2, Laplacian eigenmaps.
+    WishartPCA : PCA as a Wishart coupling.
+
+    Notes
+    -----
+    With Λ = S⁻¹ the Z-dependent log-likelihood is::
+
+        ℓ(Z) = ν/2 · log det Ψ(Z) - 1/2 · tr(Ψ(Z) Λ)
+
+    At α = 0 the MAP is Z* = U_q diag(λ*)^(1/2), up to a rotation, with λ*_i = max(0, ν/μ_i - γ)
+    along the eigenvectors u_i of the q smallest eigenvalues μ_i of Λ on centred vectors; for
+    the Laplacian and the sample covariance (S1 ∝ 1) this is max(0, ν s_i - γ) along the top
+    non-constant eigenvectors of the modelled S = Λ⁻¹, so the sample covariance's MAP spans
+    PCA's top components (dual PPCA). The paper's models: eq. 2 (Laplacian eigenmaps) is
+    ``covariance="laplacian"``, ``alpha=0``, ``gamma=beta``, ``precision_scale=nu``; eq. 5 (the
+    defaults) is ``covariance="laplacian"``, ``alpha=0.5``, ``kernel="student"``,
+    γ = ε̃⁻¹/2, ν = n, ``precision_scale=1``. ``transform`` exists for the Laplacian (the new
+    node's kNN row) and the sample covariance (a linear map), not for a given matrix.
+
+    References
+    ----------
+    A. Ravuri, N. D. Lawrence. Towards One Model for Classical Dimensionality Reduction: A
+    Probabilistic Perspective on UMAP and t-SNE. AABI 2025.
+
+    Examples
+    --------
+    >>> import probdr
+    >>> X, y = probdr.datasets.load("digits", n_samples=200)
+    >>> pdr = probdr.ProbDR(n_components=2, random_state=0)
+    >>> Z = pdr.fit_transform(X)
+    >>> Z.shape
+    (200, 2)
+
+    Dual probabilistic PCA, in closed form:
+
+    >>> ppca = probdr.ProbDR(covariance="sample", alpha=0, solver="closed_form").fit(X)
+    >>> ppca.transform(X[:5]).shape
+    (5, 2)
     """
 
     _lbfgs_tol = 1e-13

@@ -11,57 +11,95 @@ from ..input.calibration import InputGraph
 from ..laws.doubly_stochastic import DoublyStochasticPrior
 from ..laws.graph import GraphPrior
 from .coupling import GraphCoupling
+from .docs import reference
 from .params import Num, StrOptions
 
 __all__ = ["SNEkhorn", "TSNEkhorn"]
 
 
+@reference
 class SNEkhorn(GraphCoupling):
-    r"""SNEkhorn: couple the symmetric entropic affinity of the data with a doubly stochastic
-    Gaussian latent affinity (graph coupling (E with SEA weights, DS)).
+    """SNEkhorn (Van Assel et al. 2023) as a graph coupling: the symmetric entropic affinity
+    P^se of the data (the symmetric doubly stochastic affinity closest to entropic affinities of
+    the given perplexity) under the E input prior, coupled with a doubly stochastic latent law
+    (the E prior re-weighted by symmetric Sinkhorn potentials) with the Gaussian latent kernel
+    k(d) = exp(-d²).
 
-    Objective (thesis §4.3, reduced form):
-    :math:`\min_Z \langle\mathbf P^{se}, \mathbf C_Z\rangle - 2\langle\mathbf f_Z,\mathbf 1\rangle`,
-    :math:`\mathbf C_Z = -\log\mathbf K_Z`; see the module docstring for the graph reading.
-    Optimised by the package's MAP driver. Defaults: Adam (as the thesis), learning rate 0.5
-    decaying linearly to 0, no early exaggeration. With the Gaussian kernel the doubly stochastic
-    normalisation gives every point a unit repulsive mass whatever its distance, so the force on
-    an isolated point grows linearly with the distance: t-SNE's large gains steps make the
-    embedding (and the Sinkhorn iteration count, which grows with the squared embedding scale)
-    blow up. :class:`TSNEkhorn` (bounded Student forces) uses t-SNE's schedule. The envelope
-    gradient replaces backpropagation through Sinkhorn.
+    The objective (thesis §4.3, reduced form) is ⟨P^se, C_Z⟩ - 2 ⟨f_Z, 1⟩, C_Z = -log K_Z
+    and f_Z the symmetric Sinkhorn potentials of K_Z; its gradient is taken by the envelope
+    theorem instead of backpropagating through Sinkhorn (probdr.laws.doubly_stochastic). The
+    defaults are the thesis': Adam, learning rate 0.5 decaying linearly to 0, no early
+    exaggeration. With the Gaussian kernel the doubly stochastic normalisation gives every point
+    a unit repulsive mass whatever its distance, so the force on an isolated point grows with
+    the distance: t-SNE's large gains steps make the embedding (and the Sinkhorn iterations,
+    which grow with its squared scale) blow up. TSNEkhorn (bounded Student forces) uses t-SNE's
+    schedule.
 
     Parameters
     ----------
     perplexity : float
-        Perplexity :math:`\xi` of SEA, in :math:`(1, n-2]`.
-    n_components : int
+        Perplexity ξ of the symmetric entropic affinity, in (1, n - 2]; every pair's cost is
+        used (no neighbour lists).
     kernel_z : {"gaussian", "student"}
-        Latent kernel (``"student"`` gives t-SNEkhorn).
+        Latent kernel: "gaussian" exp(-d²), or "student" 1/(1 + d²) (t-SNEkhorn's).
     sea_tol : float
-        Tolerance of SEA's dual-ascent stopping rule.
-    sinkhorn_tol, sinkhorn_max_iter : float, int
-        Latent symmetric Sinkhorn (warm-started at every step).
-    n_iter, early_exaggeration, early_exaggeration_iter, learning_rate, momentum,
-    early_momentum, optimizer, learning_rate_decay, init, dtype, random_state, verbose :
-        As in :class:`probdr.GraphCoupling` (``optimizer`` in {"adam", "gains", "sgd"}).
-
-    metric, metric_params : str or callable, dict
-        Dissimilarity of the rows, the SEA cost being :math:`d^2` (:mod:`probdr.input.distances`), or ``"precomputed"``: X is a dense distance matrix.
+        Tolerance of the dual ascent that computes the symmetric entropic affinity.
+    sinkhorn_tol : float
+        Tolerance of the latent symmetric Sinkhorn iterations (warm-started at every step).
+    sinkhorn_max_iter : int
+        Iteration cap of the latent symmetric Sinkhorn at each step.
+    early_exaggeration : float
+        Multiplier of the attraction during the first ``early_exaggeration_iter`` steps (1:
+        none).
+    learning_rate : float or "auto"
+        Step size; "auto" as in GraphCoupling (openTSNE's rule for the gains optimiser).
+    optimizer : {"adam", "gains", "sgd"}
+        "adam" (the thesis'), t-SNE's "gains" with momentum, or "sgd".
+    init : {"pca", "random", "spectral", "ccpca"} or array of shape (n_samples, n_components)
+        Initial embedding, a named one scaled to standard deviation 1e-4 in its first
+        coordinate.
+    metric : str or callable
+        Dissimilarity of the rows, the cost being its square (probdr.input.distances; the
+        names are those of GraphCoupling), or "precomputed": X is a dense square distance
+        matrix.
 
     Attributes
     ----------
-    embedding_ : ndarray (n, q)
+    embedding_
+    input_
     input_graph_ : NEdgeGraph
-        Its ``mean`` is :math:`\mathbf P^{se}` (dense, diagonal 0).
+        The input graph law; its ``mean`` is P^se (dense, diagonal 0).
     latent_prior_ : DoublyStochasticPrior
-        Holds the last Sinkhorn potentials and per-step iteration counts.
-    loss_history_ : ndarray
+        The latent law's prior; holds the last Sinkhorn potentials and the iteration count of
+        each step.
+    kernel_
+    loss_history_
+    n_iter_
+    n_threads_
+    device_
+    random_state_
+
+    See Also
+    --------
+    TSNEkhorn : the Student latent kernel and t-SNE's schedule.
+    TSNE : row-wise entropic affinities and one global normaliser.
+    probdr.laws.doubly_stochastic : the doubly stochastic law, derived as a graph coupling.
 
     References
     ----------
-    H. Van Assel, T. Vayer, R. Flamary, N. Courty, *SNEkhorn: Dimension Reduction with
-    Symmetric Entropic Affinities*, NeurIPS 2023; H. Van Assel, PhD thesis (2024), ch. 4.
+    H. Van Assel, T. Vayer, R. Flamary, N. Courty. SNEkhorn: Dimension Reduction with Symmetric
+    Entropic Affinities. NeurIPS 2023. H. Van Assel, PhD thesis (2024), ch. 4.
+
+    Examples
+    --------
+    >>> import probdr
+    >>> X, y = probdr.datasets.load("digits", n_samples=200)
+    >>> sk = probdr.SNEkhorn(perplexity=20, random_state=0)
+    >>> Z = sk.fit_transform(X)
+    >>> Z.shape
+    (200, 2)
+    >>> probdr.metrics.trustworthiness(X, Z, k=10) > 0.85
+    True
     """
 
     prior_x = "E"
@@ -147,15 +185,54 @@ class SNEkhorn(GraphCoupling):
         return super()._fit(X)
 
 
+@reference
 class TSNEkhorn(SNEkhorn):
-    r"""t-SNEkhorn: SNEkhorn with the Student latent kernel :math:`(1+\|z_i-z_j\|^2)^{-1}`
-    (cost :math:`\log(1+d^2)`, thesis §4.3), fitted with t-SNE's schedule (gains + momentum,
-    openTSNE's learning rate, 750 steps) except an early exaggeration of 4 instead of 12 for the
-    first 250 steps. Why 4: on a 2000-point MNIST sample (perplexity 30, three random
-    initialisations) it reached a lower final loss than 12 in every run and a higher silhouette
-    (28.2 against 23.6; :class:`probdr.TSNE` 24.6); on the full digits the two are close on the
-    loss and 12 has the higher silhouette (55.4 against 53.1; TSNE 55.2). Measured by
-    ``benchmarks/ot_tsnekhorn_exaggeration.py`` (``docs/ot-results.md``)."""
+    """t-SNEkhorn (Van Assel et al. 2023): SNEkhorn with the Student latent kernel
+    k(d) = 1/(1 + d²) (cost log(1 + d²), thesis §4.3): the symmetric entropic affinity of the
+    data under the E input prior coupled with the doubly stochastic latent law, fitted with
+    t-SNE's schedule (gains with momentum, openTSNE's learning rate, 750 steps) except an early
+    exaggeration of 4 instead of 12 for the first 250 steps.
+
+    Why 4: on a 2000-point MNIST sample (perplexity 30, three random initialisations) it
+    reached a lower final loss than 12 in every run and a higher silhouette (28.2 against 23.6;
+    TSNE 24.6); on the full digits the two are close on the loss and 12 has the higher
+    silhouette (55.4 against 53.1; TSNE 55.2). Measured by
+    benchmarks/ot_tsnekhorn_exaggeration.py (docs/ot-results.md).
+
+    Attributes
+    ----------
+    embedding_
+    input_
+    input_graph_
+    latent_prior_
+    kernel_
+    loss_history_
+    n_iter_
+    n_threads_
+    device_
+    random_state_
+
+    See Also
+    --------
+    SNEkhorn : the Gaussian latent kernel.
+    TSNE : row-wise entropic affinities and one global normaliser.
+
+    References
+    ----------
+    H. Van Assel, T. Vayer, R. Flamary, N. Courty. SNEkhorn: Dimension Reduction with Symmetric
+    Entropic Affinities. NeurIPS 2023.
+
+    Examples
+    --------
+    >>> import probdr
+    >>> X, y = probdr.datasets.load("digits", n_samples=200)
+    >>> tsk = probdr.TSNEkhorn(perplexity=20, random_state=0)
+    >>> Z = tsk.fit_transform(X)
+    >>> Z.shape
+    (200, 2)
+    >>> probdr.metrics.knn_accuracy(Z, y) > 0.85
+    True
+    """
 
     kernel_z = "student"
 

@@ -51,6 +51,7 @@ from ..models.probdr_wishart import (
 )
 from ..models.wishart_pca import coupling_gamma, default_dofs, whitening, wishart_pca_model
 from .base import DREstimator
+from .docs import reference
 from .inference import PosteriorInference
 from .params import StrOptions
 from .wishart_new_points import GraphRowMixin, LinearMapMixin
@@ -76,70 +77,105 @@ def principal_axes(Z: torch.Tensor) -> torch.Tensor:
 SOLVERS = StrOptions({"map", "closed_form"})
 
 
+@reference
 class WishartPCA(LinearMapMixin, PosteriorInference, DREstimator):
-    r"""PCA as a Wishart precision coupling (Van Assel et al. 2022, Theorem 2).
-
-    The among-row precisions of the data and of the embedding have conjugate Wishart priors,
-    :math:`\Theta_X \sim \mathcal W(\nu_X, I_n)`, :math:`\mathrm{vec}(X)\mid\Theta_X \sim
-    \mathcal N(0, \Theta_X^{-1}\otimes I_p)` and likewise for :math:`Z` with :math:`\nu_Z`, and Z
-    minimises the cross-entropy between the precision posteriors,
-
-    .. math::
-        \min_Z\ \frac{\nu_X+p}{2}\mathrm{tr}\big(Z^\top(I_n + XX^\top)^{-1}Z\big)
-        - \frac{\nu_Z+q}{2}\log|I_n + ZZ^\top|.
-
-    The minimiser is :math:`ZZ^\top = V_{[:,q]}\mathrm{diag}(\lambda^*)V_{[:,q]}^\top` with
-    :math:`\lambda^*_i = \max(0, \gamma(1+d_i) - 1)`, :math:`XX^\top = V\mathrm{diag}(d)V^\top`,
-    :math:`\gamma = (\nu_Z+q)/(\nu_X+p)`; for :math:`\gamma = 1` (the default) this is PCA
-    (unscaled scores :math:`U_q S_q`, up to a rotation).
+    """PCA as a Wishart precision coupling (Van Assel et al. 2022, Theorem 2): the among-row
+    precisions of the data and of the embedding have conjugate Wishart priors,
+    Θ_X ~ W(ν_X, I_n) with vec(X) | Θ_X ~ N(0, Θ_X⁻¹ ⊗ I_p), and likewise Θ_Z with ν_Z; the
+    embedding Z minimises the cross-entropy between the two precision posteriors, fitted by
+    MAP (a flat prior on Z). At the default degrees of freedom the minimiser is PCA: the
+    unscaled scores U_q S_q, up to a rotation.
 
     Parameters
     ----------
     n_components : int
-        Embedding dimension :math:`q < p`.
-    nu_x, nu_z : float, optional
-        Wishart degrees of freedom (:math:`> n - 1`). Defaults :math:`\nu_X = n`,
-        :math:`\nu_Z = \nu_X + p - q` (:math:`\gamma = 1`).
-    random_state : int or None
-        Seed of the random initialisation.
+        Dimension q of the embedding, at most the number of features p.
+    nu_x : float or None
+        Degrees of freedom ν_X of the data's Wishart prior, > n - 1. None: n.
+    nu_z : float or None
+        Degrees of freedom ν_Z of the embedding's Wishart prior, > n - 1. None: ν_X + p - q,
+        which makes γ = 1 (PCA).
     solver : {"map", "closed_form"}
-        ``"map"``: MAP on the Pyro model :func:`probdr.models.wishart_pca.wishart_pca_model`
-        (structured, no :math:`n\times n` matrix); ``"closed_form"``: Theorem 2's eigen-solution.
+        "map": MAP on the Pyro model probdr.models.wishart_pca.wishart_pca_model (structured,
+        no n × n matrix); "closed_form": Theorem 2's eigen-solution.
     optimizer : {"lbfgs", "adam"}
-        MAP optimiser (L-BFGS on the Pyro loss, or ``pyro.infer.SVI`` with Adam).
+        MAP optimiser: L-BFGS on the Pyro loss, or pyro.infer.SVI with Adam.
     n_iter : int
-        Optimiser iterations (L-BFGS: function evaluations budget; Adam: SVI steps).
+        Optimiser iterations (L-BFGS: budget of function evaluations; Adam: SVI steps).
     learning_rate : float
-        Step size (L-BFGS: initial step; Adam: learning rate).
+        Step size (L-BFGS: initial step; Adam: learning rate, at most 0.05).
     center : bool
-        Column-centre X first (default). The model has zero mean and uses the uncentred Gram
-        :math:`XX^\top`, so centring is what makes the solution "PCA".
-    inference, inference_params, z_prior, coupling_weight
-        A posterior over Z instead of the MAP (default ``inference="map"``): see
-        :class:`probdr.estimators.inference.PosteriorInference`.
+        Centre the columns of X first. The model has zero mean and uses the uncentred Gram
+        matrix XXᵀ, so centring is what makes the solution PCA.
 
     Attributes
     ----------
-    embedding_ : ndarray (n, q)
-        MAP embedding, rotated to its principal axes (the MAP is defined up to a q x q
+    embedding_ : ndarray of shape (n_samples, n_components)
+        The MAP embedding rotated to its principal axes (the MAP is defined up to a q × q
         rotation); with ``inference="svi"`` or ``"mcmc"`` the posterior mean of the aligned
         draws.
     gamma_ : float
-    nu_x_, nu_z_ : float
-    eigenvalues_ : ndarray (q,)
-        Theorem 2's :math:`\lambda^*` (closed form), eigenvalues of :math:`Z^*Z^{*\top}`.
+        γ = (ν_Z + q) / (ν_X + p).
+    nu_x_ : float
+        ν_X used.
+    nu_z_ : float
+        ν_Z used.
+    eigenvalues_ : ndarray of shape (n_components,)
+        Theorem 2's λ*, the eigenvalues of Z* Z*ᵀ (closed form).
     precision_posterior_ : ConjugateWishartPosterior
-        :math:`\Theta_X \mid X` (the data-side precision, not Z).
+        The law of the data's precision Θ_X given X.
+    components_ : ndarray of shape (n_components, n_features)
+        Principal axes in feature space (unit norm), as scikit-learn's PCA.
+    mean_ : ndarray of shape (n_features,)
+        The centring vector of ``transform``.
+    projection_ : ndarray of shape (n_features, n_components)
+        The linear map W of ``transform``: ``(X - mean_) @ W``.
     loss_history_ : ndarray
         Negative log joint during the MAP fit (empty for the closed form).
-    posterior_, posterior_samples_, map_embedding_, z_prior_scale_
-        With ``inference="svi"`` or ``"mcmc"``: see
-        :class:`probdr.estimators.inference.PosteriorInference`.
+    n_threads_
+    device_
+    random_state_
+    posterior_
+    posterior_samples_
+    map_embedding_
+    z_prior_scale_
+
+    See Also
+    --------
+    ProbDR : with ``covariance="sample"`` and ``alpha=0``, dual probabilistic PCA.
+    ccPCA : PCA of data averaged over posterior graphs' connected components.
+    sklearn.decomposition.PCA : the same embedding, up to signs.
 
     Notes
     -----
-    The MAP runs on the preconditioned variable :math:`Y = (I + XX^\top)^{-1/2}Z` (same maximiser,
-    flat prior), which makes L-BFGS converge in a few dozen iterations whatever the scale of X.
+    The objective and its minimiser (Theorem 2), with XXᵀ = V diag(d) Vᵀ::
+
+        min_Z  (ν_X + p)/2 · tr(Zᵀ (I_n + XXᵀ)⁻¹ Z)  -  (ν_Z + q)/2 · log det(I_n + ZZᵀ)
+
+        Z*Z*ᵀ = V_q diag(λ*) V_qᵀ,   λ*_i = max(0, γ (1 + d_i) - 1),   γ = (ν_Z + q)/(ν_X + p)
+
+    γ = 1 (the default) gives PCA. The MAP runs on the preconditioned variable
+    Y = (I + XXᵀ)^(-1/2) Z (same maximiser, flat prior), which makes L-BFGS converge in a few
+    dozen iterations whatever the scale of X. ``transform`` applies the least-squares linear
+    map from the centred data to the embedding, so new points need no training data.
+
+    References
+    ----------
+    H. Van Assel, T. Espinasse, J. Chiquet, F. Picard. A Probabilistic Graph Coupling View of
+    Dimension Reduction. NeurIPS 2022.
+
+    Examples
+    --------
+    >>> import numpy as np, probdr
+    >>> from sklearn.decomposition import PCA
+    >>> X, y = probdr.datasets.load("digits", n_samples=200)
+    >>> wpca = probdr.WishartPCA(n_components=2, random_state=0)
+    >>> Z = wpca.fit_transform(X)
+    >>> Z_pca = PCA(n_components=2).fit_transform(X)
+    >>> bool(np.allclose(abs(Z), abs(Z_pca), atol=1e-3 * abs(Z_pca).max()))
+    True
+    >>> wpca.transform(X[:5]).shape
+    (5, 2)
     """
 
     _components_at_most_features = True
@@ -225,59 +261,83 @@ class _LaplacianEstimator(GraphRowMixin, PosteriorInference, DREstimator):
         return L
 
 
+@reference
 class WishartEigenmaps(_LaplacianEstimator):
-    r"""Laplacian eigenmaps as a Wishart MAP (ProbDR, Ravuri & Lawrence 2025, eq. 2).
-
-    The Laplacian :math:`\hat L = D - A` of the symmetrised binary ``n_neighbors``-NN graph is read
-    as a precision estimate, :math:`\nu\hat L \mid Z \sim \mathcal W((ZZ^\top + \beta I)^{-1},\nu)`
-    (scale, dof), and Z maximises
-
-    .. math:: \log|\beta I + HZZ^\top H| - \mathrm{tr}(Z^\top\hat LZ),
-
-    (the Z-dependent Wishart terms; :math:`\hat L` is singular, see
-    :mod:`probdr.models.probdr_wishart`). The embedding is centred (:math:`HZ`), so the
-    constant eigenvector is excluded and the MAP spans eigenvectors 2..q+1 of :math:`\hat L` --
-    Laplacian eigenmaps as users know them (unnormalised Laplacian), each axis scaled by
-    :math:`(1/l_i - \beta)^{1/2}`.
+    """Laplacian eigenmaps as a Wishart MAP (ProbDR, Ravuri & Lawrence 2025, eq. 2): the
+    Laplacian L̂ = D - A of the symmetrised binary kNN graph of the data is read as an estimate
+    of a precision, νL̂ | Z ~ W((ZZᵀ + βI)⁻¹, ν) (scale, degrees of freedom), with a flat prior
+    on Z. The centred MAP spans eigenvectors 2 to q + 1 of L̂, each axis scaled by
+    (1/l_i - β)^(1/2): Laplacian eigenmaps as users know them (unnormalised Laplacian).
 
     Parameters
     ----------
-    n_components : int
-    n_neighbors : int
-        Neighbours per point of the kNN graph (self excluded), symmetrised by union.
-    random_state : int or None
-        Seed of the random initialisation.
     beta : float
-        Ridge of the Wishart scale, :math:`\beta > 0`; must be below :math:`1/l_{q+1}`.
+        Ridge β > 0 of the Wishart scale; must be below 1/l_(q+1).
     ridge : float or None
-        :math:`\delta` in :math:`\hat L + \delta I` (the paper's footnote 4). ``None``: 0 if the
-        kNN graph is connected, else :math:`10^{-3}` times the mean degree, with a warning (the
-        component indicators then come first, as in any spectral embedding of a disconnected
-        graph).
+        δ in L̂ + δI (the paper's footnote 4). None: 0 if the kNN graph is connected, else
+        1e-3 times the mean degree, with a warning (the component indicators then come first,
+        as in any spectral embedding of a disconnected graph).
     solver : {"map", "closed_form"}
+        "map": L-BFGS on the Pyro model probdr.models.probdr_wishart.eigenmaps_model;
+        "closed_form": the eigen-solution.
     n_iter : int
         L-BFGS budget (function evaluations).
-    neighbors : {"auto", "exact", "approximate", "pynndescent"}
-    inference, inference_params, z_prior, coupling_weight
-        A posterior over Z instead of the MAP (default ``inference="map"``): see
-        :class:`probdr.estimators.inference.PosteriorInference`.
-
-    metric, metric_params : str or callable, dict
-        Dissimilarity of the rows for the kNN graph (:mod:`probdr.input.distances`).
+    metric : str or callable
+        Dissimilarity of the rows for the kNN graph (probdr.input.distances; the names are
+        those of GraphCoupling), or "precomputed": X is a dense square distance matrix.
 
     Attributes
     ----------
-    embedding_ : ndarray (n, q)
-        MAP embedding (centred, on its principal axes); with ``inference="svi"`` or ``"mcmc"``
-        the posterior mean of the aligned draws.
-    laplacian_ : KNNLaplacian
-    eigenvalues_ : ndarray (q + 1,)
-        Smallest eigenvalues of :math:`\hat L` (the first is 0).
-    n_graph_components_ : int
+    embedding_ : ndarray of shape (n_samples, n_components)
+        The MAP embedding, centred, on its principal axes; with ``inference="svi"`` or
+        ``"mcmc"`` the posterior mean of the aligned draws.
+    input_
+    laplacian_
+    eigenvalues_ : ndarray of shape (n_components + 1,)
+        The smallest eigenvalues of L̂ (the first is 0).
+    n_graph_components_
     ridge_ : float
-    posterior_, posterior_samples_, map_embedding_, z_prior_scale_
-        With ``inference="svi"`` or ``"mcmc"``: see
-        :class:`probdr.estimators.inference.PosteriorInference`.
+        δ used.
+    loss_history_ : ndarray
+        Negative log joint during the MAP fit.
+    n_threads_
+    device_
+    random_state_
+    posterior_
+    posterior_samples_
+    map_embedding_
+    z_prior_scale_
+
+    See Also
+    --------
+    LaplacianWishart : the UMAP/t-SNE-like model of the same paper (eq. 5).
+    ProbDR : the unifying model (eq. 1), of which this is a case.
+    sklearn.manifold.SpectralEmbedding : eigenmaps of the normalised Laplacian.
+
+    Notes
+    -----
+    Z maximises the Z-dependent Wishart terms (L̂ is singular; probdr.models.probdr_wishart)::
+
+        log det(βI + HZZᵀH) - tr(Zᵀ L̂ Z),    H = I - 11ᵀ/n
+
+    The embedding is centred (HZ), so the constant eigenvector is excluded. ``transform``
+    places a new point at Σ_j z_j / (k - l_c) in each column c, the sum over its k nearest
+    training points and l_c the column's eigenvalue (the Nyström extension: an eigenvector of
+    L̂ satisfies it exactly at every node).
+
+    References
+    ----------
+    A. Ravuri, N. D. Lawrence. Towards One Model for Classical Dimensionality Reduction: A
+    Probabilistic Perspective on UMAP and t-SNE. AABI 2025.
+
+    Examples
+    --------
+    >>> import numpy as np, probdr
+    >>> X, y = probdr.datasets.load("digits", n_samples=200)
+    >>> eig = probdr.WishartEigenmaps(n_neighbors=15, random_state=0).fit(X)
+    >>> exact = probdr.WishartEigenmaps(n_neighbors=15, solver="closed_form").fit(X)
+    >>> bool(np.allclose(abs(eig.embedding_), abs(exact.embedding_), atol=1e-4))
+    True
     """
 
     _constraint_overrides = {"solver": [SOLVERS]}
@@ -349,71 +409,95 @@ class WishartEigenmaps(_LaplacianEstimator):
         return self._posterior(eigenmaps_model, kwargs, Z, gen, laplacian_whitening(L, ridge))
 
 
+@reference
 class LaplacianWishart(_LaplacianEstimator):
-    r"""ProbDR's Laplacian--Wishart model for UMAP/t-SNE-like embeddings (Ravuri & Lawrence 2025,
-    eq. 5), fitted by MAP.
+    """ProbDR's Laplacian-Wishart model for UMAP/t-SNE-like embeddings (Ravuri & Lawrence 2025,
+    eq. 5), fitted by MAP: the Laplacian L̂ of the symmetrised binary kNN graph of the data is
+    Wishart given Z, L̂ | Z ~ W(M(Z)⁻¹, n), with M(Z) = ε̃⁻¹ I / 2 + H Pᵘ H / 2 + HZZᵀH, where
+    Pᵘ_ij = 1/(1 + ‖z_i - z_j‖²) is the Student (Cauchy) kernel, H the centring matrix and
+    ε̃ = 4 n_neg n_neighbors / (3n); a flat prior on Z.
 
-    .. math::
-        \hat L \mid Z \sim \mathcal W\big(M(Z)^{-1}, n\big),\qquad
-        M(Z) = \tfrac12\tilde\epsilon^{-1}I + \tfrac12 HP^uH + HZZ^\top H,\quad
-        P^u_{ij} = \frac{1}{1 + \|z_i - z_j\|^2},
-
-    on the symmetrised ``n_neighbors``-NN Laplacian, with
-    :math:`\tilde\epsilon = 4 n_\text{neg} n_\text{neighbors}/(3n)`. Only the Z-dependent Wishart
-    terms are used (the Laplacian is singular) and Z is centred, see
-    :mod:`probdr.models.probdr_wishart`. Each step costs a dense :math:`n\times n` Cholesky
-    (:math:`O(n^3)`): fine for a few thousand points on CPU.
-
-    ``model="bernoulli"`` (eq. 4, :math:`A_{ij}\sim\mathcal B(\tilde\epsilon P^u_{ij})`) and
-    ``model="cne"`` (eq. 3, the CNE energy of Damrich et al.) fit the comparison models the paper
-    derives eq. (5) from.
+    Each step costs a dense n × n Cholesky factorisation (O(n³)): fine for a few thousand
+    points on a CPU. ``model="bernoulli"`` (eq. 4, A_ij ~ Bernoulli(ε̃ Pᵘ_ij)) and
+    ``model="cne"`` (eq. 3, the CNE energy of Damrich et al.) fit the models the paper derives
+    eq. 5 from.
 
     Parameters
     ----------
-    n_components : int
     n_neighbors : int
-        Neighbours per point (:math:`n_\text{neigh}`, also used in :math:`\tilde\epsilon`).
-    random_state : int or None
+        Neighbours per point of the kNN graph (the point itself excluded), symmetrised by union;
+        also n_neighbors in ε̃.
     n_neg : int
-        Number of negatives :math:`n_\text{neg}` in :math:`\tilde\epsilon` (5).
-    eps_tilde : float, optional
-        Override :math:`\tilde\epsilon`.
-    nu : float, optional
-        Wishart degrees of freedom; default :math:`n`.
+        Number of negatives n_neg in ε̃.
+    eps_tilde : float or None
+        ε̃ itself, instead of 4 n_neg n_neighbors / (3n).
+    nu : float or None
+        Degrees of freedom of the Wishart law, > n - 1. None: n.
     model : {"wishart", "bernoulli", "cne"}
-    init : {"pca", "eigenmaps", "random"} or array (n, q)
-        Initial embedding, rescaled so that its first axis has unit standard deviation
-        (the paper does not state its initialisation).
+        The paper's eq. 5, eq. 4 or eq. 3.
+    init : {"pca", "eigenmaps", "random"} or array of shape (n_samples, n_components)
+        Initial embedding, rescaled so that its first axis has unit standard deviation (the
+        paper does not state its initialisation).
     n_iter : int
-        Adam steps of the MAP; the paper uses 50 with learning rate 1.
+        Adam steps of the MAP; the paper uses 50, with learning rate 1.
     learning_rate : float
+        Adam's learning rate.
     max_n : int
-        Refuse larger inputs (dense :math:`n\times n` work per step).
-    neighbors : {"auto", "exact", "approximate", "pynndescent"}
-    inference, inference_params, z_prior, coupling_weight
-        A posterior over Z instead of the MAP (default ``inference="map"``): see
-        :class:`probdr.estimators.inference.PosteriorInference`.
-
-    metric, metric_params : str or callable, dict
-        Dissimilarity of the rows for the kNN graph (:mod:`probdr.input.distances`).
+        Refuse larger inputs (dense n × n work per step).
+    metric : str or callable
+        Dissimilarity of the rows for the kNN graph (probdr.input.distances; the names are
+        those of GraphCoupling), or "precomputed": X is a dense square distance matrix.
 
     Attributes
     ----------
-    embedding_ : ndarray (n, q)
-        Centred MAP embedding; with ``inference="svi"`` or ``"mcmc"`` the posterior mean of the
-        aligned draws.
-    laplacian_ : KNNLaplacian
+    embedding_ : ndarray of shape (n_samples, n_components)
+        The centred MAP embedding; with ``inference="svi"`` or ``"mcmc"`` the posterior mean of
+        the aligned draws.
+    input_
+    laplacian_
+    n_graph_components_
     eps_tilde_ : float
+        ε̃ used.
     loss_history_ : ndarray
-    posterior_, posterior_samples_, map_embedding_, z_prior_scale_
-        With ``inference="svi"`` or ``"mcmc"``: see
-        :class:`probdr.estimators.inference.PosteriorInference`.
+        Negative log joint at each Adam step.
+    n_threads_
+    device_
+    random_state_
+    posterior_
+    posterior_samples_
+    map_embedding_
+    z_prior_scale_
+
+    See Also
+    --------
+    ProbDR : the unifying model (eq. 1), of which this is a case, with other kernels and
+        covariance estimates.
+    WishartEigenmaps : the same paper's eq. 2, Laplacian eigenmaps.
+    UMAP : the method this model reads probabilistically.
 
     Notes
     -----
-    The MAP of the paper is 50 Adam steps, not a converged maximiser; a posterior started there
-    concentrates, as ``coupling_weight`` grows, on the mode it finds nearby, not on that
-    iterate.
+    Only the Z-dependent Wishart terms are used (the Laplacian is singular) and Z is centred
+    (probdr.models.probdr_wishart). The MAP of the paper is 50 Adam steps, not a converged
+    maximiser; a posterior started there concentrates, as ``coupling_weight`` grows, on the
+    mode it finds nearby, not on that iterate. ``transform`` places a new point at the mean
+    of its kNN neighbours' positions.
+
+    References
+    ----------
+    A. Ravuri, N. D. Lawrence. Towards One Model for Classical Dimensionality Reduction: A
+    Probabilistic Perspective on UMAP and t-SNE. AABI 2025.
+
+    Examples
+    --------
+    >>> import probdr
+    >>> X, y = probdr.datasets.load("digits", n_samples=200)
+    >>> lw = probdr.LaplacianWishart(n_neighbors=15, random_state=0)
+    >>> Z = lw.fit_transform(X)
+    >>> Z.shape
+    (200, 2)
+    >>> probdr.metrics.trustworthiness(X, Z, k=10) > 0.85
+    True
     """
 
     _constraint_overrides = {"model": [StrOptions({"wishart", "bernoulli", "cne"})],

@@ -1,0 +1,255 @@
+"""The estimators' reference: one description per parameter and fitted attribute that several
+estimators share, and :func:`reference`, which assembles a class's docstring from them.
+
+A parameter means the same thing in every estimator that has it (its constraint lives in one
+table too, :data:`probdr.estimators.params.PARAMETERS`), so its description is written once, in
+:data:`PARAMETERS` below. A class decorated with :func:`reference` writes in its docstring only
+what is its own: the summary, the entries of the parameters whose meaning is particular to it,
+its attributes, See Also, Notes, Examples. :func:`reference` then writes the Parameters section:
+every ``__init__`` parameter, in signature order, with the class's own entry, else the entry of
+its nearest documented base class (the presets take the family's from :class:`GraphCoupling`),
+else the shared one, and the default read from the signature (``type, default=value``). In the
+Attributes section, an entry written as a bare name takes its description the same way.
+
+The result is plain numpydoc text: ``help()`` shows it as Sphinx does. A parameter with no
+description anywhere, or an entry naming no parameter, fails at import.
+"""
+
+from __future__ import annotations
+
+import inspect
+import textwrap
+
+__all__ = ["PARAMETERS", "ATTRIBUTES", "reference", "parse_entries"]
+
+_INDENT = "    "
+
+
+def parse_entries(text: str) -> dict[str, tuple[str, list[str]]]:
+    """The entries of a numpydoc Parameters or Attributes section: ``{name: (type,
+    description lines)}`` in order; an entry is a line ``name : type`` (or a bare ``name``)
+    followed by its indented description."""
+    entries: dict[str, tuple[str, list[str]]] = {}
+    body: list[str] = []
+    for line in textwrap.dedent(text).splitlines():
+        if line.strip() and not line[0].isspace():
+            name, _, kind = line.partition(" : ")
+            body = []
+            entries[name.strip()] = (kind.strip(), body)
+        elif entries:
+            body.append(line)
+    return {name: (kind, _dedent(body)) for name, (kind, body) in entries.items()}
+
+
+def _dedent(lines: list[str]) -> list[str]:
+    text = textwrap.dedent("\n".join(lines)).strip("\n")
+    return text.splitlines() if text else []
+
+
+#: the description of every parameter shared by estimators of several families
+PARAMETERS = parse_entries("""
+n_components : int
+    Dimension q of the embedding.
+perplexity : float
+    Perplexity of the entropic input affinities, in [1, n - 1): each point's Gaussian bandwidth
+    is set so that its row of affinities over its 3 × perplexity nearest neighbours has this
+    perplexity (an effective number of neighbours). Larger values give weight to more distant
+    points.
+n_neighbors : int
+    Neighbours per point of the kNN graph (the point itself excluded), symmetrised by union.
+neighbors : {"auto", "exact", "approximate", "pynndescent"}
+    The neighbour search (probdr.input.neighbors.knn): "auto" is exact up to 100,000 points
+    (brute force, then a pruned cell search), the torch approximate search beyond;
+    "pynndescent" needs the optional pynndescent package.
+metric : str or callable
+    Dissimilarity of the rows of X (probdr.input.distances): "euclidean", "sqeuclidean",
+    "cosine", "correlation", "manhattan", "chebyshev", "minkowski", "hamming", "jaccard",
+    "haversine", a callable f(x, y) -> float, or "precomputed": X is then a square matrix of
+    distances, and ``transform`` takes the new points' distances to the training points.
+metric_params : dict or None
+    Parameters of the metric ({"p": 3} for minkowski).
+random_state : int, RandomState, Generator or None
+    Seed of every random choice of ``fit`` (neighbour search, initialisation, sampling, as the
+    method has them): torch's, numpy's and Python's random streams are seeded from it during
+    ``fit`` and restored afterwards. An int in [0, 2**32 - 1] is used as it is, a numpy RandomState or Generator
+    gives one draw, None takes fresh entropy from the system; the seed used is
+    ``random_state_``.
+verbose : bool
+    Show progress bars and messages during the fit.
+dtype : {"float32", "float64"} or torch.dtype
+    Precision of the optimisation; the embedding is returned in float64 whatever it is.
+callbacks : callable, list of callables or None
+    Called as ``callback(step, embedding, loss)`` every ``callbacks_every`` steps of the
+    optimiser; the fit stops when one returns True (``stopped_by_callback_``).
+callbacks_every : int
+    Optimiser steps between two calls of the callbacks.
+n_jobs : int or None
+    Threads of ``fit`` and ``transform``: None keeps the process's setting, a positive int is
+    that many, -1 every core, -2 all but one, ... (scikit-learn's convention). Resolved once in
+    ``fit`` (``n_threads_``); the process's setting is restored afterwards.
+device : str, torch.device or None
+    Where ``fit`` and ``transform`` compute: "auto" (or None) is CUDA if available, else the
+    CPU; "cpu", "cuda", "cuda:1", "mps" or a torch.device are taken as they are. Resolved once
+    in ``fit`` (``device_``). See the page "Devices and threads".
+inference : {"map", "svi", "mcmc"}
+    "map": the method's point estimate (the classical embedding). "svi" or "mcmc": then a
+    posterior over Z, p(Z | data) ∝ p(Z) p(data | Z)^ω with ω = ``coupling_weight``, fitted by
+    SVI or NUTS started at the MAP embedding (probdr.infer.posterior); ``embedding_`` is the
+    posterior mean of the draws, aligned to the MAP by Procrustes.
+inference_params : dict or None
+    Options of the posterior inference (probdr.infer.posterior.SVI_OPTIONS and MCMC_OPTIONS:
+    guide, steps, draws, chains, ...).
+z_prior : None, float or torch.distributions.Distribution
+    Prior on Z. None: flat in the MAP fit; a posterior then uses the isotropic Gaussian of
+    scale 10 × the RMS of the MAP embedding (``z_prior_scale_``). A float: the isotropic
+    Gaussian of that scale, in the MAP fit too. A distribution: of event shape (n, q).
+coupling_weight : float
+    Weight ω of the likelihood, an inverse temperature: the posterior concentrates on the MAP
+    as it grows (spread about ω^(-1/2)); the flat-prior MAP does not depend on it.
+""")
+
+#: the description of every fitted attribute shared by estimators of several families
+ATTRIBUTES = parse_entries("""
+embedding_ : ndarray of shape (n_samples, n_components)
+    The embedding, float64 (``fit_transform`` returns it as numpy, or as a torch tensor on the
+    input's device for torch input).
+input_ : probdr.input.InputGraph
+    The fitted input side: the calibration (bandwidths), the metric and the training points,
+    against which ``transform`` places new points.
+input_graph_ : GraphLaw
+    The law of the input graph W_X given X: ``.mean`` is E[W_X], ``.sample()`` draws a graph.
+kernel_ : probdr.kernels.Kernel
+    The latent kernel, with any number given as "learn" at its MAP value.
+learned_kernel_params_ : dict
+    {name: MAP value} of the kernel's learned numbers (empty when none is learned).
+loss_history_ : ndarray
+    The optimised objective at each recorded step.
+n_iter_ : int
+    Optimiser steps (or rounds) run.
+stopped_by_callback_ : bool
+    Whether a callback stopped the fit.
+n_threads_ : int or None
+    Threads of the fit, resolved from ``n_jobs``, which ``transform`` uses too (None: the
+    process's setting).
+device_ : torch.device
+    Device of the fit, resolved from ``device``, which ``transform`` uses too.
+random_state_ : int
+    The integer seed of the fit, resolved from ``random_state``.
+n_features_in_ : int
+    Number of features seen in ``fit``.
+n_samples_ : int
+    Number of training points.
+laplacian_ : KNNLaplacian
+    The Laplacian L̂ = D - A of the symmetrised binary kNN graph (probdr.laws.wishart).
+n_graph_components_ : int
+    Connected components of the kNN graph.
+posterior_ : probdr.infer.posterior.Posterior
+    With ``inference="svi"`` or ``"mcmc"``: the posterior draws of Z, Procrustes-aligned to the
+    MAP embedding; ``embedding_`` is their mean.
+posterior_samples_ : ndarray of shape (draws, n_samples, n_components)
+    With ``inference="svi"`` or ``"mcmc"``: ``posterior_.samples``.
+map_embedding_ : ndarray of shape (n_samples, n_components)
+    With ``inference="svi"`` or ``"mcmc"``: the MAP embedding the posterior starts from and
+    is aligned to.
+z_prior_scale_ : float or None
+    With ``inference="svi"`` or ``"mcmc"``: the scale of the posterior's isotropic Gaussian
+    prior on Z (None for a distribution given as ``z_prior``).
+""")
+
+
+def _sections(doc: str) -> list[tuple[str, list[str]]]:
+    """A numpydoc docstring as ``(title, lines)`` pairs in order, the first titled ``""``
+    (the summary); a title is a line underlined with as many dashes."""
+    lines = inspect.cleandoc(doc).splitlines()
+    out: list[tuple[str, list[str]]] = [("", [])]
+    i = 0
+    while i < len(lines):
+        line, under = lines[i], lines[i + 1].strip() if i + 1 < len(lines) else ""
+        if line.strip() and not line[0].isspace() and under and set(under) == {"-"} \
+                and len(under) == len(line.strip()):
+            out.append((line.strip(), []))
+            i += 2
+            continue
+        out[-1][1].append(line)
+        i += 1
+    return [(title, _dedent(body) if title else _strip(body)) for title, body in out]
+
+
+def _strip(lines: list[str]) -> list[str]:
+    while lines and not lines[-1].strip():
+        lines = lines[:-1]
+    return lines
+
+
+def _inherited(cls, table_name: str, shared: dict) -> dict:
+    """The entries a class may take: its nearest documented bases' first, then ``shared``."""
+    out = dict(shared)
+    for base in reversed(cls.__mro__[1:]):
+        out.update(vars(base).get(table_name, {}))
+    return out
+
+
+def _default(value) -> str:
+    return f'"{value}"' if isinstance(value, str) else repr(value)
+
+
+def _entry(name: str, kind: str, body: list[str]) -> list[str]:
+    head = f"{name} : {kind}" if kind else name
+    return [head] + [_INDENT + line if line.strip() else "" for line in body]
+
+
+def _parameters(cls, own: dict) -> tuple[list[str], dict]:
+    """The Parameters section's lines and the resolved entries, in ``__init__`` order."""
+    signature = inspect.signature(cls.__init__).parameters
+    names = [n for n in signature if n != "self"]
+    stray = sorted(set(own) - set(names))
+    if stray:
+        raise TypeError(f"{cls.__name__}'s docstring describes {stray}, which are not "
+                        "parameters of its __init__.")
+    known = {**_inherited(cls, "_doc_parameters", PARAMETERS), **own}
+    missing = [n for n in names if n not in known or not known[n][1]]
+    if missing:
+        raise TypeError(f"{cls.__name__}: no description of the parameters {missing} (write "
+                        "them in its docstring or in probdr.estimators.docs.PARAMETERS).")
+    lines, resolved = [], {}
+    for name in names:
+        kind, body = resolved[name] = known[name]
+        default = signature[name].default
+        if default is not inspect.Parameter.empty:
+            kind = f"{kind}, default={_default(default)}"
+        lines += _entry(name, kind, body)
+    return lines, resolved
+
+
+def _attributes(cls, own: dict) -> tuple[list[str], dict]:
+    """The Attributes section's lines: a bare name takes the inherited or shared entry."""
+    known = _inherited(cls, "_doc_attributes", ATTRIBUTES)
+    lines, resolved = [], {}
+    for name, (kind, body) in own.items():
+        if not kind and not body:
+            if name not in known:
+                raise TypeError(f"{cls.__name__}: no description of the attribute {name}.")
+            kind, body = known[name]
+        resolved[name] = (kind, body)
+        lines += _entry(name, kind, body)
+    return lines, resolved
+
+
+def reference(cls):
+    """Class decorator: complete ``cls.__doc__`` (see the module docstring) and keep the
+    resolved entries for its subclasses (``_doc_parameters``, ``_doc_attributes``)."""
+    sections = _sections(cls.__doc__ or "")
+    titles = [title for title, _ in sections]
+    if "Parameters" not in titles:
+        sections.insert(1, ("Parameters", []))
+    out = []
+    for title, body in sections:
+        if title == "Parameters":
+            body, cls._doc_parameters = _parameters(cls, parse_entries("\n".join(body)))
+        elif title == "Attributes":
+            body, cls._doc_attributes = _attributes(cls, parse_entries("\n".join(body)))
+        if title:
+            out += ["", title, "-" * len(title)]
+        out += body
+    cls.__doc__ = "\n".join(out).strip("\n") + "\n"
+    return cls

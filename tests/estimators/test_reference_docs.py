@@ -1,0 +1,151 @@
+"""Every public estimator has its numpydoc reference: a Parameters section naming exactly its
+``__init__`` parameters (each with a type, its default and a description), Attributes, See Also
+and Examples that run; ``help()`` shows it as plain text. The docstrings are assembled by
+:func:`probdr.estimators.docs.reference` from the shared descriptions; its rules are tested here
+too."""
+
+from __future__ import annotations
+
+import doctest
+import inspect
+import pydoc
+import warnings
+
+import pytest
+from numpydoc.docscrape import ClassDoc
+
+import probdr
+from probdr.estimators import coupling, docs
+from probdr.estimators.base import DREstimator
+
+ESTIMATORS = [getattr(probdr, name) for name in probdr.estimators.__all__
+              if isinstance(getattr(probdr, name), type)
+              and issubclass(getattr(probdr, name), DREstimator)]
+#: fitted attributes that exist only after a posterior fit (``inference="svi"`` or ``"mcmc"``)
+POSTERIOR_ATTRIBUTES = {"posterior_", "posterior_samples_", "map_embedding_", "z_prior_scale_"}
+
+
+def _doc(cls) -> ClassDoc:
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # an unknown section or a malformed entry fails
+        return ClassDoc(cls, config={"show_class_members": False})
+
+
+def _init_names(cls) -> list[str]:
+    return [n for n in inspect.signature(cls.__init__).parameters if n != "self"]
+
+
+def test_every_public_estimator_is_covered():
+    names = {cls.__name__ for cls in ESTIMATORS}
+    assert {"TSNE", "UMAP", "SNE", "LargeVis", "GraphCoupling", "WishartPCA", "ccPCA",
+            "LaplacianWishart", "WishartEigenmaps", "SNEkhorn", "TSNEkhorn", "DistR", "GWMDS",
+            "ProbDR"} <= names
+
+
+@pytest.mark.parametrize("cls", ESTIMATORS, ids=lambda c: c.__name__)
+def test_parameters_section_names_exactly_the_init_parameters(cls):
+    params = _doc(cls)["Parameters"]
+    names = [p.name for p in params]
+    assert names == _init_names(cls)  # in signature order
+    assert sorted(names) == sorted(cls().get_params())
+    signature = inspect.signature(cls.__init__).parameters
+    for p in params:
+        assert " ".join(p.desc).strip(), f"{cls.__name__}.{p.name} has no description"
+        default = signature[p.name].default
+        shown = f'"{default}"' if isinstance(default, str) else repr(default)
+        assert p.type.endswith(f", default={shown}"), (p.name, p.type)
+        assert p.type.count("default=") == 1, (p.name, p.type)
+
+
+@pytest.mark.parametrize("cls", ESTIMATORS, ids=lambda c: c.__name__)
+def test_summary_attributes_see_also_and_examples(cls):
+    doc = _doc(cls)
+    assert doc["Summary"] and doc["Extended Summary"] is not None
+    attributes = {a.name for a in doc["Attributes"]}
+    assert {"embedding_", "n_threads_", "device_", "random_state_"} <= attributes
+    assert all(" ".join(a.desc).strip() for a in doc["Attributes"])
+    assert doc["See Also"]
+    assert any(line.startswith(">>>") for line in doc["Examples"])
+
+
+@pytest.mark.parametrize("cls", ESTIMATORS, ids=lambda c: c.__name__)
+def test_help_is_plain_text_and_shows_every_parameter(cls):
+    text = pydoc.render_doc(cls, renderer=pydoc.plaintext)
+    assert ":math:" not in text and "math::" not in text
+    for name in _init_names(cls):
+        assert f"\n |  {name} : " in text, name
+    # transform's options are not metadata: no scikit-learn routing block
+    assert "set_transform_request" not in text
+    # the first screen is the summary, then the Parameters
+    head = inspect.getdoc(cls).splitlines()
+    assert head.index("Parameters") < 20
+
+
+def test_documented_thresholds_are_the_code_constants():
+    text = probdr.GraphCoupling.__doc__
+    assert f"above {coupling.FFT_REPULSION_MIN_N:,} points" in text
+    assert f"exact up to {coupling.EXACT_REPULSION_MAX_N:,} points" in text
+
+
+@pytest.mark.parametrize("cls", ESTIMATORS, ids=lambda c: c.__name__)
+def test_examples_run_and_the_documented_attributes_exist(cls):
+    (test,) = doctest.DocTestFinder(recurse=False).find(cls, cls.__name__, globs={})
+    runner = doctest.DocTestRunner(optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        runner.run(test, clear_globs=False)
+    assert runner.failures == 0 and runner.tries > 3, f"{cls.__name__}'s Examples failed"
+    fitted = [v for v in test.globs.values() if type(v) is cls and hasattr(v, "embedding_")]
+    assert fitted, f"{cls.__name__}'s Examples fit no {cls.__name__}"
+    documented = {a.name for a in _doc(cls)["Attributes"]} - POSTERIOR_ATTRIBUTES
+    missing = sorted(a for a in documented if not hasattr(fitted[0], a))
+    assert not missing, f"{cls.__name__} documents attributes a fit does not set: {missing}"
+
+
+# -- the assembly rules -------------------------------------------------------------------------
+def _toy(doc: str, base=object):
+    class Toy(base):
+        def __init__(self, n_components=2, *, alpha=0.5, random_state=None):
+            pass
+    Toy.__doc__ = doc
+    return Toy
+
+
+def test_reference_orders_by_signature_and_fills_shared_entries_and_defaults():
+    Toy = docs.reference(_toy('''Summary.
+
+    Parameters
+    ----------
+    alpha : float
+        Its own weight.
+
+    Attributes
+    ----------
+    embedding_
+    extra_ : int
+        Its own.
+    '''))
+    parsed = ClassDoc(Toy, config={"show_class_members": False})
+    params = parsed["Parameters"]
+    assert [p.name for p in params] == ["n_components", "alpha", "random_state"]
+    assert params[0].type == "int, default=2" and params[1].type == "float, default=0.5"
+    assert params[0].desc == docs.PARAMETERS["n_components"][1]
+    assert [a.name for a in parsed["Attributes"]] == ["embedding_", "extra_"]
+    assert parsed["Attributes"][0].desc == docs.ATTRIBUTES["embedding_"][1]
+    # a subclass takes its base's own entries
+    Sub = docs.reference(_toy("Sub.", base=Toy))
+    assert "Its own weight." in Sub.__doc__
+
+
+def test_reference_refuses_missing_and_stray_parameters():
+    class Bare:
+        def __init__(self, undocumented_knob=1):
+            pass
+    Bare.__doc__ = "Summary."
+    with pytest.raises(TypeError, match="undocumented_knob"):
+        docs.reference(Bare)
+    with pytest.raises(TypeError, match="gone"):
+        docs.reference(_toy("Summary.\n\nParameters\n----------\ngone : int\n    Old.\n"))
+    own = "Parameters\n----------\nalpha : float\n    Its weight.\n"
+    with pytest.raises(TypeError, match="mystery_"):
+        docs.reference(_toy(f"Summary.\n\n{own}\nAttributes\n----------\nmystery_\n"))
