@@ -1,12 +1,12 @@
 r"""ccPCA: PCA of the data averaged over the connected-component means of posterior graphs
-(Van Assel et al. 2022, Algorithm 1 and Corollary 1; spec §7.2--7.3).
+(Van Assel et al. 2022, Algorithm 1 and Corollary 1).
 
 Why
 ---
 Shift-invariant kernels make the pairwise MRF degenerate: the density of the data given a graph
 :math:`W` does not depend on the means of :math:`X` over the connected components (CCs) of
 :math:`W + W^\top`, so SNE-like methods lose the relative positions of clusters. The hierarchical
-coupling (spec §7.1) adds a full-rank Gaussian model on the CC means; Corollary 1 shows that, for a
+coupling adds a full-rank Gaussian model on the CC means; Corollary 1 shows that, for a
 fixed graph, its global term (9) is minimised by a PCA embedding of the CC-mean matrix
 :math:`U_{[R]}U_{[R]}^\top X` (row :math:`i` = mean of :math:`X` over :math:`i`'s CC), whatever the
 diffusion parameter :math:`\varepsilon`.
@@ -24,7 +24,7 @@ form costs :math:`O(Nnp)` and never forms the :math:`n\times n` average.
 
 Conventions
 -----------
-* **Centring.** :math:`\bar X` is column-centred before the SVD (spec §6.5). Since
+* **Centring.** :math:`\bar X` is column-centred before the SVD. Since
   :math:`\mathbf 1 \in \ker L`, :math:`\mathbf 1^\top\bar X = \mathbf 1^\top X`, so this is the same as
   centring :math:`X` first.
 * **Scores.** The output is the unscaled PCA scores :math:`U_q S_q` of the centred :math:`\bar X`
@@ -52,7 +52,7 @@ from ..laws.components import (
 )
 from .base import DREstimator, in_fit_environment
 from .docs import reference
-from .params import Num, StrOptions
+from .params import InvalidParameterError, Num, StrOptions
 
 __all__ = ["ccPCA"]
 
@@ -156,6 +156,13 @@ class ccPCA(DREstimator):
     def _make_input(self) -> InputGraph:
         return InputGraph(str(self.prior_x).upper(), "entropic", perplexity=self.perplexity,
                           metric=self.metric, metric_params=self.metric_params)
+
+    def _check_params_together(self) -> None:
+        super()._check_params_together()
+        if isinstance(self.metric, str) and self.metric == "precomputed":
+            raise InvalidParameterError(
+                "ccPCA does not take metric='precomputed': it averages the rows of X over the "
+                "posterior graphs' components, so it needs the features; pass X and a metric.")
 
     def _check_params_vs_input(self, n: int, p: int) -> None:
         self.input_ = self._make_input().check(n, p)

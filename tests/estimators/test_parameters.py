@@ -154,6 +154,7 @@ TOGETHER = [
     ("DistR", dict(perplexity=0.5), "perplexity must exceed 1"),
     ("DistR", dict(n_prototypes=4, init=np.zeros((3, 2))), r"shape \(n_prototypes"),
     ("TSNE", dict(init=np.full((60, 2), np.inf)), "finite numbers"),
+    ("ccPCA", dict(metric="precomputed"), "ccPCA does not take metric='precomputed'"),
 ]
 
 
