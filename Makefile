@@ -28,7 +28,7 @@ device-wheels:
 
 docs:
 	$(PY) -m sphinx -W --keep-going -b html docs docs/_build/html
-	$(PY) docs/check_html.py docs/_build/html --exclude benchmarks.html --exclude api.html
+	$(PY) docs/check_html.py docs/_build/html
 
 # the benchmark suite (benchmarks/suite.py): by default probdr's t-SNE and UMAP beside openTSNE
 # and umap-learn on the bundled digits, each fit in its own process, a few minutes on 2 cores; it

@@ -154,7 +154,6 @@ TOGETHER = [
     ("DistR", dict(perplexity=0.5), "perplexity must exceed 1"),
     ("DistR", dict(n_prototypes=4, init=np.zeros((3, 2))), r"shape \(n_prototypes"),
     ("TSNE", dict(init=np.full((60, 2), np.inf)), "finite numbers"),
-    ("ccPCA", dict(metric="precomputed"), "ccPCA does not take metric='precomputed'"),
 ]
 
 
@@ -163,6 +162,12 @@ def test_data_independent_rules_fail_in_fit_before_the_data_is_read(name, params
                                                                    data_untouched):
     with pytest.raises(InvalidParameterError, match=match):
         getattr(probdr, name)(**params).fit(X)
+
+
+def test_ccpca_refuses_precomputed_distances_before_the_fit(data_untouched):
+    D = np.abs(np.subtract.outer(np.arange(60.0), np.arange(60.0)))
+    with pytest.raises(InvalidParameterError, match="ccPCA does not take metric='precomputed'"):
+        probdr.ccPCA(metric="precomputed").fit(D)
 
 
 #: the perplexity's whole range, [1, n - 1) (SEA: (1, n - 2]), is the input object's to check

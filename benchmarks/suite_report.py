@@ -1,0 +1,214 @@
+"""``docs/benchmarks.md`` from the suite's results: the summary, one table per data set, the figure
+and the GPU check's table (from ``benchmarks/results/device.json``). Called by ``suite.py``."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+COLUMNS = [("wall_s", "time (s)", "{:.1f}"), ("ratio", "time ratio", "{}"),
+           ("peak_rss_gib", "peak memory (GiB)", "{:.2f}"), ("trust15", "trust@15", "{:.3f}"),
+           ("cont15", "cont@15", "{:.3f}"), ("knn5", "5-NN acc", "{:.3f}"),
+           ("spearman", "distance ρ", "{:.3f}"), ("density", "density ρ", "{:.3f}")]
+DEVICE = Path(__file__).resolve().parent / "results" / "device.json"
+
+
+def latest(results: list[dict]) -> dict:
+    """The last result of each (data set, method) on the machine of the last run on record
+    (results of other machines stay in the file but never meet in one table)."""
+    here = results[-1]["machine"] if results else None
+    return {(r["data"], r["method"]): r for r in results if r["machine"] == here}
+
+
+def _failed(r: dict) -> str:
+    if r["status"] == "timeout":
+        return f"stopped at {r['limit_s']:.0f} s"
+    if r["status"] == "memory":
+        return f"stopped above {r['limit_gib']:.0f} GiB"
+    return "failed: " + (r.get("error") or "no output").replace("|", "/")[:80]
+
+
+def _row(r: dict, ref: dict | None, name: str) -> str:
+    if r["status"] != "ok":
+        return f"| {name} | {_failed(r)} |" + " |" * (len(COLUMNS) - 1)
+    vals = dict(r, ratio=f"{r['wall_s'] / ref['wall_s']:.2f}×" if ref else "")
+    if r.get("peak_is") != "VmHWM":  # ru_maxrss counts the parent's memory at fork: not shown
+        vals["peak_rss_gib"] = None
+    cells = [fmt.format(vals[k]) if vals.get(k) is not None else "" for k, _, fmt in COLUMNS]
+    return f"| {name} | " + " | ".join(cells) + " |"
+
+
+def table(rows: dict, data: str, methods: dict) -> list[str]:
+    """One data set's table: probdr's rows first, each with its time over its reference's."""
+    head = "| method | " + " | ".join(title for _, title, _ in COLUMNS) + " |"
+    lines = [head, "|---" * (len(COLUMNS) + 1) + "|"]
+    for m, (name, _, ref) in methods.items():
+        r = rows.get((data, m))
+        if r is None:
+            continue
+        ok_ref = rows.get((data, ref)) if ref else None
+        ok_ref = ok_ref if ok_ref and ok_ref["status"] == "ok" else None
+        lines.append(_row(r, ok_ref, name + (f" (vs {methods[ref][0]})" if ok_ref else "")))
+    return lines
+
+
+def _ratios(rows: dict, methods: dict, data: str) -> list[str]:
+    """probdr's TSNE and UMAP against their references on one data set, as phrases."""
+    parts = []
+    for m in ("probdr-tsne", "probdr-umap"):
+        ref_m = methods[m][2]
+        r, ref = rows.get((data, m)), rows.get((data, ref_m))
+        if r and ref and r["status"] == ref["status"] == "ok":
+            parts.append(
+                f"{methods[m][0]} takes **{r['wall_s'] / ref['wall_s']:.2f}×** "
+                f"{methods[ref_m][0]}'s time (trustworthiness@15 {r['trust15']:.3f} vs "
+                f"{ref['trust15']:.3f}, 5-NN accuracy {r['knn5']:.3f} vs {ref['knn5']:.3f})")
+    return parts
+
+
+def _small_range(rows: dict, methods: dict, largest: str) -> str:
+    """The range of the time ratios on the other data sets, one sentence."""
+    spans = []
+    for m in ("probdr-tsne", "probdr-umap"):
+        ref_m = methods[m][2]
+        ratios = [rows[(d, m)]["wall_s"] / rows[(d, ref_m)]["wall_s"]
+                  for (d, mm) in rows if mm == m and d != largest and (d, ref_m) in rows
+                  and rows[(d, m)]["status"] == rows[(d, ref_m)]["status"] == "ok"]
+        if ratios:
+            spans.append(f"{methods[m][0]} {min(ratios):.2f}–{max(ratios):.2f}× "
+                         f"{methods[ref_m][0]}'s")
+    return (" On the smaller data sets, where every fit takes seconds, the time ratios are "
+            + " and ".join(spans) + ".") if spans else ""
+
+
+def summary(rows: dict, methods: dict) -> str:
+    """The page's first lines: probdr against its reference at the largest data set on record,
+    then the range of the ratios on the others."""
+    sizes = {d: r["n"] for (d, _), r in rows.items()}
+    for data in sorted(sizes, key=sizes.get, reverse=True):
+        parts = _ratios(rows, methods, data)
+        if parts:
+            return (f"**At the defaults, on {sizes[data]:,} points ({data}):** "
+                    + "; ".join(parts) + "." + _small_range(rows, methods, data))
+    return "No results on record yet: run `python benchmarks/suite.py`."
+
+
+def figure(rows: dict, datasets: dict, methods: dict, path: Path) -> bool:
+    """Time (log) against trustworthiness, one panel per data set; False when nothing to plot."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    data = [d for d in datasets if any(k[0] == d and r["status"] == "ok" for k, r in rows.items())]
+    if not data:
+        return False
+    cols = min(3, len(data))
+    fig, axes = plt.subplots((len(data) + cols - 1) // cols, cols, squeeze=False,
+                             figsize=(4.2 * cols, 3.4 * ((len(data) + cols - 1) // cols)))
+    colors = plt.get_cmap("tab10")
+    for ax, d in zip(axes.ravel(), data, strict=False):
+        for i, (m, (name, lib, _)) in enumerate(methods.items()):
+            r = rows.get((d, m))
+            if r and r["status"] == "ok":
+                ax.scatter(r["wall_s"], r["trust15"], color=colors(i % 10), label=name,
+                           marker="*" if lib == "probdr" else "o", s=120 if lib == "probdr" else 40)
+        ax.set(xscale="log", title=f"{d} (n = {rows[next(k for k in rows if k[0] == d)]['n']:,})",
+               xlabel="time (s)", ylabel="trustworthiness@15")
+    for ax in axes.ravel()[len(data):]:
+        ax.axis("off")
+    fig.legend(*_all_handles(axes), loc="lower center", ncol=5, fontsize=8, frameon=False)
+    fig.tight_layout(rect=(0, 0.08, 1, 1))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, metadata={"Date": None})
+    plt.close(fig)
+    return True
+
+
+def _all_handles(axes):
+    seen = {}
+    for ax in axes.ravel():
+        for h, lab in zip(*ax.get_legend_handles_labels(), strict=True):
+            seen.setdefault(lab, h)
+    return list(seen.values()), list(seen)
+
+
+def device_section() -> list[str]:
+    """The GPU check's tables, from ``benchmarks/results/device.json`` (``device_check.py``)."""
+    if not DEVICE.exists():
+        return []
+    dev = json.loads(DEVICE.read_text())
+    lines = ["## On a GPU", "", f"Measured on {dev['date']} on {dev['card']}. {dev['intro']}", "",
+             "    " + dev["command"], "",
+             "| fit | n | time (s) | peak GPU memory (GiB) | trust@15 | 5-NN acc |",
+             "|---|---|---|---|---|---|"]
+    lines += [f"| {f['fit']} | {f['n']:,} | {f['wall_s']:.1f} | {f['peak_gib']:.2f} | "
+              f"{f['trust15']:.4f} | {f['knn5']:.4f} |" for f in dev["fits"]]
+    lines += ["", "The CPU and the GPU on the digits, same seed:", "",
+              "| method | trust@15 CPU | trust@15 GPU | Procrustes distance |", "|---|---|---|---|"]
+    lines += [f"| {c['method']} | {c['trust_cpu']:.4f} | {c['trust_gpu']:.4f} | "
+              f"{c['procrustes']:.4f} |" for c in dev.get("cpu_vs_gpu", [])]
+    return lines + ["", *dev.get("notes", []), ""]
+
+INTRO = """# Benchmarks
+
+{summary}
+
+probdr's presets beside the tools a user would pick instead, each at its defaults on all cores,
+on data sets that install offline. One command reproduces every table and the figure of this
+page; it runs each fit in its own process, skips fits already on record, and rewrites this page:
+
+    pip install -c constraints.txt -e ".[bench]"    # the peers, the metrics and the data
+    python benchmarks/suite.py
+
+{measured}
+
+- **time**: the `fit_transform` call (neighbour search, affinities, initialisation and
+  optimisation), warm: after an untimed fit on 300 of the points in the same process, so that
+  imports and just-in-time compilation (numba, torch) are excluded; **time ratio**: probdr's time over the
+  reference library's (openTSNE for t-SNE, umap-learn for UMAP and LargeVis) on the same data;
+- **peak memory**: the fitting process's peak resident memory (Linux `VmHWM`), imports and the
+  warm-up fit included (blank where it was not recorded);
+- **trust@15**, **cont@15**: trustworthiness and continuity with 15 neighbours; **distance ρ**:
+  Spearman's correlation of all pairwise distances; the three from
+  [ZADU](https://github.com/hj-n/zadu), on at most 5,000 points;
+- **5-NN acc**: leave-one-out 5-nearest-neighbour accuracy of the labels in the embedding, on all
+  points;
+- **density ρ**: density preservation as the OpenProblems dimensionality-reduction task computes
+  it: the Pearson correlation of the log local radii in the data and in the embedding (weighted
+  mean squared distance over umap-learn's fuzzy graph with 30 neighbours), on the same points as
+  trustworthiness.
+
+Methods and their settings: probdr `TSNE()`, `UMAP()`, `LargeVis()` with `random_state=0`;
+openTSNE `TSNE(n_jobs=-1)`; umap-learn `UMAP(n_jobs=-1)` (no seed: a seed makes it
+single-threaded); scikit-learn `TSNE(n_jobs=-1)`; PaCMAP `PaCMAP()`; TriMap `TRIMAP()`; TorchDR
+`TSNE(device="cpu")` and `UMAP(device="cpu")`. A fit that runs past 900 s or above 16 GiB is
+stopped and shown as such. A subset: `--data digits mnist5k --methods probdr-tsne opentsne`;
+a million points (probdr only, about 10 minutes each): `--data mnistdef1m`.
+
+![time against trustworthiness](_static/benchmarks-time-quality.svg)
+"""
+
+
+def measured(results: list[dict]) -> str:
+    """The machine, versions and date of the runs on record (the latest run's)."""
+    if not results:
+        return ""
+    last = results[-1]
+    vers = ", ".join(f"{k} {v}" for k, v in last["versions"].items() if v)
+    dates = sorted({r["date"] for r in results if r["machine"] == last["machine"]})
+    when = f"on {dates[0]}" if len(dates) == 1 else f"from {dates[0]} to {dates[-1]}"
+    return f"Measured {when} on {last['machine']}, with {vers}."
+
+
+def write_page(results: list[dict], page: Path, fig: Path, datasets: dict, methods: dict):
+    rows = latest(results)
+    text = [INTRO.format(summary=summary(rows, methods), measured=measured(results))]
+    for d, (desc, _) in datasets.items():
+        if any(k[0] == d for k in rows):
+            text += [f"## {d}", "", desc + ".", "", *table(rows, d, methods), ""]
+    text += device_section()
+    if not figure(rows, datasets, methods, fig):
+        text[0] = text[0].replace("![time against trustworthiness]", "<!-- no figure -->")
+    page.write_text("\n".join(text).rstrip() + "\n")
+    print(f"wrote {page}" + (f" and {fig}" if fig.exists() else ""))

@@ -1,0 +1,69 @@
+"""The benchmark suite's page and metrics (``benchmarks/suite.py``, ``suite_report.py``), on
+made-up results: no fit is run here and no timing is asserted."""
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+BENCH = Path(__file__).resolve().parents[2] / "benchmarks"
+sys.path.insert(0, str(BENCH))
+suite = pytest.importorskip("suite")
+report = pytest.importorskip("suite_report")
+
+
+def _result(data, method, wall, trust=0.9, machine="m1", date="2026-01-02", status="ok", n=100):
+    r = {"data": data, "method": method, "seed": 0, "n": n, "machine": machine, "date": date,
+         "versions": {"probdr": "0.1.0"}, "status": status}
+    if status == "ok":
+        r.update(wall_s=wall, peak_rss_gib=0.5, trust15=trust, cont15=0.9, knn5=0.95,
+                 spearman=0.5, density=0.3, finite=True)
+    else:
+        r.update(limit_s=600, limit_gib=16, error="")
+    return r
+
+
+def test_page_states_the_comparison_first_and_every_fit(tmp_path):
+    results = [_result("digits", "opentsne", 10.0), _result("digits", "probdr-tsne", 5.0, 0.95),
+               _result("mnistdef70k", "opentsne", 200.0, n=70000),
+               _result("mnistdef70k", "probdr-tsne", 100.0, n=70000),
+               _result("mnistdef70k", "sklearn-tsne", 0, status="timeout", n=70000)]
+    page = tmp_path / "benchmarks.md"
+    report.write_page(results, page, tmp_path / "_static" / "fig.svg", suite.DATASETS,
+                      suite.METHODS)
+    text = page.read_text()
+    first = text.split("\n\n")[1]
+    assert first.startswith("**At the defaults, on 70,000 points") and "**0.50×** openTSNE" in first
+    assert "| probdr TSNE (vs openTSNE) | 5.0 | 0.50× |" in text
+    assert "| scikit-learn TSNE | stopped at 600 s |" in text
+    assert "Measured on 2026-01-02 on m1" in text
+    assert (tmp_path / "_static" / "fig.svg").stat().st_size > 1000
+
+
+def test_only_the_latest_machine_meets_in_a_table(tmp_path):
+    results = [_result("digits", "opentsne", 10.0, machine="old"),
+               _result("digits", "probdr-tsne", 5.0, machine="new")]
+    rows = report.latest(results)
+    assert list(rows) == [("digits", "probdr-tsne")]
+    assert "time ratio" in "\n".join(report.table(rows, "digits", suite.METHODS))
+    assert "0.50×" not in "\n".join(report.table(rows, "digits", suite.METHODS))
+
+
+def test_leave_one_out_knn_accuracy_matches_scikit_learn():
+    from sklearn.model_selection import LeaveOneOut, cross_val_score
+    from sklearn.neighbors import KNeighborsClassifier
+
+    rng = np.random.default_rng(0)
+    Z = rng.normal(size=(80, 2))
+    y = (Z[:, 0] + 0.5 * rng.normal(size=80) > 0).astype(int)
+    ref = cross_val_score(KNeighborsClassifier(5), Z, y, cv=LeaveOneOut()).mean()
+    assert suite.loo_knn_accuracy(Z, y, 5) == pytest.approx(ref)
+
+
+def test_the_plan_refuses_unknown_names():
+    class Args:
+        data, methods = ["digits"], ["probdr-tsne", "nope"]
+
+    with pytest.raises(SystemExit, match="unknown methods"):
+        suite.plan(Args())
