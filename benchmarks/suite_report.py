@@ -164,8 +164,9 @@ page; it runs each fit in its own process, skips fits already on record, and rew
 {measured}
 
 - **time**: the `fit_transform` call (neighbour search, affinities, initialisation and
-  optimisation), warm: after an untimed fit on 300 of the points in the same process, so that
-  imports and just-in-time compilation (numba, torch) are excluded; **time ratio**: probdr's time over the
+  optimisation), warm: after an untimed fit on 300 of the points (4,096 from 4,096 points on, where
+  umap-learn switches to approximate neighbours) in the same process, so that imports and
+  just-in-time compilation (numba, torch) are excluded; **time ratio**: probdr's time over the
   reference library's (openTSNE for t-SNE, umap-learn for UMAP and LargeVis) on the same data;
 - **peak memory**: the fitting process's peak resident memory (Linux `VmHWM`), imports and the
   warm-up fit included (blank where it was not recorded);
