@@ -99,6 +99,7 @@ def figure(rows: dict, datasets: dict, methods: dict, path: Path) -> bool:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    import matplotlib.ticker
 
     data = [d for d in datasets if any(k[0] == d and r["status"] == "ok" for k, r in rows.items())]
     if not data:
@@ -115,6 +116,7 @@ def figure(rows: dict, datasets: dict, methods: dict, path: Path) -> bool:
                            marker="*" if lib == "probdr" else "o", s=120 if lib == "probdr" else 40)
         ax.set(xscale="log", title=f"{d} (n = {rows[next(k for k in rows if k[0] == d)]['n']:,})",
                xlabel="time (s)", ylabel="trustworthiness@15")
+        ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())  # no crowded labels
     for ax in axes.ravel()[len(data):]:
         ax.axis("off")
     fig.legend(*_all_handles(axes), loc="lower center", ncol=5, fontsize=8, frameon=False)
