@@ -131,6 +131,14 @@ class MAPFit:
         The ``site_lr`` sites take a step every ``site_every``-th step and are held in between
         (block-coordinate ascent): their gradient, which costs as much again as the
         embedding's on the FFT and edge paths, is computed on those steps only.
+    guide : callable, optional
+        ``guide(model, init_loc_fn)`` returns the guide to fit in place of the point mass, e.g.
+        a Gaussian (``AutoNormal``): the loop is then stochastic variational inference, each
+        step a one-draw estimate of the negative ELBO and its gradient on the same engine as a
+        MAP step (:func:`probdr.infer.posterior.fit_posterior` uses it). ``init_loc_fn`` starts
+        the guide's location at ``init_values``.
+    num_particles : int
+        Draws of the guide per step (a point mass needs one).
 
     Data-parallel fits: when the model declares ``data_parallel = True`` and a process group
     of more than one process is initialised (:mod:`probdr._compute.distributed`), the fit is
@@ -157,7 +165,8 @@ class MAPFit:
                  verbose: bool = False, total_steps: int | None = None, desc: str = "MAP",
                  callback: Callable | None = None, callback_every: int | None = None,
                  optimizer_state: list | None = None, loss_every: int | None = None,
-                 site_lr: dict[str, float] | None = None, site_every: int = 1):
+                 site_lr: dict[str, float] | None = None, site_every: int = 1,
+                 guide: Callable | None = None, num_particles: int = 1):
         if optimizer not in OPTIMIZERS:
             raise ValueError(f"optimizer must be one of {OPTIMIZERS}, got {optimizer!r}.")
         if optimizer == "lbfgs" and grad_clip is not None:
@@ -186,6 +195,10 @@ class MAPFit:
         self.verbose = verbose
         self.total_steps = total_steps
         self.desc = desc
+        if guide is not None and reparam:
+            raise ValueError("a guide and reparam do not combine: reparam makes its own "
+                             "point-mass guide.")
+        self._make_guide = guide
         self.guide = None
         self.params: list[torch.Tensor] | None = None
         self.opt = None
@@ -206,7 +219,8 @@ class MAPFit:
         self._z_param: torch.Tensor | None = None
         # one instance for the whole fit: its first call guesses the plate nesting (one more
         # run of the model and the guide)
-        self._elbo = SyncFreeELBO() if self.sync_free else Trace_ELBO()
+        elbo = SyncFreeELBO if self.sync_free else Trace_ELBO
+        self._elbo = elbo(num_particles=int(num_particles))
         self._stack: ExitStack | None = None
         self._bar = None
         default_cb, default_every = fit_callback()
@@ -233,11 +247,13 @@ class MAPFit:
         if self.shard is not None:  # every rank starts from rank 0's point
             self.init_values = {k: self.shard.broadcast_(v.detach().clone())
                                 for k, v in self.init_values.items()}
+        start = init_to_value(values={k: v.detach().clone() for k, v in self.init_values.items()})
         if self.reparam:
             self.guide = reparam_guide(self.init_values, self.reparam)
+        elif self._make_guide is not None:
+            self.guide = self._make_guide(self.model, start)
         else:
-            self.guide = AutoDelta(self.model, init_loc_fn=init_to_value(
-                values={k: v.detach().clone() for k, v in self.init_values.items()}))
+            self.guide = AutoDelta(self.model, init_loc_fn=start)
         return self
 
     def __exit__(self, *exc) -> bool:
@@ -263,8 +279,8 @@ class MAPFit:
         self.guide(**model_kwargs)
         store = pyro.get_param_store()
         self.params = [store[name].unconstrained() for name in store.keys()]
-        site_of = {name: name.removeprefix("AutoDelta.").removesuffix("_raw")
-                   for name in store.keys()}
+        # "AutoDelta.Z", "Z_raw", "AutoNormal.locs.Z": the site is the last component
+        site_of = {name: name.rsplit(".", 1)[-1].removesuffix("_raw") for name in store.keys()}
         missing = set(self.site_lr) - set(site_of.values())
         if missing:
             raise ValueError(f"site_lr names {sorted(missing)}, not latent sites of the model.")
@@ -411,8 +427,12 @@ class MAPFit:
             for t in range(phase.n_iter):
                 if phase.final_learning_rate is not None:
                     frac = (phase.decay_start + t) / max(phase.decay_steps or phase.n_iter, 1)
-                    lr = phase.learning_rate + frac * (phase.final_learning_rate
-                                                       - phase.learning_rate)
+                    if phase.geometric:
+                        lr = phase.learning_rate * (phase.final_learning_rate
+                                                    / phase.learning_rate) ** frac
+                    else:
+                        lr = phase.learning_rate + frac * (phase.final_learning_rate
+                                                           - phase.learning_rate)
                     for g in self.opt.param_groups:
                         g["lr"] = lr
                 if observe is not None:

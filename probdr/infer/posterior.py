@@ -99,7 +99,6 @@ import pyro
 import pyro.distributions as dist
 import torch
 from pyro import poutine
-from pyro.infer import SVI, Trace_ELBO
 from pyro.infer.autoguide import (
     AutoGuide,
     AutoLowRankMultivariateNormal,
@@ -110,14 +109,14 @@ from pyro.infer.autoguide.initialization import InitMessenger, init_to_median, i
 from pyro.poutine.util import site_is_subsample
 from sklearn.utils import check_scalar
 from torch.distributions import biject_to, constraints
-from tqdm.auto import tqdm
 
 from .._utils import generator
 from .draws import Posterior, chain_statistics, procrustes_align
+from .schedule import Phase
 
 __all__ = ["Posterior", "fit_posterior", "latent_sites", "LatentSites", "check_inference",
            "check_inference_options", "check_mcmc_setup", "procrustes_align", "MCMC_MAX_PARAMS",
-           "SVI_OPTIONS", "MCMC_OPTIONS"]
+           "SVI_OPTIONS", "MCMC_OPTIONS", "LAPLACE_OPTIONS"]
 
 #: Largest number of parameters n*q that NUTS accepts by default (exact repulsion). Every
 #: gradient is an all-pairs pass and NUTS takes tens of them per draw, so the cost grows
@@ -126,7 +125,11 @@ MCMC_MAX_PARAMS = 400
 
 SVI_OPTIONS = {
     "guide": "normal", "num_steps": 1000, "lr": 0.2, "lr_decay": 0.05, "num_particles": 1,
-    "num_samples": 200, "rank": None, "init_scale": 0.1, "reference": None, "align": True,
+    "num_samples": 200, "rank": None, "init_scale": 0.1, "inflation": 1.0, "reference": None,
+    "align": True,
+}
+LAPLACE_OPTIONS = {
+    "num_samples": 200, "inflation": 1.0, "reference": None, "align": True,
 }
 MCMC_OPTIONS = {
     "num_chains": 2, "warmup": 300, "num_samples": 300, "target_accept_prob": 0.8,
@@ -177,7 +180,7 @@ def fit_posterior(
         Keyword arguments of the model.
     Z_init : tensor (n, q)
         Starting point, normally the MAP embedding; also the default alignment reference.
-    method : {"svi", "mcmc"}
+    method : {"svi", "laplace", "mcmc"}
     generator : torch.Generator, optional
         Seeds Pyro (and so every draw) for repeatable runs.
     verbose : bool
@@ -210,6 +213,15 @@ def fit_posterior(
             Draws from the fitted guide.
         ``init_scale``
             Initial guide standard deviation.
+        ``inflation``
+            Multiply the variance of Z's draws around their mean by this factor (1: none). A
+            mean-field guide ignores the correlations between points and is narrower than the
+            posterior; ``benchmarks/calibration.py`` measures the factor that restores the
+            coverage of the credible regions (docs: "How sure is the map?").
+
+        Laplace (``method="laplace"``, defaults in :data:`LAPLACE_OPTIONS`; models that declare
+        ``point_precisions``, :mod:`probdr.infer.laplace`): ``num_samples`` draws and the
+        variance ``inflation``.
 
         MCMC (defaults in :data:`MCMC_OPTIONS`): ``num_chains``, ``warmup``, ``num_samples``
         (per chain), ``target_accept_prob``, ``max_tree_depth``, ``dense_mass``,
@@ -259,8 +271,37 @@ def fit_posterior(
         check_mcmc_setup(n, q, repulsion=repulsion, max_params=opts["max_params"],
                          extra_params=sum(v.numel() for k, v in latent.values.items()
                                           if k != site[0]))
+    if method == "laplace":
+        return _fit_laplace(model, kwargs, Z_init, opts, seed, latent)
     fit = _fit_svi if method == "svi" else _fit_mcmc
     return fit(model, kwargs, Z_init, opts, seed, verbose, tuple(site), latent)
+
+
+def _fit_laplace(model, kwargs, Z_init, opts, seed, latent) -> Posterior:
+    """The per-point Laplace approximation at ``Z_init`` (the MAP) of a model that declares its
+    curvature (``model.point_precisions``, :mod:`probdr.infer.laplace`)."""
+    from .laplace import laplace_draws
+
+    blocks = getattr(model, "point_precisions", None)
+    if blocks is None:
+        raise ValueError("inference='laplace' needs a model that declares its per-point "
+                         "curvature (model.point_precisions), as the graph couplings do; use "
+                         "'svi' for this model.")
+    if set(latent.values) != {"Z"}:
+        raise ValueError("inference='laplace' covers models whose only latent site is Z; a "
+                         f"model with {sorted(set(latent.values) - {'Z'})} needs 'svi'.")
+    t0 = time.perf_counter()
+    gen = generator(seed)
+    P = blocks(Z_init.detach(), **kwargs)
+    draws = laplace_draws(Z_init, P, int(opts["num_samples"]),
+                          inflation=float(opts["inflation"]), generator=gen)
+    raw = _numpy(draws.to(Z_init.dtype))[None]
+    reference = _reference(opts, Z_init)
+    cov = torch.cholesky_inverse(torch.linalg.cholesky(P)) * float(opts["inflation"])
+    diag = {"precisions": _numpy(P), "covariances": _numpy(cov),
+            "inflation": float(opts["inflation"]), "seconds": time.perf_counter() - t0}
+    aligned = procrustes_align(raw, reference) if opts["align"] else raw
+    return Posterior("laplace", aligned, reference, diag, raw)
 
 
 def _other_values(init_values, dtype) -> dict[str, torch.Tensor]:
@@ -382,8 +423,14 @@ def check_inference(method: str, n: int, q: int, *, repulsion: str = "exact",
 def check_inference_options(method: str, **options) -> dict[str, Any]:
     """Validate the method and its options, which need no data (names, counts, rates); return
     the full options (defaults filled in). Raises ``ValueError`` or ``TypeError``."""
-    if method not in ("svi", "mcmc"):
-        raise ValueError(f"method must be 'svi' or 'mcmc', got {method!r}.")
+    if method not in ("svi", "mcmc", "laplace"):
+        raise ValueError(f"method must be 'svi', 'laplace' or 'mcmc', got {method!r}.")
+    if method == "laplace":
+        opts = _check_options(options, LAPLACE_OPTIONS, method)
+        check_scalar(opts["num_samples"], "num_samples", Integral, min_val=2)
+        check_scalar(opts["inflation"], "inflation", Real, min_val=0,
+                     include_boundaries="neither")
+        return opts
     if method == "svi":
         opts = _check_options(options, SVI_OPTIONS, method)
         for name in ("num_steps", "num_samples", "num_particles"):
@@ -394,6 +441,8 @@ def check_inference_options(method: str, **options) -> dict[str, Any]:
         check_scalar(opts["lr_decay"], "lr_decay", Real, min_val=0, max_val=1,
                      include_boundaries="right")
         check_scalar(opts["init_scale"], "init_scale", Real, min_val=0,
+                     include_boundaries="neither")
+        check_scalar(opts["inflation"], "inflation", Real, min_val=0,
                      include_boundaries="neither")
         return opts
     opts = _check_options(options, MCMC_OPTIONS, method)
@@ -484,36 +533,41 @@ def _fit_svi(model, kwargs, Z_init, opts, seed, verbose, site, latent) -> Poster
 
 
 def _fit_svi_in_scope(model, kwargs, Z_init, opts, seed, verbose, site, latent) -> Posterior:
+    """SVI on the MAP driver (:class:`probdr.infer.map.MAPFit` with the guide in place of the
+    point mass): the same engine room per step as a MAP step -- sync-free queues, the edge sums'
+    values skipped between recorded steps, heap reuse, data-parallel shards -- and Adam with a
+    geometric decay of the learning rate from ``lr`` to ``lr * lr_decay``."""
+    from .map import MAPFit
+
     name, to_site, _ = site
     num_steps = int(opts["num_steps"])
-    num_particles = int(opts["num_particles"])
-    lr, decay = opts["lr"], opts["lr_decay"]
+    lr, decay = float(opts["lr"]), float(opts["lr_decay"])
     reference = _reference(opts, Z_init)
     pyro.set_rng_seed(seed)
     guide, guide_name = _make_guide(model, opts["guide"], latent.values, opts)
-    optim = pyro.optim.ClippedAdam({"lr": float(lr), "lrd": float(decay) ** (1.0 / num_steps)})
-    svi = SVI(model, guide, optim, loss=Trace_ELBO(num_particles=num_particles))
-    elbo = np.empty(num_steps)
     t0 = time.perf_counter()
-    with tqdm(total=num_steps, desc="SVI", disable=not verbose, leave=False) as bar:
-        for t in range(num_steps):
-            elbo[t] = svi.step(**kwargs)
-            if not np.isfinite(elbo[t]):
-                raise FloatingPointError(
-                    f"SVI: the ELBO became non-finite at step {t}; lower lr or init_scale, or "
-                    "use dtype='float64'.")
-            if verbose and (t + 1) % 50 == 0:
-                bar.set_postfix(loss=f"{elbo[t]:.4g}")
-                bar.update(50)
-    draws = _guide_draws(guide, kwargs, list(latent.values), int(opts["num_samples"]))
+    with MAPFit(model, dict(latent.values), optimizer="adam", guide=lambda m, start: guide,
+                collapse_floor=None, verbose=verbose, total_steps=num_steps, desc="SVI",
+                callback=False, num_particles=int(opts["num_particles"])) as fit:
+        try:
+            fit.run(Phase(num_steps, lr, final_learning_rate=lr * decay, geometric=True,
+                          name="svi"), kwargs)
+        except FloatingPointError as err:
+            raise FloatingPointError(f"{err} Lower lr or init_scale, or use "
+                                     "dtype='float64'.") from err
+        draws = _guide_draws(guide, kwargs, list(latent.values), int(opts["num_samples"]))
+    elbo = fit.history
     with torch.no_grad():
         raw = _numpy(_to_z(to_site, draws.pop(name)))[None]
+    if float(opts["inflation"]) != 1.0:  # variance inflation of Z's draws around their mean
+        mid = raw.mean(1, keepdims=True)
+        raw = mid + math.sqrt(float(opts["inflation"])) * (raw - mid)
     sites = {k: _numpy(v)[None] for k, v in draws.items()}
     for k, v in (("Z", raw), *sites.items()):
         if not np.all(np.isfinite(v)):
             raise FloatingPointError(f"SVI: the guide produced non-finite draws of {k!r}.")
-    diag = {"elbo": elbo, "guide": guide_name, "num_steps": num_steps,
-            "seconds": time.perf_counter() - t0}
+    diag = {"elbo": elbo, "elbo_steps": fit.loss_steps, "guide": guide_name,
+            "num_steps": num_steps, "seconds": time.perf_counter() - t0}
     aligned = procrustes_align(raw, reference) if opts["align"] else raw
     return Posterior("svi", aligned, reference, diag, raw, guide=guide, sites=sites)
 

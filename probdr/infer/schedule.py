@@ -77,6 +77,8 @@ class Phase:
     momentum: float = 0.0
     #: learning rate at the end of the phase (linear decay); ``None`` keeps it constant
     final_learning_rate: float | None = None
+    #: decay geometrically (a constant factor per step) instead of linearly
+    geometric: bool = False
     #: the linear decay's length in steps (``None``: ``n_iter``) and the position in it of the
     #: phase's first step: the phase's step ``t`` runs at the decay's step ``decay_start + t``
     #: (a phase that continues or prolongs another: :func:`continue_schedule`)
