@@ -129,6 +129,43 @@ def graph_coupling_model(
 graph_coupling_model.data_parallel = True
 
 
+def coupling_point_precisions(Z: torch.Tensor, *, W_X, prior_z, kernel, z_prior=None,
+                              repulsion="exact", negative_samples=5, negative_weight=1.0,
+                              coupling_weight=1.0, **_) -> torch.Tensor:
+    r"""The per-point posterior precision blocks of :func:`graph_coupling_model` at ``Z``
+    (:func:`probdr.infer.laplace.point_precisions`): the latent law's curvature in each
+    :math:`z_i` -- of the exact law, or of the negative-sampling surrogate that a fit by
+    negative sampling optimises -- times ``coupling_weight``, plus the Gaussian ``z_prior``'s
+    precision. A latent edge prior is refused (its weights are not a kernel of the distance)."""
+    from probdr.infer.laplace import point_precisions
+
+    if prior_z.edge_prior is not None:
+        raise ValueError("the Laplace approximation covers latent laws without an edge prior.")
+    ns = (int(negative_samples), float(negative_weight)) if repulsion == "negative_sampling" \
+        else None
+    return point_precisions(Z, W_X, prior_z.kind, kernel.fixed(), coupling_weight=coupling_weight,
+                            prior_precision=gaussian_precision(z_prior, Z.shape),
+                            negative_sampling=ns)
+
+
+def gaussian_precision(z_prior, shape) -> torch.Tensor | None:
+    """The per-coordinate precision (n, q) of a Gaussian prior with independent coordinates
+    (``Normal(loc, scale)`` expanded to (n, q)); ``None`` for no prior; otherwise an error."""
+    if z_prior is None:
+        return None
+    base = z_prior
+    while isinstance(base, (dist.Independent, torch.distributions.Independent)):
+        base = base.base_dist
+    if not isinstance(base, torch.distributions.Normal):
+        raise ValueError("the Laplace approximation needs a Gaussian prior on Z with independent "
+                         f"coordinates, got {type(z_prior).__name__}.")
+    return (base.scale.to(torch.float64) ** -2).expand(shape)
+
+
+#: the per-point curvature at a point (the Laplace approximation, probdr.infer.laplace)
+graph_coupling_model.point_precisions = coupling_point_precisions
+
+
 def _negative_sampling_likelihood(law, W_X, m, gamma, n, epoch_steps: int = 1):
     """umap-learn's scheme: each epoch, edge e is used with probability v_e / max(v) (then with
     weight max(v)), and every used edge draws m uniform negatives. In expectation over the draws

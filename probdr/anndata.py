@@ -4,7 +4,7 @@ scanpy style.
 :func:`embed` reads a representation (``adata.obsm["X_pca"]`` by default, or ``adata.X``), or
 reuses a neighbour graph computed by scanpy (``neighbors_key``), fits one of probdr's estimators
 and writes the embedding to ``adata.obsm``, its posterior spread (when the estimator was fitted
-with ``inference="svi"`` or ``"mcmc"``) beside it, and the settings to ``adata.uns``. Everything
+with ``inference="svi"``, ``"laplace"`` or ``"mcmc"``) beside it, and the settings to ``adata.uns``. Everything
 written is plain arrays, strings and numbers, so the object still saves with
 ``adata.write_h5ad``.
 
@@ -125,10 +125,13 @@ def embed(adata, method="umap", *, use_rep: str = "X_pca", neighbors_key: str | 
     ``adata.obsm[key]``
         The embedding, ``(n_obs, n_components)``, in the estimator's ``dtype`` (float32 by
         default).
-    ``adata.obsm[key + "_std"]``
-        With ``inference="svi"`` or ``"mcmc"``: the posterior standard deviation of every
-        coordinate over ``posterior_samples_`` (the embedding is then the posterior mean). A
-        MAP fit under the same key removes an earlier one.
+    ``adata.obsm[key + "_std"]`` and ``adata.obs[key + "_reliability"]``
+        With ``inference="svi"``, ``"laplace"`` or ``"mcmc"``: the posterior standard deviation
+        of every coordinate over ``posterior_samples_`` (the embedding is then the posterior
+        mean), and each cell's reliability in [0, 1] (``reliability_``: the posterior
+        probability that it stays within the distance of its 10th nearest neighbour; colour
+        a UMAP by it with ``sc.pl.umap(adata, color="X_umap_reliability")``). A MAP fit under
+        the same key removes earlier ones.
     ``adata.uns[key]``
         ``method``; ``params``, the estimator's ``get_params()`` reduced to what HDF5 stores
         (strings, numbers, booleans; ``None``, arrays, callables and other objects are left
@@ -201,8 +204,11 @@ def embed(adata, method="umap", *, use_rep: str = "X_pca", neighbors_key: str | 
         S = np.asarray(samples, dtype=np.float64)
         ddof = 1 if S.shape[0] > 1 else 0
         adata.obsm[key + "_std"] = S.std(axis=0, ddof=ddof).astype(out_dtype)
-    elif (key + "_std") in adata.obsm:  # a stale spread of an earlier posterior fit
-        del adata.obsm[key + "_std"]
+        adata.obs[key + "_reliability"] = np.asarray(est.reliability_, dtype=np.float64)
+    else:  # a stale spread of an earlier posterior fit
+        adata.obsm.pop(key + "_std", None)
+        if (key + "_reliability") in adata.obs:
+            del adata.obs[key + "_reliability"]
     from . import __version__
 
     adata.uns[key] = {**info, "params": _hdf5_params(est.get_params(deep=False)),

@@ -1,4 +1,4 @@
-"""The posterior inference options of ``probdr embed`` (``--inference svi|mcmc``): the
+"""The posterior inference options of ``probdr embed`` (``--inference svi|laplace|mcmc``): the
 arguments, the estimator's keyword arguments they give, and the outputs after the fit (the
 posterior summary, the uncertainty plot). Imports only the standard library at module level."""
 
@@ -15,8 +15,9 @@ from .files import is_number, save_figure
 def add_bayes_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     """Add ``--inference`` and its options to the ``probdr embed`` parser."""
     g = parser.add_argument_group("posterior inference")
-    g.add_argument("--inference", choices=("map", "svi", "mcmc"), default="map",
-                   help="MAP (the classical method), or a posterior by SVI or NUTS (small n)")
+    g.add_argument("--inference", choices=("map", "svi", "laplace", "mcmc"), default="map",
+                   help="MAP (the classical method), or a posterior by SVI, the per-point "
+                        "Laplace approximation (the cheap option) or NUTS (small n)")
     g.add_argument("--num-samples", type=int, default=200,
                    help="posterior draws (per chain for mcmc)")
     g.add_argument("--num-steps", type=int, default=1000, help="SVI steps")
@@ -46,6 +47,9 @@ def bayes_estimator_kwargs(args: argparse.Namespace) -> dict[str, Any]:
     if inference == "svi":
         params = dict(num_steps=args.num_steps, num_samples=args.num_samples, guide=args.guide)
         return dict(inference="svi", inference_params=params, coupling_weight=args.coupling_weight)
+    if inference == "laplace":
+        return dict(inference="laplace", inference_params=dict(num_samples=args.num_samples),
+                    coupling_weight=args.coupling_weight)
     params = dict(num_chains=args.num_chains, warmup=args.warmup, num_samples=args.num_samples)
     return dict(inference="mcmc", inference_params=params, repulsion="exact",
                 coupling_weight=args.coupling_weight)
@@ -62,7 +66,7 @@ def uncertainty_path(args) -> str | None:
 
 def run_bayes_outputs(est, args: argparse.Namespace, y=None, *,
                       report: dict[str, Any] | None = None) -> dict[str, Any]:
-    """After a fit with ``--inference svi|mcmc``: the posterior summary, and the uncertainty
+    """After a fit with ``--inference svi|laplace|mcmc``: the posterior summary, and the uncertainty
     plot. The summary goes into ``report["posterior"]`` when a report is given (``probdr embed``
     prints one JSON document), and is printed as JSON otherwise. Returns it (empty for MAP)."""
     if getattr(args, "inference", "map") == "map":
@@ -76,6 +80,8 @@ def run_bayes_outputs(est, args: argparse.Namespace, y=None, *,
     summary: dict[str, Any] = {"inference": post.method, "draws": int(post.samples.shape[0]),
                                "point_std_median": round(float(np.median(sd)), 4),
                                "point_std_max": round(float(sd.max()), 4),
+                               "reliability_median": round(float(np.median(est.reliability_)), 4),
+                               "unreliable_points": int((est.reliability_ < 0.5).sum()),
                                "seconds": round(float(diag.get("seconds", 0.0)), 2)}
     if post.method == "mcmc":
         summary.update(r_hat_max=round(diag["r_hat_max"], 4), ess_min=round(diag["ess_min"], 1),

@@ -84,7 +84,7 @@ def _check_options(args) -> None:
             (args.supervised and args.labels is None and not is_bundled(args.data),
              "--supervised needs --labels"),
             (args.inference == "map" and args.uncertainty_plot,
-             "--uncertainty-plot needs --inference svi or mcmc"),
+             "--uncertainty-plot needs --inference svi, laplace or mcmc"),
             (args.use_rep is not None and file_suffix(args.data) != ".h5ad",
              "--use-rep applies to .h5ad data only")):
         if bad:

@@ -187,6 +187,8 @@ class GraphCoupling(InputKindsMixin, ContinueMixin, NewPointsMixin, PosteriorInf
     random_state_
     posterior_
     posterior_samples_
+    posterior_sd_
+    reliability_
     map_embedding_
     z_prior_scale_
 
@@ -228,6 +230,8 @@ class GraphCoupling(InputKindsMixin, ContinueMixin, NewPointsMixin, PosteriorInf
     >>> probdr.metrics.trustworthiness(X, Z, k=10) > 0.9
     True
     """
+
+    _has_laplace = True  # the coupling model declares its per-point curvature
 
     _defaults_kernel: dict[str, Any] = {}
     _constraint_overrides = {
@@ -399,6 +403,19 @@ class GraphCoupling(InputKindsMixin, ContinueMixin, NewPointsMixin, PosteriorInf
         # a z_prior distribution over (n, q); NUTS: fail before the MAP fit, not after it
         self._check_inference(n, self.n_components,
                               self._repulsion(n) if self.inference == "mcmc" else "exact")
+        if self.inference == "laplace":  # fail now, not after the MAP fit
+            from ..infer.laplace import check_laplace
+
+            ns = (self.negative_samples, self.negative_weight) \
+                if self._repulsion(n) == "negative_sampling" else None
+            try:
+                check_laplace(prior_kind(self._latent_prior()), self._make_kernel(), n,
+                              self.n_components, ns)
+            except ValueError as err:
+                raise InvalidParameterError(str(err)) from err
+            if self.latent_edge_prior is not None:
+                raise InvalidParameterError("inference='laplace' covers latent laws without an "
+                                            "edge prior; use inference='svi'.")
 
     def _phases(self, n: int) -> tuple[list[Phase], float, float | None]:
         """Optimisation schedule, loss scale and gradient clip (umap-learn's per-pair clip at 4

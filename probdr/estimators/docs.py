@@ -91,14 +91,16 @@ device : str, torch.device or None
     Where ``fit`` and ``transform`` compute: "auto" (or None) is CUDA if available, else the
     CPU; "cpu", "cuda", "cuda:1", "mps" or a torch.device are taken as they are. Resolved once
     in ``fit`` (``device_``). See the page "Devices and threads".
-inference : {"map", "svi", "mcmc"}
-    "map": the method's point estimate (the classical embedding). "svi" or "mcmc": then a
-    posterior over Z, p(Z | data) ∝ p(Z) p(data | Z)^ω with ω = ``coupling_weight``, fitted by
-    SVI or NUTS started at the MAP embedding (probdr.infer.posterior); ``embedding_`` is the
-    posterior mean of the draws, aligned to the MAP by Procrustes.
+inference : {"map", "svi", "laplace", "mcmc"}
+    "map": the method's point estimate (the classical embedding). "svi", "laplace" or "mcmc":
+    then a posterior over Z, p(Z | data) ∝ p(Z) p(data | Z)^ω with ω = ``coupling_weight``,
+    started at the MAP embedding (probdr.infer.posterior): SVI (a Gaussian per point, each step
+    the cost of a MAP step), the per-point Laplace approximation (the cheap option; graph
+    couplings only) or NUTS (small n). ``embedding_`` is the posterior mean of the draws,
+    aligned to the MAP by Procrustes; ``posterior_sd_`` and ``reliability_`` score each point.
 inference_params : dict or None
-    Options of the posterior inference (probdr.infer.posterior.SVI_OPTIONS and MCMC_OPTIONS:
-    guide, steps, draws, chains, ...).
+    Options of the posterior inference (probdr.infer.posterior.SVI_OPTIONS, LAPLACE_OPTIONS
+    and MCMC_OPTIONS: guide, steps, draws, chains, variance inflation, ...).
 z_prior : None, float or torch.distributions.Distribution
     Prior on Z. None: flat in the MAP fit; a posterior then uses the isotropic Gaussian of
     scale 10 × the RMS of the MAP embedding (``z_prior_scale_``). A float: the isotropic
@@ -144,15 +146,21 @@ laplacian_ : KNNLaplacian
 n_graph_components_ : int
     Connected components of the kNN graph.
 posterior_ : probdr.infer.posterior.Posterior
-    With ``inference="svi"`` or ``"mcmc"``: the posterior draws of Z, Procrustes-aligned to the
+    With ``inference="svi"``, ``"laplace"`` or ``"mcmc"``: the posterior draws of Z, Procrustes-aligned to the
     MAP embedding; ``embedding_`` is their mean.
 posterior_samples_ : ndarray of shape (draws, n_samples, n_components)
-    With ``inference="svi"`` or ``"mcmc"``: ``posterior_.samples``.
+    With ``inference="svi"``, ``"laplace"`` or ``"mcmc"``: ``posterior_.samples``.
+posterior_sd_ : ndarray of shape (n_samples,)
+    With a posterior: each point's spread, sqrt(tr Σ_i / q) of its aligned draws.
+reliability_ : ndarray of shape (n_samples,)
+    With a posterior: each point's reliability in [0, 1], the posterior probability that it
+    stays within the distance of its 10th nearest neighbour (points below 0.5 are placed by
+    the map more than by the data).
 map_embedding_ : ndarray of shape (n_samples, n_components)
-    With ``inference="svi"`` or ``"mcmc"``: the MAP embedding the posterior starts from and
+    With ``inference="svi"``, ``"laplace"`` or ``"mcmc"``: the MAP embedding the posterior starts from and
     is aligned to.
 z_prior_scale_ : float or None
-    With ``inference="svi"`` or ``"mcmc"``: the scale of the posterior's isotropic Gaussian
+    With ``inference="svi"``, ``"laplace"`` or ``"mcmc"``: the scale of the posterior's isotropic Gaussian
     prior on Z (None for a distribution given as ``z_prior``).
 """)
 

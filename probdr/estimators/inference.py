@@ -41,7 +41,7 @@ __all__ = ["PosteriorInference", "DEFAULT_Z_PRIOR_RMS_FACTOR", "default_z_prior_
 #: the default prior on Z of a posterior: isotropic Gaussian with a scale this many times the
 #: RMS of the MAP embedding (see the module docstring)
 DEFAULT_Z_PRIOR_RMS_FACTOR = 10.0
-INFERENCES = ("map", "svi", "mcmc")
+INFERENCES = ("map", "svi", "laplace", "mcmc")
 
 
 def default_z_prior_scale(Z_map: torch.Tensor) -> float:
@@ -69,9 +69,10 @@ class PosteriorInference:
 
     Parameters
     ----------
-    inference : {"map", "svi", "mcmc"}
-        MAP (the paper's estimator, default), or a posterior over Z by SVI or NUTS started from
-        the MAP embedding.
+    inference : {"map", "svi", "laplace", "mcmc"}
+        MAP (the paper's estimator, default), or a posterior over Z started from the MAP
+        embedding: SVI, the per-point Laplace approximation (graph couplings;
+        :mod:`probdr.infer.laplace`) or NUTS.
     inference_params : dict, optional
         Options of the posterior inference (:data:`probdr.infer.posterior.SVI_OPTIONS`,
         :data:`probdr.infer.posterior.MCMC_OPTIONS`: guide, steps, draws, chains, ...).
@@ -96,7 +97,16 @@ class PosteriorInference:
     z_prior_scale_ : float or None
         Scale of the isotropic Gaussian prior of the posterior (``None`` for a user-given
         distribution).
+    posterior_sd_ : ndarray (n,)
+        Each point's posterior spread, :meth:`~probdr.infer.draws.Posterior.point_std`.
+    reliability_ : ndarray (n,)
+        Each point's reliability in [0, 1], the posterior probability that it stays within the
+        distance of its 10th nearest neighbour
+        (:meth:`~probdr.infer.draws.Posterior.point_reliability`).
     """
+
+    #: the estimator's model declares its per-point curvature (``inference="laplace"``)
+    _has_laplace = False
 
     def _check_params_together(self) -> None:
         """The options of the posterior inference (``inference_params``), which need no data
@@ -107,6 +117,10 @@ class PosteriorInference:
         if getattr(self, "solver", "map") == "closed_form" and self.z_prior is not None:
             raise InvalidParameterError("z_prior needs solver='map': the closed form is the "
                                         "flat-prior MAP.")
+        if self.inference == "laplace" and not self._has_laplace:
+            raise InvalidParameterError(
+                f"inference='laplace' is implemented for the graph couplings (TSNE, UMAP, ...); "
+                f"use inference='svi' for {type(self).__name__}.")
         if self.inference != "map":
             try:
                 check_inference_options(self.inference, **(self.inference_params or {}))
@@ -172,4 +186,6 @@ class PosteriorInference:
                                         verbose=bool(getattr(self, "verbose", False)),
                                         **(self.inference_params or {}))
         self.posterior_samples_ = self.posterior_.samples
+        self.posterior_sd_ = self.posterior_.point_std()
+        self.reliability_ = self.posterior_.point_reliability()
         return torch.as_tensor(self.posterior_.mean)

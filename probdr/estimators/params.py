@@ -118,7 +118,7 @@ PARAMETERS: dict[str, list] = {
     "nu_z": [POSITIVE, None],
     "eps_tilde": [POSITIVE, None],
     "precision_scale": [POSITIVE],
-    "inference": [StrOptions({"map", "svi", "mcmc"})],
+    "inference": [StrOptions({"map", "svi", "laplace", "mcmc"})],
     "inference_params": [dict, None],
     "z_prior": [POSITIVE, torch.distributions.Distribution, None],  # its event shape: the data
     "observe": [StrOptions({"mean", "sample"})],

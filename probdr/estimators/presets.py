@@ -84,6 +84,8 @@ class SNE(_GainsPreset):
     coupling_weight_
     posterior_
     posterior_samples_
+    posterior_sd_
+    reliability_
     map_embedding_
     z_prior_scale_
 
@@ -190,6 +192,8 @@ class TSNE(_GainsPreset):
     coupling_weight_
     posterior_
     posterior_samples_
+    posterior_sd_
+    reliability_
     map_embedding_
     z_prior_scale_
 
@@ -305,6 +309,8 @@ class LargeVis(_SGDPreset):
     coupling_weight_
     posterior_
     posterior_samples_
+    posterior_sd_
+    reliability_
     map_embedding_
     z_prior_scale_
 
@@ -425,6 +431,8 @@ class UMAP(_SGDPreset):
     coupling_weight_
     posterior_
     posterior_samples_
+    posterior_sd_
+    reliability_
     map_embedding_
     z_prior_scale_
 

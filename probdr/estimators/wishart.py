@@ -137,6 +137,8 @@ class WishartPCA(LinearMapMixin, PosteriorInference, DREstimator):
     random_state_
     posterior_
     posterior_samples_
+    posterior_sd_
+    reliability_
     map_embedding_
     z_prior_scale_
 
@@ -305,6 +307,8 @@ class WishartEigenmaps(_LaplacianEstimator):
     random_state_
     posterior_
     posterior_samples_
+    posterior_sd_
+    reliability_
     map_embedding_
     z_prior_scale_
 
@@ -465,6 +469,8 @@ class LaplacianWishart(_LaplacianEstimator):
     random_state_
     posterior_
     posterior_samples_
+    posterior_sd_
+    reliability_
     map_embedding_
     z_prior_scale_
 

@@ -102,13 +102,15 @@ class Posterior:
 
     Attributes
     ----------
-    method : {"svi", "mcmc"}
+    method : {"svi", "laplace", "mcmc"}
     chains : ndarray (num_chains, num_draws, n, q)
         Aligned draws of Z per chain (SVI: one "chain" of independent guide draws).
     reference : ndarray (n, q)
         The alignment reference (the MAP embedding unless given).
     diagnostics : dict
-        SVI: ``elbo`` (loss per step), ``guide``, ``num_steps``, ``seconds``.
+        SVI: ``elbo`` (loss per recorded step, ``elbo_steps``), ``guide``, ``num_steps``,
+        ``seconds``. Laplace: ``precisions`` and ``covariances`` (n, q, q) of the per-point
+        Gaussians (:mod:`probdr.infer.laplace`), ``inflation``, ``seconds``.
         MCMC: ``divergences`` (counts) and ``divergent_draws`` (indices), ``accept_prob``
         (Pyro's acceptance rate), ``step_size`` (per chain), ``r_hat_max``, ``ess_min`` (split
         R-hat and ESS over the aligned coordinates of Z and every coordinate of the other
@@ -202,6 +204,23 @@ class Posterior:
         r"""Per-point spread :math:`\sqrt{\mathrm{tr}\,\Sigma_i / q}` of the aligned draws, ``(n,)``."""
         C = self.point_covariances()
         return np.sqrt(np.trace(C, axis1=1, axis2=2) / C.shape[-1])
+
+    def point_reliability(self, n_neighbors: int = 10) -> np.ndarray:
+        r"""Per-point reliability in [0, 1]: the posterior probability that the point stays
+        within its neighbourhood, :math:`\Pr(\|z_i - \bar z_i\| \le r_i)`, with
+        :math:`\bar z_i` the posterior mean and :math:`r_i` the distance from it to its
+        ``n_neighbors``-th nearest neighbour in the mean embedding (the fraction of aligned
+        draws inside that disc). 1: the data pin the point among its neighbours; near 0: its
+        place in the map is not determined by the data."""
+        from sklearn.neighbors import NearestNeighbors
+
+        M = self.mean
+        k = int(n_neighbors)
+        if not 1 <= k < M.shape[0]:
+            raise ValueError(f"n_neighbors must be in [1, {M.shape[0] - 1}], got {n_neighbors!r}.")
+        radius = NearestNeighbors(n_neighbors=k + 1).fit(M).kneighbors(M)[0][:, -1]
+        dist = np.linalg.norm(self.samples - M[None], axis=-1)
+        return (dist <= radius[None]).mean(0)
 
     def __repr__(self) -> str:
         n, q = self.chains.shape[2:]

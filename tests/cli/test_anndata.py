@@ -139,9 +139,12 @@ def test_svi_writes_the_posterior_spread(adata):
     assert std.shape == (adata.n_obs, 2) and (std >= 0).all() and std.max() > 0
     np.testing.assert_allclose(std, est.posterior_samples_.std(0, ddof=1), rtol=1e-5)
     assert adata.uns["X_tsne"]["params"]["inference"] == "svi"
-    # a MAP refit under the same key removes the stale spread
+    rel = adata.obs["X_tsne_reliability"].to_numpy()
+    np.testing.assert_array_equal(rel, est.reliability_)
+    assert ((rel >= 0) & (rel <= 1)).all()
+    # a MAP refit under the same key removes the stale spread and reliability
     pad.embed(adata, "tsne", **FAST_TSNE)
-    assert "X_tsne_std" not in adata.obsm
+    assert "X_tsne_std" not in adata.obsm and "X_tsne_reliability" not in adata.obs
 
 
 # -- the representation --------------------------------------------------------------------------

@@ -1,0 +1,179 @@
+"""The per-point Laplace approximation (probdr.infer.laplace) against autograd Hessians of
+log-likelihoods written independently here, and its draws and estimator wiring."""
+
+import numpy as np
+import pytest
+import torch
+
+import probdr
+from probdr.infer.laplace import laplace_draws, point_precisions
+from probdr.kernels import get_kernel
+from probdr.laws.graph import get_prior
+from probdr.laws.weights import KernelWeights
+
+N = 12
+
+
+def _graph(law):
+    g = torch.Generator().manual_seed(1)
+    W = (torch.rand(N, N, generator=g, dtype=torch.float64) < 0.3).double() \
+        * torch.rand(N, N, generator=g, dtype=torch.float64)
+    W.fill_diagonal_(0)
+    if law == "D":
+        W = W / W.sum(1, keepdim=True)
+    return W.clamp(max=1) if law == "B" else W
+
+
+def _oracle(law, kernel, W, ns=None):
+    """The coupling log-likelihood in plain torch (dense, all ordered pairs)."""
+    off = ~torch.eye(N, dtype=torch.bool)
+    sp = torch.nn.functional.softplus
+
+    def ll(zf):
+        Z = zf.view(N, 2)
+        d2 = (Z[:, None] - Z[None]).square().sum(-1)
+        lk = kernel.log_k(torch.where(off, d2, torch.ones_like(d2)))
+        if law == "E":
+            return (W * lk)[off].sum() - W.sum() * torch.log(torch.exp(lk)[off].sum())
+        if law == "D":
+            return (W * lk)[off].sum() - (W.sum(1) * torch.log((torch.exp(lk) * off).sum(1))).sum()
+        if ns is None:
+            return (W * lk)[off].sum() - sp(lk)[off].sum()
+        om = ns[1] * ns[0] * W.sum(1) / N
+        return (W * (lk - sp(lk)))[off].sum() - (om[:, None] * sp(lk))[off].sum()
+    return ll
+
+
+@pytest.mark.parametrize("law,kern,ns", [("E", "student", None), ("E", "gaussian", None),
+                                         ("D", "gaussian", None), ("D", "student", None),
+                                         ("B", "umap_odds", None), ("B", "student", None),
+                                         ("B", "umap_odds", (5, 1.0))])
+def test_blocks_are_the_diagonal_blocks_of_the_hessian(law, kern, ns):
+    kernel = get_kernel(kern)
+    W = _graph(law)
+    Z = 2 * torch.randn(N, 2, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
+    ll = _oracle(law, kernel, W, ns)
+    if ns is None:  # the oracle is the law's own log-probability (up to its constant)
+        lw = get_prior(law).posterior(KernelWeights(Z, kernel, normaliser="exact"))
+        assert float(ll(Z.flatten())) == pytest.approx(float(lw.attraction(W) - lw.normaliser(W)),
+                                                       abs=1e-9)
+    H = torch.autograd.functional.hessian(ll, Z.flatten()).view(N, 2, N, 2)
+    blocks = torch.stack([H[i, :, i, :] for i in range(N)])
+    beta, s = 2.5, 3.0
+    P = point_precisions(Z, W, law, kernel, coupling_weight=beta, prior_precision=s ** -2,
+                         negative_sampling=ns)
+    want = -beta * blocks + torch.eye(2, dtype=torch.float64) / s ** 2
+    pd = torch.linalg.eigvalsh(want).min(1).values > 1 / s ** 2
+    assert pd.any()
+    torch.testing.assert_close(P[pd], want[pd], rtol=1e-10, atol=1e-10)
+    # blocks that are not positive definite are raised to the prior's precision
+    assert bool((torch.linalg.eigvalsh(P).min(1).values >= 1 / s ** 2 - 1e-12).all())
+
+
+def test_draws_have_the_blocks_covariance():
+    g = torch.Generator().manual_seed(3)
+    A = torch.randn(5, 2, 2, dtype=torch.float64, generator=g)
+    P = A @ A.transpose(1, 2) + torch.eye(2)
+    Z = torch.randn(5, 2, dtype=torch.float64, generator=g)
+    d = laplace_draws(Z, P, 40000, inflation=2.0, generator=g)
+    dev = d - Z
+    cov = torch.einsum("sna,snb->nab", dev, dev) / d.shape[0]
+    torch.testing.assert_close(cov, 2.0 * torch.linalg.inv(P), rtol=0.05, atol=0.02)
+    with pytest.raises(ValueError, match="inflation"):
+        laplace_draws(Z, P, 3, inflation=0.0)
+
+
+@pytest.fixture(scope="module")
+def blobs():
+    from sklearn.datasets import make_blobs
+
+    return make_blobs(60, n_features=5, centers=3, cluster_std=1.5, random_state=0)
+
+
+def test_estimator_laplace_and_reliability(blobs):
+    X, _ = blobs
+    est = probdr.TSNE(perplexity=10, n_iter=150, early_exaggeration_iter=50, random_state=0,
+                      inference="laplace",
+                      inference_params={"num_samples": 100}).fit(X)
+    n = X.shape[0]
+    assert est.posterior_.method == "laplace"
+    assert est.posterior_samples_.shape == (100, n, 2)
+    assert est.posterior_sd_.shape == (n,) and np.all(est.posterior_sd_ > 0)
+    assert est.reliability_.shape == (n,)
+    assert np.all((est.reliability_ >= 0) & (est.reliability_ <= 1))
+    cov = est.posterior_.diagnostics["covariances"]
+    assert cov.shape == (n, 2, 2)
+    # repeatable
+    again = probdr.TSNE(perplexity=10, n_iter=150, early_exaggeration_iter=50, random_state=0,
+                      inference="laplace",
+                        inference_params={"num_samples": 100}).fit(X)
+    np.testing.assert_array_equal(est.embedding_, again.embedding_)
+
+
+def test_laplace_refused_where_no_curvature_is_declared():
+    with pytest.raises(ValueError, match="laplace"):
+        probdr.WishartPCA(inference="laplace").fit(np.random.default_rng(0).normal(size=(30, 5)))
+    with pytest.raises(ValueError, match="unknown option"):
+        probdr.TSNE(inference="laplace", inference_params={"num_steps": 3}).fit(
+            np.random.default_rng(0).normal(size=(30, 5)))
+
+
+def test_svi_inflation_scales_the_spread_around_the_mean(blobs):
+    X, _ = blobs
+    base = dict(perplexity=10, n_iter=150, early_exaggeration_iter=50, random_state=0,
+                inference="svi")
+    a = probdr.TSNE(**base, inference_params={"num_steps": 100}).fit(X)
+    b = probdr.TSNE(**base, inference_params={"num_steps": 100, "inflation": 4.0}).fit(X)
+    np.testing.assert_allclose(b.posterior_.raw_chains.mean(1), a.posterior_.raw_chains.mean(1),
+                               atol=1e-6)
+    ratio = b.posterior_.raw_chains.std(1) / a.posterior_.raw_chains.std(1)
+    np.testing.assert_allclose(ratio, 2.0, rtol=1e-6)
+
+
+def test_field_sums_match_the_exact_sums():
+    import probdr.infer.laplace as lap
+
+    g = torch.Generator().manual_seed(4)
+    n = 800
+    Z = 6 * torch.randn(n, 2, dtype=torch.float64, generator=g)
+    i = torch.arange(n)
+    W = torch.sparse_coo_tensor(torch.stack([i, (i + 1) % n]),
+                                torch.ones(n, dtype=torch.float64), (n, n)).coalesce()
+    kernel = get_kernel("student")
+    exact = torch.zeros(n, 2, 2, dtype=torch.float64)
+    lap._total_repulsion(exact, Z, W, kernel)
+    field_from = lap.FIELD_FROM
+    try:
+        lap.FIELD_FROM = 10
+        field = torch.zeros(n, 2, 2, dtype=torch.float64)
+        lap._total_repulsion(field, Z, W, kernel)
+    finally:
+        lap.FIELD_FROM = field_from
+    err = (field - exact).norm(dim=(1, 2)) / exact.norm(dim=(1, 2)).mean()
+    assert float(err.median()) < 0.01 and float(err.max()) < 0.05
+    assert float(err.max()) > 0  # the field is an interpolation, not the same sums
+
+
+def test_laplace_refused_where_it_would_sum_all_pairs(monkeypatch):
+    import probdr.infer.laplace as lap
+
+    monkeypatch.setattr(lap, "EXACT_MAX_N", 50)
+    X = np.random.default_rng(0).normal(size=(60, 5))
+    with pytest.raises(ValueError, match="O\\(n\\^2\\)"):
+        probdr.UMAP(inference="laplace").fit(X)
+
+
+def test_point_reliability_counts_draws_inside_the_neighbour_disc():
+    from probdr.infer.draws import Posterior
+
+    rng = np.random.default_rng(0)
+    M = np.array([[0.0, 0.0], [1.0, 0.0], [3.0, 0.0], [10.0, 0.0]])
+    # point 0 stays put, point 3 wanders 20 units away in half of the draws
+    draws = np.repeat(M[None], 4, 0).copy()
+    draws[:2, 3] += [[20.0, 0.0], [-20.0, 0.0]]
+    draws[:, :3] += 1e-3 * rng.normal(size=(4, 3, 2))
+    post = Posterior("svi", draws[None], M)
+    rel = post.point_reliability(n_neighbors=1)
+    assert rel[0] == 1.0 and rel[3] == 0.5
+    with pytest.raises(ValueError, match="n_neighbors"):
+        post.point_reliability(n_neighbors=4)
