@@ -38,6 +38,20 @@ __all__ = ["GraphCoupling", "auto_coupling_weight"]
 REPULSIONS = ("auto", "exact", "fft", "sampled", "negative_sampling")
 #: with repulsion="auto", the exact O(n^2) normaliser is used up to this many points
 EXACT_REPULSION_MAX_N = 4000
+#: the variance inflation that makes the per-point 50 % and 90 % credible regions cover their
+#: share of true positions, measured by simulation from the model (benchmarks/calibration.py,
+#: docs "How sure is the map?"): (inference, latent law, kernel) -> factor. The mean-field guide
+#: and the per-point Laplace approximation ignore the correlations between points, which the
+#: exact posterior has; NUTS needs none.
+CALIBRATED_INFLATION = {("svi", "E", "cauchy"): 2.2, ("laplace", "E", "cauchy"): 7.0}
+
+
+def _kernel_family(kernel) -> str | None:
+    """``"cauchy"`` (t-SNE's kernel), ``"umap"`` (UMAP's curve as odds, its default a, b) or
+    ``None``: the kernels the calibration study covers."""
+    if getattr(kernel, "is_cauchy", False):
+        return "cauchy"
+    return None
 #: with repulsion="auto", 2-D t-SNE switches to the FFT normaliser above this many points
 FFT_REPULSION_MIN_N = 1000
 #: Adam's learning rate for a kernel's learned numbers, in log space (a step changes the number
@@ -519,6 +533,20 @@ class GraphCoupling(InputKindsMixin, ContinueMixin, NewPointsMixin, PosteriorInf
             self.model_kwargs_["coupling_weight"] = self.coupling_weight_
         return self._posterior(graph_coupling_model, {**self.model_kwargs_, "kernel": self.kernel_},
                                res.Z, gen, prior=prior)
+
+    def _inference_options(self) -> dict:
+        """``inference_params``, with the calibrated variance inflation
+        (:data:`CALIBRATED_INFLATION`) where the user gives none and the simulation study
+        covers the setting: SVI's mean-field guide or the Laplace approximation, with t-SNE's
+        E law and Cauchy kernel or UMAP's B law and curve."""
+        opts = dict(self.inference_params or {})
+        if "inflation" in opts or opts.get("guide", "normal") != "normal":
+            return opts
+        factor = CALIBRATED_INFLATION.get((self.inference, prior_kind(self._latent_prior()),
+                                           _kernel_family(self.kernel_)))
+        if factor is not None:
+            opts["inflation"] = factor
+        return opts
 
     def _map_start(self, Z0, values: dict | None = None):
         """The MAP fit's start ``{site: value}`` -- Z0, and a learned kernel's numbers at

@@ -170,6 +170,10 @@ class PosteriorInference:
         self.z_prior_scale_ = default_z_prior_scale(Z_map) if zp is None else float(zp)
         return isotropic_gaussian(self.z_prior_scale_, n, q, Z_map.dtype)
 
+    def _inference_options(self) -> dict:
+        """The options passed to the posterior inference: ``inference_params``."""
+        return dict(self.inference_params or {})
+
     def _posterior(self, model, model_kwargs: dict, Z_map: torch.Tensor,
                    gen: torch.Generator, reparam: dict | None = None, *,
                    prior=None) -> torch.Tensor:
@@ -184,7 +188,7 @@ class PosteriorInference:
         self.posterior_ = fit_posterior(model, kwargs, Z_map, method=self.inference,
                                         generator=gen, reparam=reparam,
                                         verbose=bool(getattr(self, "verbose", False)),
-                                        **(self.inference_params or {}))
+                                        **self._inference_options())
         self.posterior_samples_ = self.posterior_.samples
         self.posterior_sd_ = self.posterior_.point_std()
         self.reliability_ = self.posterior_.point_reliability()

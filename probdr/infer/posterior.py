@@ -567,7 +567,8 @@ def _fit_svi_in_scope(model, kwargs, Z_init, opts, seed, verbose, site, latent) 
         if not np.all(np.isfinite(v)):
             raise FloatingPointError(f"SVI: the guide produced non-finite draws of {k!r}.")
     diag = {"elbo": elbo, "elbo_steps": fit.loss_steps, "guide": guide_name,
-            "num_steps": num_steps, "seconds": time.perf_counter() - t0}
+            "num_steps": num_steps, "inflation": float(opts["inflation"]),
+            "seconds": time.perf_counter() - t0}
     aligned = procrustes_align(raw, reference) if opts["align"] else raw
     return Posterior("svi", aligned, reference, diag, raw, guide=guide, sites=sites)
 

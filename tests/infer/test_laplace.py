@@ -90,7 +90,7 @@ def blobs():
     return make_blobs(60, n_features=5, centers=3, cluster_std=1.5, random_state=0)
 
 
-def test_estimator_laplace_and_reliability(blobs):
+def test_estimator_laplace_and_reliability(blobs, tmp_path):
     X, _ = blobs
     est = probdr.TSNE(perplexity=10, n_iter=150, early_exaggeration_iter=50, random_state=0,
                       inference="laplace",
@@ -108,6 +108,18 @@ def test_estimator_laplace_and_reliability(blobs):
                       inference="laplace",
                         inference_params={"num_samples": 100}).fit(X)
     np.testing.assert_array_equal(est.embedding_, again.embedding_)
+    # the calibrated variance inflation of t-SNE's Laplace approximation
+    from probdr.estimators.coupling import CALIBRATED_INFLATION
+
+    assert est.posterior_.diagnostics["inflation"] == CALIBRATED_INFLATION[("laplace", "E",
+                                                                            "cauchy")]
+    # save and load keep the posterior and its scores
+    path = tmp_path / "tsne.probdr"
+    est.save(path)
+    back = probdr.serialize.load(path)
+    np.testing.assert_array_equal(back.reliability_, est.reliability_)
+    np.testing.assert_array_equal(back.posterior_sd_, est.posterior_sd_)
+    assert back.posterior_.method == "laplace"
 
 
 def test_laplace_refused_where_no_curvature_is_declared():
@@ -122,7 +134,7 @@ def test_svi_inflation_scales_the_spread_around_the_mean(blobs):
     X, _ = blobs
     base = dict(perplexity=10, n_iter=150, early_exaggeration_iter=50, random_state=0,
                 inference="svi")
-    a = probdr.TSNE(**base, inference_params={"num_steps": 100}).fit(X)
+    a = probdr.TSNE(**base, inference_params={"num_steps": 100, "inflation": 1.0}).fit(X)
     b = probdr.TSNE(**base, inference_params={"num_steps": 100, "inflation": 4.0}).fit(X)
     np.testing.assert_allclose(b.posterior_.raw_chains.mean(1), a.posterior_.raw_chains.mean(1),
                                atol=1e-6)
@@ -177,3 +189,19 @@ def test_point_reliability_counts_draws_inside_the_neighbour_disc():
     assert rel[0] == 1.0 and rel[3] == 0.5
     with pytest.raises(ValueError, match="n_neighbors"):
         post.point_reliability(n_neighbors=4)
+
+
+def test_svi_default_inflation_is_the_calibrated_one(blobs):
+    from probdr.estimators.coupling import CALIBRATED_INFLATION
+
+    X, _ = blobs
+    base = dict(perplexity=10, n_iter=100, early_exaggeration_iter=30, random_state=0,
+                inference="svi")
+    est = probdr.TSNE(**base, inference_params={"num_steps": 20}).fit(X)
+    assert est.posterior_.diagnostics["inflation"] == CALIBRATED_INFLATION[("svi", "E", "cauchy")]
+    # another guide, or a kernel the study does not cover: no correction
+    low = probdr.TSNE(**base, inference_params={"num_steps": 20, "guide": "lowrank"}).fit(X)
+    assert low.posterior_.diagnostics["inflation"] == 1.0
+    sne = probdr.SNE(perplexity=10, n_iter=100, early_exaggeration_iter=30, random_state=0,
+                     inference="svi", inference_params={"num_steps": 20}).fit(X)
+    assert sne.posterior_.diagnostics["inflation"] == 1.0

@@ -1,0 +1,79 @@
+"""What a posterior costs next to the MAP fit it starts from, in one run.
+
+Each fit runs in its own process on the same data (the benchmark suite's data sets and
+preprocessing), at the estimator's defaults: ``inference="map"``, ``"laplace"`` and ``"svi"``.
+The time of ``fit`` is reported, and its ratio to the MAP fit's of the same run.
+
+    python benchmarks/posterior_cost.py --data mnistdef70k --methods tsne umap
+
+Results append to ``benchmarks/results/posterior_cost.jsonl``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+RESULTS = Path(__file__).parent / "results" / "posterior_cost.jsonl"
+CHILD = """
+import json, resource, sys, time
+sys.path.insert(0, {here!r})
+from suite import load
+import probdr
+X, y = load({data!r})
+cls = {{"tsne": probdr.TSNE, "umap": probdr.UMAP}}[{method!r}]
+t = time.perf_counter()
+try:
+    est = cls(random_state=0, inference={inference!r}).fit(X)
+    out = dict(seconds=time.perf_counter() - t)
+    if {inference!r} != "map":
+        out["posterior_seconds"] = est.posterior_.diagnostics["seconds"]
+        out["inflation"] = est.posterior_.diagnostics.get("inflation")
+        out["median_sd"] = float(sorted(est.posterior_sd_)[len(X) // 2])
+except ValueError as err:
+    out = dict(refused=str(err)[:200])
+with open("/proc/self/status") as f:
+    out["peak_gib"] = [int(l.split()[1]) for l in f if l.startswith("VmHWM")][0] / 2**20
+print(json.dumps(out))
+"""
+
+
+def run(data: str, method: str, inference: str) -> dict:
+    code = CHILD.format(here=str(Path(__file__).parent), data=data, method=method,
+                        inference=inference)
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    if res.returncode:
+        return dict(error=res.stderr[-500:])
+    return json.loads(res.stdout.strip().splitlines()[-1])
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--data", default="digits")
+    ap.add_argument("--methods", nargs="+", default=["tsne", "umap"])
+    ap.add_argument("--out", type=Path, default=RESULTS)
+    a = ap.parse_args()
+    load = os.getloadavg()[0]
+    for method in a.methods:
+        base = None
+        for inference in ("map", "laplace", "svi"):
+            row = dict(data=a.data, method=method, inference=inference,
+                       load_before=round(os.getloadavg()[0], 2), run_load=round(load, 2),
+                       date=time.strftime("%Y-%m-%d"), **run(a.data, method, inference))
+            if inference == "map":
+                base = row.get("seconds")
+            if base and "seconds" in row:
+                row["ratio_to_map"] = round(row["seconds"] / base, 2)
+            a.out.parent.mkdir(parents=True, exist_ok=True)
+            with open(a.out, "a") as f:
+                f.write(json.dumps(row) + "\n")
+            print(json.dumps(row), flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,150 @@
+"""Does a point's posterior spread predict what users see? Instability across seeds, and errors.
+
+For each data set: the posterior of probdr's fit (``--inference laplace`` or ``svi``, seed 0)
+gives each point a spread (``posterior_sd_``) and a reliability (``reliability_``). Against it:
+
+* neighbourhood change across seeds: the mean Jaccard distance between a point's 15 nearest
+  neighbours in each seed's map and in the first (what changes for a user, whatever the
+  placement of whole clusters);
+* movement across seeds: ``--seeds`` fits of probdr's MAP and of the peer (openTSNE for t-SNE,
+  umap-learn for UMAP), each Procrustes-aligned to the first; a point's movement is the RMS
+  distance of its aligned positions to their mean, divided by the embedding's RMS radius;
+* 5-NN errors: whether the leave-one-out 5-NN label prediction in the MAP embedding is wrong.
+
+Reported: Spearman rho between spread and movement or neighbourhood change, and the AUROC of the spread for flagging
+5-NN errors.
+
+    python benchmarks/reliability.py --data digits --method tsne --inference laplace
+
+Results append to ``benchmarks/results/reliability.jsonl``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+import numpy as np
+from scipy.stats import spearmanr
+from sklearn.metrics import roc_auc_score
+from sklearn.neighbors import KNeighborsClassifier
+
+import probdr
+from probdr.infer.draws import procrustes_align
+
+RESULTS = Path(__file__).parent / "results" / "reliability.jsonl"
+
+
+def load(name: str):
+    """The benchmark suite's data sets, with its preprocessing."""
+    from suite import load as suite_load
+
+    return suite_load(name)
+
+
+def cached(name: str, fit) -> np.ndarray:
+    """A seed's embedding, kept in the suite's cache directory between runs of this study."""
+    from suite import CACHE
+
+    path = CACHE / "reliability" / f"{name}.npy"
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        np.save(path, np.asarray(fit(), dtype=np.float64))
+    return np.load(path)
+
+
+def movement(embeddings: list[np.ndarray]) -> np.ndarray:
+    """Per-point RMS distance to its mean aligned position, in units of the map's RMS radius."""
+    ref = embeddings[0]
+    A = np.stack([ref] + [procrustes_align(E, ref) for E in embeddings[1:]])
+    A = A - A.mean(1, keepdims=True)
+    A = A / np.sqrt((A ** 2).sum(-1).mean(-1))[:, None, None]
+    return np.sqrt(((A - A.mean(0)) ** 2).sum(-1).mean(0))
+
+
+def neighbourhood_change(embeddings: list[np.ndarray], k: int = 15) -> np.ndarray:
+    """Per-point mean Jaccard distance between its k-NN set in each other seed's map and in the
+    first: the change of neighbours a user sees, blind to where whole clusters are placed."""
+    from sklearn.neighbors import NearestNeighbors
+
+    def knn(E):
+        return NearestNeighbors(n_neighbors=k + 1).fit(E).kneighbors(E, return_distance=False)[:, 1:]
+
+    ref = knn(embeddings[0])
+    out = np.zeros(len(ref))
+    for E in embeddings[1:]:
+        other = knn(E)
+        inter = np.array([len(np.intersect1d(a, b, assume_unique=True)) for a, b in zip(ref, other, strict=True)])
+        out += 1.0 - inter / (2 * k - inter)
+    return out / max(len(embeddings) - 1, 1)
+
+
+def peer_fit(method: str, X, seed: int) -> np.ndarray:
+    if method == "tsne":
+        from openTSNE import TSNE
+
+        return np.asarray(TSNE(random_state=seed, n_jobs=-1).fit(X))
+    import umap
+
+    return umap.UMAP(random_state=seed).fit_transform(X)
+
+
+def loo_5nn_wrong(E: np.ndarray, y: np.ndarray) -> np.ndarray:
+    knn = KNeighborsClassifier(n_neighbors=6).fit(E, y)
+    idx = knn.kneighbors(E, return_distance=False)[:, 1:]  # leave the point itself out
+    votes = y[idx]
+    pred = np.array([np.bincount(v).argmax() for v in votes])
+    return pred != y
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--data", default="digits")
+    ap.add_argument("--method", choices=("tsne", "umap"), default="tsne")
+    ap.add_argument("--inference", choices=("laplace", "svi"), default="laplace")
+    ap.add_argument("--seeds", type=int, default=10)
+    ap.add_argument("--out", type=Path, default=RESULTS)
+    a = ap.parse_args()
+    X, y = load(a.data)
+    y = np.unique(np.asarray(y), return_inverse=True)[1]
+    cls = probdr.TSNE if a.method == "tsne" else probdr.UMAP
+    t = time.perf_counter()
+    post = cls(random_state=0, inference=a.inference).fit(X)
+    secs = time.perf_counter() - t
+    own = [post.map_embedding_] + [cached(f"{a.data}-{a.method}-probdr-{s}",
+                                          lambda s=s: cls(random_state=s).fit_transform(X))
+                                   for s in range(1, a.seeds)]
+    peer = [cached(f"{a.data}-{a.method}-peer-{s}", lambda s=s: peer_fit(a.method, X, s))
+            for s in range(a.seeds)]
+    sd, rel = post.posterior_sd_, post.reliability_
+    wrong = loo_5nn_wrong(post.map_embedding_, y)
+    nb_own, nb_peer = neighbourhood_change(own), neighbourhood_change(peer)
+    draws = post.posterior_.samples
+    nb_post = neighbourhood_change([post.posterior_.mean] + list(draws[:: max(1, len(draws) // 20)]))
+    row = dict(data=a.data, n=int(X.shape[0]), method=a.method, inference=a.inference,
+               seeds=a.seeds, seconds_posterior_fit=round(secs, 1),
+               rho_own=float(spearmanr(sd, movement(own))[0]),
+               rho_peer=float(spearmanr(sd, movement(peer))[0]),
+               rho_own_vs_peer=float(spearmanr(movement(own), movement(peer))[0]),
+               rho_own_neighbours=float(spearmanr(sd, nb_own)[0]),
+               rho_peer_neighbours=float(spearmanr(sd, nb_peer)[0]),
+               rho_own_vs_peer_neighbours=float(spearmanr(nb_own, nb_peer)[0]),
+               rho_own_posterior_neighbours=float(spearmanr(nb_post, nb_own)[0]),
+               rho_peer_posterior_neighbours=float(spearmanr(nb_post, nb_peer)[0]),
+               auroc_5nn_posterior_neighbours=float(roc_auc_score(wrong, nb_post))
+               if 0 < wrong.sum() < len(wrong) else None,
+               auroc_5nn=float(roc_auc_score(wrong, sd)) if 0 < wrong.sum() < len(wrong)
+               else None,
+               auroc_5nn_reliability=float(roc_auc_score(wrong, -rel))
+               if 0 < wrong.sum() < len(wrong) else None,
+               wrong_5nn=float(wrong.mean()), median_reliability=float(np.median(rel)))
+    a.out.parent.mkdir(parents=True, exist_ok=True)
+    with open(a.out, "a") as f:
+        f.write(json.dumps(row) + "\n")
+    print(json.dumps(row))
+
+
+if __name__ == "__main__":
+    main()
