@@ -21,7 +21,7 @@ from ..infer import Phase, run_map
 from ..init import INITS
 from ..input.calibration import InputGraph
 from ..input.graph import AFFINITIES, prior_kind
-from ..kernels import Kernel, get_kernel
+from ..kernels import Kernel, UMAPKernel, get_kernel
 from ..laws.edge_priors import check_support
 from ..laws.graph import GraphLaw, GraphPrior, check_coupling, get_prior
 from ..laws.weights import KernelWeights, sparse_to
@@ -43,7 +43,8 @@ EXACT_REPULSION_MAX_N = 4000
 #: docs "How sure is the map?"): (inference, latent law, kernel) -> factor. The mean-field guide
 #: and the per-point Laplace approximation ignore the correlations between points, which the
 #: exact posterior has; NUTS needs none.
-CALIBRATED_INFLATION = {("svi", "E", "cauchy"): 2.2, ("laplace", "E", "cauchy"): 7.0}
+CALIBRATED_INFLATION = {("svi", "E", "cauchy"): 2.2, ("laplace", "E", "cauchy"): 7.0,
+                        ("svi", "B", "umap"): 2.0, ("laplace", "B", "umap"): 2.0}
 
 
 def _kernel_family(kernel) -> str | None:
@@ -51,6 +52,10 @@ def _kernel_family(kernel) -> str | None:
     ``None``: the kernels the calibration study covers."""
     if getattr(kernel, "is_cauchy", False):
         return "cauchy"
+    if (isinstance(kernel, UMAPKernel) and kernel.odds and isinstance(kernel.a, float)
+            and isinstance(kernel.b, float) and abs(kernel.a / 1.577 - 1) < 0.01
+            and abs(kernel.b / 0.8951 - 1) < 0.01):
+        return "umap"
     return None
 #: with repulsion="auto", 2-D t-SNE switches to the FFT normaliser above this many points
 FFT_REPULSION_MIN_N = 1000

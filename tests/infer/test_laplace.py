@@ -205,3 +205,9 @@ def test_svi_default_inflation_is_the_calibrated_one(blobs):
     sne = probdr.SNE(perplexity=10, n_iter=100, early_exaggeration_iter=30, random_state=0,
                      inference="svi", inference_params={"num_steps": 20}).fit(X)
     assert sne.posterior_.diagnostics["inflation"] == 1.0
+    umap = probdr.UMAP(n_neighbors=10, n_epochs=30, random_state=0, inference="laplace").fit(X)
+    assert umap.posterior_.diagnostics["inflation"] == CALIBRATED_INFLATION[("laplace", "B",
+                                                                             "umap")]
+    other = probdr.UMAP(n_neighbors=10, n_epochs=30, min_dist=0.5, random_state=0,
+                        inference="laplace").fit(X)
+    assert other.posterior_.diagnostics["inflation"] == 1.0
