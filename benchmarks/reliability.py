@@ -11,6 +11,9 @@ gives each point a spread (``posterior_sd_``) and a reliability (``reliability_`
   distance of its aligned positions to their mean, divided by the embedding's RMS radius;
 * 5-NN errors: whether the leave-one-out 5-NN label prediction in the MAP embedding is wrong.
 
+For UMAP, GhostUMAP2's per-point instability (16 ghosts per point, where ``pip install
+ghostumap`` provides it) is scored against the same targets.
+
 Reported: Spearman rho between spread and movement or neighbourhood change, and the AUROC of the spread for flagging
 5-NN errors.
 
@@ -91,6 +94,26 @@ def peer_fit(method: str, X, seed: int) -> np.ndarray:
     return umap.UMAP(random_state=seed).fit_transform(X)
 
 
+def ghostumap(X, y, peer_movement, peer_neighbours) -> dict:
+    """GhostUMAP2's per-point instability (``pip install ghostumap``: 16 ghosts per point,
+    ``get_distances``) against the same targets: umap-learn's movement and neighbourhood change
+    across seeds, and the 5-NN errors of its own embedding."""
+    try:
+        from ghostumap import GhostUMAP2
+    except ImportError:
+        return {"ghostumap": "not installed"}
+    t = time.perf_counter()
+    mapper = GhostUMAP2(random_state=0)
+    O = mapper.fit_transform(X, n_ghosts=16)[0]
+    d = np.asarray(mapper.get_distances())
+    wrong = loo_5nn_wrong(np.asarray(O), y)
+    return dict(ghost_seconds=round(time.perf_counter() - t, 1),
+                ghost_rho_peer=float(spearmanr(d, peer_movement)[0]),
+                ghost_rho_peer_neighbours=float(spearmanr(d, peer_neighbours)[0]),
+                ghost_auroc_5nn=float(roc_auc_score(wrong, d)) if 0 < wrong.sum() < len(wrong)
+                else None)
+
+
 def loo_5nn_wrong(E: np.ndarray, y: np.ndarray) -> np.ndarray:
     knn = KNeighborsClassifier(n_neighbors=6).fit(E, y)
     idx = knn.kneighbors(E, return_distance=False)[:, 1:]  # leave the point itself out
@@ -140,6 +163,8 @@ def main() -> None:
                auroc_5nn_reliability=float(roc_auc_score(wrong, -rel))
                if 0 < wrong.sum() < len(wrong) else None,
                wrong_5nn=float(wrong.mean()), median_reliability=float(np.median(rel)))
+    if a.method == "umap":
+        row.update(ghostumap(X, y, movement(peer), nb_peer))
     a.out.parent.mkdir(parents=True, exist_ok=True)
     with open(a.out, "a") as f:
         f.write(json.dumps(row) + "\n")

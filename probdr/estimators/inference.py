@@ -3,7 +3,7 @@ r"""Posterior inference for estimators whose model is a Pyro program with a flat
 The mixin :class:`PosteriorInference` (used by the Wishart estimators and the graph couplings,
 :class:`~probdr.estimators.coupling.GraphCoupling` and its presets) gives an estimator the parameters ``inference``,
 ``inference_params``, ``z_prior`` and ``coupling_weight``. ``inference="map"`` (the papers'
-estimator) fits the model as it is; ``"svi"`` or ``"mcmc"`` then fit, by
+estimator) fits the model as it is; ``"svi"``, ``"laplace"`` or ``"mcmc"`` then fit, by
 :func:`probdr.infer.posterior.fit_posterior` started at the MAP embedding :math:`\hat Z`,
 
 .. math:: p_\omega(Z \mid \mathcal D) \;\propto\; p(Z)\; p(\mathcal D \mid Z)^{\omega},
@@ -88,7 +88,7 @@ class PosteriorInference:
     Attributes
     ----------
     posterior_ : probdr.infer.posterior.Posterior
-        Posterior draws of Z, Procrustes-aligned to the MAP (``inference="svi"`` or ``"mcmc"``);
+        Posterior draws of Z, Procrustes-aligned to the MAP (any ``inference`` but ``"map"``);
         ``embedding_`` is their mean.
     posterior_samples_ : ndarray (draws, n, q)
         ``posterior_.samples``.

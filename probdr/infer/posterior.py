@@ -1,5 +1,6 @@
 r"""Posterior inference over embeddings and the other latent sites of a model: SVI (AutoNormal,
-low-rank, user guides) and NUTS.
+low-rank, user guides), the per-point Laplace approximation (:mod:`probdr.infer.laplace`, for
+models that declare their curvature) and NUTS.
 
 The graph-coupling model (``probdr.models.coupling``) is a Pyro program with one latent site,
 ``Z``, and so are the Wishart couplings (``probdr.models.wishart_pca``,
@@ -48,7 +49,15 @@ MCMC
 
 SVI
     Any guide works; with negative sampling the ELBO is an unbiased estimate of the ELBO of the
-    negative-sampling surrogate likelihood (not of the exact one).
+    negative-sampling surrogate likelihood (not of the exact one). The steps run on the MAP
+    driver (:class:`probdr.infer.map.MAPFit` with the guide in place of the point mass), so a
+    step costs what a MAP step costs at the same embedding.
+
+Variance inflation
+    A per-point Gaussian (the mean-field guide, the Laplace approximation) ignores the
+    correlations between points and is narrower than the posterior. ``inflation`` multiplies
+    the variance of the draws around their mean; the estimators set the factor measured by
+    simulation from the model (:data:`probdr.estimators.coupling.CALIBRATED_INFLATION`).
 
 Preconditioning
     A badly scaled posterior (the Wishart couplings: curvatures spread over the spectrum of
