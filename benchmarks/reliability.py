@@ -95,17 +95,34 @@ def peer_fit(method: str, X, seed: int) -> np.ndarray:
 
 
 def ghostumap(X, y, peer_movement, peer_neighbours) -> dict:
-    """GhostUMAP2's per-point instability (``pip install ghostumap``: 16 ghosts per point,
-    ``get_distances``) against the same targets: umap-learn's movement and neighbourhood change
+    """GhostUMAP2's per-point instability (``pip install ghostumap==2.0.0``: 16 ghosts per
+    point; a point's score is the distance from it to its farthest ghost) against the same
+    targets: umap-learn's movement and neighbourhood change
     across seeds, and the 5-NN errors of its own embedding."""
     try:
+        import ghostumap.ghostumap as gu
         from ghostumap import GhostUMAP2
     except ImportError:
         return {"ghostumap": "not installed"}
+    # ghostumap 2.0.0 passes scikit-learn's force_all_finite, renamed ensure_all_finite in 1.6
+    # and removed in 1.8: translate it, nothing else
+    check = gu.check_array
+
+    def check_array(*args, force_all_finite=True, **kw):
+        return check(*args, ensure_all_finite=force_all_finite, **kw)
+
+    gu.check_array = check_array
     t = time.perf_counter()
     mapper = GhostUMAP2(random_state=0)
-    O = mapper.fit_transform(X, n_ghosts=16)[0]
-    d = np.asarray(mapper.get_distances())
+    try:
+        O, G = mapper.fit_transform(X, n_ghosts=16)[:2]
+    except Exception as err:  # report a peer's failure, do not lose the row
+        return {"ghostumap": f"failed: {type(err).__name__}: {err}"[:200]}
+    finally:
+        gu.check_array = check
+    # a point's instability: the farthest of its ghosts from it (the (r, d)-stability distance)
+    O, G = np.asarray(O), np.asarray(G)
+    d = np.linalg.norm(G - O[:, None, :], axis=-1).max(1)
     wrong = loo_5nn_wrong(np.asarray(O), y)
     return dict(ghost_seconds=round(time.perf_counter() - t, 1),
                 ghost_rho_peer=float(spearmanr(d, peer_movement)[0]),
