@@ -128,9 +128,8 @@ def embed(adata, method="umap", *, use_rep: str = "X_pca", neighbors_key: str | 
     ``adata.obsm[key + "_std"]`` and ``adata.obs[key + "_reliability"]``
         With ``inference="svi"``, ``"laplace"`` or ``"mcmc"``: the posterior standard deviation
         of every coordinate over ``posterior_samples_`` (the embedding is then the posterior
-        mean), and each cell's reliability in [0, 1] (``reliability_``: the posterior
-        probability that it stays within the distance of its 10th nearest neighbour; colour
-        a UMAP by it with ``sc.pl.umap(adata, color="X_umap_reliability")``). A MAP fit under
+        mean), and each cell's reliability in [0, 1] (``reliability_``: the share of its 15
+        nearest neighbours that the posterior keeps; colour a UMAP by it with ``sc.pl.umap(adata, color="X_umap_reliability")``). A MAP fit under
         the same key removes earlier ones.
     ``adata.uns[key]``
         ``method``; ``params``, the estimator's ``get_params()`` reduced to what HDF5 stores

@@ -153,9 +153,9 @@ posterior_samples_ : ndarray of shape (draws, n_samples, n_components)
 posterior_sd_ : ndarray of shape (n_samples,)
     With a posterior: each point's spread, sqrt(tr Σ_i / q) of its aligned draws.
 reliability_ : ndarray of shape (n_samples,)
-    With a posterior: each point's reliability in [0, 1], the posterior probability that it
-    stays within the distance of its 10th nearest neighbour (points below 0.5 are placed by
-    the map more than by the data).
+    With a posterior: each point's reliability in [0, 1], the share of its 15 nearest
+    neighbours that the posterior keeps (Jaccard similarity of the neighbour sets of 20 draws
+    and of the posterior mean; low: its neighbours in the map are not set by the data).
 map_embedding_ : ndarray of shape (n_samples, n_components)
     With ``inference="svi"``, ``"laplace"`` or ``"mcmc"``: the MAP embedding the posterior starts from and
     is aligned to.

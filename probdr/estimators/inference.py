@@ -100,9 +100,8 @@ class PosteriorInference:
     posterior_sd_ : ndarray (n,)
         Each point's posterior spread, :meth:`~probdr.infer.draws.Posterior.point_std`.
     reliability_ : ndarray (n,)
-        Each point's reliability in [0, 1], the posterior probability that it stays within the
-        distance of its 10th nearest neighbour
-        (:meth:`~probdr.infer.draws.Posterior.point_reliability`).
+        Each point's reliability in [0, 1]: the share of its 15 nearest neighbours that the
+        posterior keeps (:meth:`~probdr.infer.draws.Posterior.point_reliability`).
     """
 
     #: the estimator's model declares its per-point curvature (``inference="laplace"``)

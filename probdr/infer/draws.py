@@ -205,22 +205,34 @@ class Posterior:
         C = self.point_covariances()
         return np.sqrt(np.trace(C, axis1=1, axis2=2) / C.shape[-1])
 
-    def point_reliability(self, n_neighbors: int = 10) -> np.ndarray:
-        r"""Per-point reliability in [0, 1]: the posterior probability that the point stays
-        within its neighbourhood, :math:`\Pr(\|z_i - \bar z_i\| \le r_i)`, with
-        :math:`\bar z_i` the posterior mean and :math:`r_i` the distance from it to its
-        ``n_neighbors``-th nearest neighbour in the mean embedding (the fraction of aligned
-        draws inside that disc). 1: the data pin the point among its neighbours; near 0: its
-        place in the map is not determined by the data."""
+    def point_reliability(self, n_neighbors: int = 15, num_draws: int = 20) -> np.ndarray:
+        r"""Per-point reliability in [0, 1]: the share of its neighbourhood that the posterior
+        keeps. For each of ``num_draws`` draws (evenly spaced), the Jaccard similarity
+        :math:`|A \cap B| / |A \cup B|` of the point's ``n_neighbors`` nearest neighbours in the
+        draw (:math:`B`) and in the posterior mean (:math:`A`), averaged over the draws. 1: the
+        data pin the point among the same neighbours; near 0: its neighbours in the map are
+        not determined by the data."""
         from sklearn.neighbors import NearestNeighbors
 
         M = self.mean
         k = int(n_neighbors)
         if not 1 <= k < M.shape[0]:
             raise ValueError(f"n_neighbors must be in [1, {M.shape[0] - 1}], got {n_neighbors!r}.")
-        radius = NearestNeighbors(n_neighbors=k + 1).fit(M).kneighbors(M)[0][:, -1]
-        dist = np.linalg.norm(self.samples - M[None], axis=-1)
-        return (dist <= radius[None]).mean(0)
+
+        def knn(E):
+            idx = NearestNeighbors(n_neighbors=k + 1).fit(E).kneighbors(E, return_distance=False)
+            return idx[:, 1:]
+
+        n = M.shape[0]
+        rows = np.arange(n, dtype=np.int64)[:, None] * n
+        ref = (rows + knn(M)).ravel()  # (point, neighbour) keys
+        S = self.samples
+        picks = np.unique(np.linspace(0, len(S) - 1, min(int(num_draws), len(S))).astype(int))
+        total = np.zeros(n)
+        for s in picks:
+            shared = np.isin(rows + knn(S[s]), ref, assume_unique=True).sum(1)
+            total += shared / (2 * k - shared)
+        return total / len(picks)
 
     def __repr__(self) -> str:
         n, q = self.chains.shape[2:]

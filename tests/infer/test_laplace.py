@@ -175,21 +175,25 @@ def test_laplace_refused_where_it_would_sum_all_pairs(monkeypatch):
         probdr.UMAP(inference="laplace").fit(X)
 
 
-def test_point_reliability_counts_draws_inside_the_neighbour_disc():
+def test_point_reliability_is_the_share_of_neighbours_kept():
     from probdr.infer.draws import Posterior
 
-    rng = np.random.default_rng(0)
-    M = np.array([[0.0, 0.0], [1.0, 0.0], [3.0, 0.0], [10.0, 0.0]])
-    # point 0 stays put, point 3 wanders 20 units away in half of the draws
-    draws = np.repeat(M[None], 4, 0).copy()
-    draws[:2, 3] += [[20.0, 0.0], [-20.0, 0.0]]
-    draws[:, :3] += 1e-3 * rng.normal(size=(4, 3, 2))
+    # a line of points 1 apart; in half of the draws point 0 jumps to the far end
+    M = np.stack([np.arange(8.0), np.zeros(8)], 1)
+    draws = np.repeat(M[None], 4, 0)
+    draws[:2, 0] = [20.0, 0.0]
     post = Posterior("svi", draws[None], M)
-    rel = post.point_reliability(n_neighbors=1)
-    assert rel[0] == 1.0 and rel[3] == 0.5
+    rel = post.point_reliability(n_neighbors=2, num_draws=4)
+    mean = post.mean  # point 0 sits at 10 on average: its neighbours there are 6 and 7
+    assert mean[0, 0] == 10.0
+    # point 0: neighbours {6, 7} in the mean; {1, 2} in the draws where it stays, {6, 7} where
+    # it jumps to 20 -> Jaccard 0 and 1
+    assert rel[0] == pytest.approx(0.5)
+    # point 3 keeps {2, 4} in every draw
+    assert rel[3] == 1.0
+    assert np.all((rel >= 0) & (rel <= 1))
     with pytest.raises(ValueError, match="n_neighbors"):
-        post.point_reliability(n_neighbors=4)
-
+        post.point_reliability(n_neighbors=8)
 
 def test_svi_default_inflation_is_the_calibrated_one(blobs):
     from probdr.estimators.coupling import CALIBRATED_INFLATION
