@@ -38,10 +38,11 @@ import torch
 
 from probdr.estimators.inference import isotropic_gaussian
 from probdr.infer.draws import procrustes_align
-from probdr.infer.laplace import laplace_draws, point_precisions
+from probdr.infer.laplace import laplace_draws
 from probdr.infer.map import map_estimate
 from probdr.infer.posterior import fit_posterior
 from probdr.kernels import get_kernel
+from probdr.laws.curvature import point_precisions
 from probdr.laws.graph import get_prior
 from probdr.laws.weights import KernelWeights
 from probdr.models.coupling import graph_coupling_model

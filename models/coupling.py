@@ -133,11 +133,11 @@ def coupling_point_precisions(Z: torch.Tensor, *, W_X, prior_z, kernel, z_prior=
                               repulsion="exact", negative_samples=5, negative_weight=1.0,
                               coupling_weight=1.0, **_) -> torch.Tensor:
     r"""The per-point posterior precision blocks of :func:`graph_coupling_model` at ``Z``
-    (:func:`probdr.infer.laplace.point_precisions`): the latent law's curvature in each
+    (:func:`probdr.laws.curvature.point_precisions`): the latent law's curvature in each
     :math:`z_i` -- of the exact law, or of the negative-sampling surrogate that a fit by
     negative sampling optimises -- times ``coupling_weight``, plus the Gaussian ``z_prior``'s
     precision. A latent edge prior is refused (its weights are not a kernel of the distance)."""
-    from probdr.infer.laplace import point_precisions
+    from probdr.laws.curvature import point_precisions
 
     if prior_z.edge_prior is not None:
         raise ValueError("the Laplace approximation covers latent laws without an edge prior.")

@@ -423,7 +423,7 @@ class GraphCoupling(InputKindsMixin, ContinueMixin, NewPointsMixin, PosteriorInf
         self._check_inference(n, self.n_components,
                               self._repulsion(n) if self.inference == "mcmc" else "exact")
         if self.inference == "laplace":  # fail now, not after the MAP fit
-            from ..infer.laplace import check_laplace
+            from ..laws.curvature import check_laplace
 
             ns = (self.negative_samples, self.negative_weight) \
                 if self._repulsion(n) == "negative_sampling" else None

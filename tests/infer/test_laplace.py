@@ -6,8 +6,9 @@ import pytest
 import torch
 
 import probdr
-from probdr.infer.laplace import laplace_draws, point_precisions
+from probdr.infer.laplace import laplace_draws
 from probdr.kernels import get_kernel
+from probdr.laws.curvature import point_precisions
 from probdr.laws.graph import get_prior
 from probdr.laws.weights import KernelWeights
 
@@ -143,7 +144,7 @@ def test_svi_inflation_scales_the_spread_around_the_mean(blobs):
 
 
 def test_field_sums_match_the_exact_sums():
-    import probdr.infer.laplace as lap
+    import probdr.laws.curvature as lap
 
     g = torch.Generator().manual_seed(4)
     n = 800
@@ -167,7 +168,7 @@ def test_field_sums_match_the_exact_sums():
 
 
 def test_laplace_refused_where_it_would_sum_all_pairs(monkeypatch):
-    import probdr.infer.laplace as lap
+    import probdr.laws.curvature as lap
 
     monkeypatch.setattr(lap, "EXACT_MAX_N", 50)
     X = np.random.default_rng(0).normal(size=(60, 5))
