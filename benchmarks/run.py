@@ -28,6 +28,7 @@ import sys
 import time
 
 import numpy as np
+from hardware import cpu_name
 
 METHODS = ("tsne", "umap", "largevis", "sne", "opentsne", "umap-learn", "tsne-h3",
            "tsne-dof0.5", "tsne-learn")
@@ -145,13 +146,7 @@ def run_one(method, data, seed, timeout, threads=1, trust_sample=5000):
 def machine() -> str:
     import torch
 
-    cpu = platform.processor() or platform.machine()
-    try:
-        with open("/proc/cpuinfo") as f:
-            names = [ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")]
-        cpu = names[0] if names else cpu
-    except OSError:
-        pass
+    cpu = cpu_name()
     return (f"{os.cpu_count()} cores ({cpu}), Python {platform.python_version()}, "
             f"torch {torch.__version__}")
 

@@ -36,6 +36,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+from hardware import cpu_name
 
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results" / "suite.jsonl"
@@ -293,13 +294,7 @@ def versions() -> dict:
 
 
 def machine() -> str:
-    cpu = platform.processor() or platform.machine()
-    try:
-        with open("/proc/cpuinfo") as f:
-            names = [ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")]
-        cpu = names[0] if names else cpu
-    except OSError:
-        pass
+    cpu = cpu_name()
     mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
     return f"{os.cpu_count()} cores ({cpu}), {mem:.0f} GiB, Python {platform.python_version()}"
 

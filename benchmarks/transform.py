@@ -43,6 +43,7 @@ import time
 import warnings
 
 import numpy as np
+from hardware import cpu_name
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PAIRS = (("tsne", "opentsne"), ("umap", "umap-learn"))
@@ -203,13 +204,7 @@ def machine() -> str:
     import torch
     import umap
 
-    cpu = platform.machine()
-    try:
-        with open("/proc/cpuinfo") as f:
-            names = [ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")]
-        cpu = names[0] if names else cpu
-    except OSError:
-        pass
+    cpu = cpu_name()
     try:
         load = f"{os.getloadavg()[0]:.1f}"
     except OSError:  # pragma: no cover
