@@ -11,6 +11,13 @@ step (see :mod:`probdr._compute.alloc`); peak memory is then the largest step's,
 ends. The first step of each phase is the exception: it builds the graph's caches, and what it frees
 is returned to the system after it.
 
+``adaptive_threads`` (default on; environment variable ``PROBDR_ADAPTIVE_THREADS=0`` turns it
+off) keeps a computation's threads at the cores that other processes leave free, at most
+``n_jobs`` and at least one, measured four times a second during the fit
+(:mod:`probdr._compute.threads`): on a machine shared with busy processes, torch's threads would
+otherwise wait at every operation's barrier for a descheduled thread. It changes the time of a fit,
+never its numbers. Off, a fit runs on ``n_jobs`` threads (the process's setting when ``None``).
+
 ``compile`` (default on; environment variable ``PROBDR_COMPILE=0`` turns it off) lets the edge sums
 of large graphs (t-SNE's attraction at scale, :mod:`probdr._compute.edge_layout`) run as one loop
 compiled by :func:`torch.compile`; off, or where torch cannot compile (no C++ compiler: warned
@@ -76,6 +83,22 @@ def _sync_free_env() -> bool | None:
 
 
 _sync_free: bool | None = _sync_free_env()
+_adaptive_threads: bool = os.environ.get("PROBDR_ADAPTIVE_THREADS", "1").strip().lower() not in (
+    "0", "false", "no", "off")
+
+
+def get_adaptive_threads() -> bool:
+    """Whether fits use only the cores other processes leave free (at most ``n_jobs``)."""
+    return _adaptive_threads
+
+
+def set_adaptive_threads(on: bool) -> None:
+    """Let fits use only the free cores, at most ``n_jobs`` (``True``, default), or always
+    ``n_jobs`` threads (``False``)."""
+    global _adaptive_threads
+    if not isinstance(on, bool):
+        raise ValueError(f"adaptive_threads must be True or False, got {on!r}.")
+    _adaptive_threads = on
 
 
 def get_heap_reuse() -> bool:

@@ -8,6 +8,8 @@
   locality-ordered layout;
 * :mod:`~probdr._compute.fft` -- grid-interpolated all-pairs sums of 2-D embeddings (FFT);
 * :mod:`~probdr._compute.alloc` -- heap reuse and scratch buffers during optimisation loops;
+* :mod:`~probdr._compute.threads` -- torch's thread count kept at the cores other processes
+  leave free;
 * :mod:`~probdr._compute.distributed` -- a rank's shard of a data-parallel fit and its
   collectives;
 * :mod:`~probdr._compute.step` -- the one door of an optimisation loop: the levers above, set

@@ -1,6 +1,6 @@
 """The one door of an optimisation loop into the engine room.
 
-A MAP fit (:class:`probdr.infer.map.MAPFit`) pulls four levers of the engine room, each at its
+A MAP fit (:class:`probdr.infer.map.MAPFit`) pulls five levers of the engine room, each at its
 own level:
 
 * for the whole fit, the rank's shard of a data-parallel fit, made current
@@ -10,7 +10,10 @@ own level:
 * after a loop's first step, which builds the loop's caches, the heap's free memory back to the
   system (:func:`~probdr._compute.alloc.release_free`);
 * for a step whose loss is not recorded, the edge sums' values deferred
-  (:func:`~probdr._compute.edges.values_deferred`): its gradient only.
+  (:func:`~probdr._compute.edges.values_deferred`): its gradient only;
+* for the whole fit, torch's threads kept at the cores other processes leave free, within an
+  estimator's ``n_jobs`` (:func:`~probdr._compute.threads.governed`), measured again before a
+  step when a measurement is due (:func:`~probdr._compute.threads.poll`).
 
 :class:`StepContext` holds them: entered once per fit, :meth:`StepContext.loop` once per loop and
 :meth:`StepContext.step` once per step, which yields the :class:`Step`, the record of what the
@@ -27,6 +30,7 @@ import torch
 from .alloc import heap_reuse, release_free, scratch
 from .distributed import Shard, process_group_shard, use_shard
 from .edges import values_deferred
+from .threads import governed, poll
 
 __all__ = ["Step", "StepContext"]
 
@@ -69,6 +73,7 @@ class StepContext:
 
     def __enter__(self) -> StepContext:
         self._stack = ExitStack()
+        self._stack.enter_context(governed(None))
         if self.shard is not None:
             self._stack.enter_context(use_shard(self.shard))
         return self
@@ -96,6 +101,7 @@ class StepContext:
         if self._loop is None:
             raise RuntimeError("StepContext.step runs inside StepContext.loop().")
         self._loop[1] += 1
+        poll()
         step = Step(self._loop[1], values_deferred=not record, heap_reused=self._loop[0],
                     shard=self.shard)
         with nullcontext() if record else values_deferred():

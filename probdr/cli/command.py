@@ -74,6 +74,8 @@ def _check_options(args) -> None:
     """The options and every path the command reads or writes, before anything is loaded."""
     for bad, message in (
             (args.nproc < 1, "--nproc must be at least 1"),
+            (args.n_jobs == 0, "--n-jobs must be a positive number of threads or negative "
+                               "(-1: every core, -2: all but one)"),
             (args.nproc > 1 and args.method not in PARALLEL_METHODS,
              f"--nproc runs {', '.join(PARALLEL_METHODS)} data-parallel; {args.method} runs "
              "in one process"),
@@ -132,7 +134,8 @@ def _make(method: str, args):
     cls = {"sne": est.SNE, "tsne": est.TSNE, "largevis": est.LargeVis, "umap": est.UMAP,
            "tsnekhorn": est.TSNEkhorn, "snekhorn": est.SNEkhorn}[method]
     common = dict(n_components=args.n_components, random_state=args.random_state,
-                  device=getattr(args, "device", "auto"), verbose=not getattr(args, "quiet", False) and rank() == 0,
+                  device=getattr(args, "device", "auto"), n_jobs=getattr(args, "n_jobs", None),
+                  verbose=not getattr(args, "quiet", False) and rank() == 0,
                   **bayes_estimator_kwargs(args))
     # metric and supervision only when asked for: the default works with any estimator
     for option, param in (("metric", "metric"), ("supervised", "target_weight")):
@@ -292,6 +295,10 @@ def build_parser(defaults: bool = True) -> argparse.ArgumentParser:
     io.add_argument("--device", default="auto", metavar="DEVICE",
                     help="where to compute: auto (CUDA if available, else CPU; with --nproc "
                          "each rank its own GPU), cpu, cuda, cuda:1, mps")
+    io.add_argument("--n-jobs", type=int, default=None, metavar="N",
+                    help="at most N threads (per process with --nproc); -1 every core, -2 all "
+                         "but one; fewer while other processes hold cores (default: every core "
+                         "that is free)")
     m = e.add_argument_group("model")
     m.add_argument("--method", choices=METHODS, default="tsne", help="the method")
     m.add_argument("--n-components", type=int, default=2, help="embedding dimension")

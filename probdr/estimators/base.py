@@ -27,6 +27,7 @@ from sklearn.base import (
 )
 from sklearn.utils.validation import check_is_fitted, validate_data
 
+from .._compute.threads import governed
 from .._utils import as_output, device_context, resolve_device, resolve_dtype
 from ..infer.map import fit_callbacks
 from .params import MAX_SEED, InvalidParameterError, check_init, constraints_for
@@ -76,18 +77,11 @@ def resolve_n_jobs(n_jobs) -> int | None:
 
 @contextlib.contextmanager
 def thread_limit(n_jobs):
-    """Run a block with torch's intra-op thread count set from ``n_jobs``
-    (:func:`resolve_n_jobs`), restored afterwards, also on error."""
-    threads = resolve_n_jobs(n_jobs)
-    before = torch.get_num_threads()
-    if threads is None or threads == before:
+    """Run a block on at most ``n_jobs`` threads of torch (:func:`resolve_n_jobs`; ``None``: the
+    process's setting), fewer while other processes hold cores
+    (:func:`probdr._compute.threads.governed`), restored afterwards, also on error."""
+    with governed(resolve_n_jobs(n_jobs)):
         yield
-        return
-    torch.set_num_threads(threads)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
 
 
 @contextlib.contextmanager

@@ -16,6 +16,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from .._compute.threads import governed
 from .._compute.alloc import heap_reuse
 from .._compute.allpairs import pairwise_sq_distances
 from .._utils import check_data, check_number
@@ -313,11 +314,10 @@ def knn(X: torch.Tensor, k: int, method: str = "auto", random_state: int = 0):
         raise ValueError(f"k must lie in [1, n-1] = [1, {n - 1}], got {k}.")
     if method == "auto":
         method = "exact" if n <= EXACT_KNN_MAX_N else "approximate"
-    if method == "exact":
-        return knn_exact(X, k, random_state=random_state)
-    if method == "approximate":
-        return knn_approximate(X, k, random_state=random_state)
-    if method == "pynndescent":
-        return knn_pynndescent(X, k, random_state=random_state)
+    search = {"exact": knn_exact, "approximate": knn_approximate,
+              "pynndescent": knn_pynndescent}.get(method)
+    if search is not None:
+        with governed(None):  # on the cores other processes leave free
+            return search(X, k, random_state=random_state)
     raise ValueError("method must be 'auto', 'exact', 'approximate' or 'pynndescent', got "
                      f"{method!r}.")

@@ -197,6 +197,7 @@ def test_cli_bad_inputs_fail_before_the_fit(tmp_path, capsys, no_fit, table):
         (["--data", str(good), "--labels", "species", "--use-rep", "X_pca"], ".h5ad data only"),
         (["--data", str(good), "--labels", "species", "--metric-param", "p=3"],
          "needs --metric"),
+        (["--data", "digits", "--n-jobs", "0"], "--n-jobs must be a positive"),
     ]
     for argv, message in cases:
         assert cli.main(["embed", *argv]) == 2, argv
@@ -436,3 +437,22 @@ def test_cli_plot_title_uses_the_display_name(tmp_path, monkeypatch, capsys):
     rc = cli.main(["embed", "--method", "tsne", "--data", "digits", "--n-iter", "30", "--quiet",
                    "--plot", str(tmp_path / "p.png")])
     assert rc == 0 and titles == ["t-SNE on digits"], capsys.readouterr().err
+
+
+def test_cli_n_jobs_caps_the_fits_threads(tmp_path, capsys, monkeypatch):
+    import torch
+
+    seen = []
+    fit = probdr.TSNE.fit_transform
+
+    def record(self, X, *args, **kwargs):
+        seen.append(self.n_jobs)
+        self.set_params(callbacks=lambda *a: seen.append(torch.get_num_threads()),
+                        callbacks_every=10)
+        return fit(self, X, *args, **kwargs)
+
+    monkeypatch.setattr(probdr.TSNE, "fit_transform", record)
+    data = tmp_path / "x.npy"
+    np.save(data, np.random.default_rng(0).normal(size=(60, 3)))
+    assert cli.main(["embed", "--data", str(data), "--n-jobs", "1", *FAST]) == 0
+    assert seen[0] == 1 and set(seen[1:]) == {1}

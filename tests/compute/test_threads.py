@@ -1,4 +1,5 @@
-"""n_jobs: threads for the duration of fit / transform, restored after; on every estimator."""
+"""n_jobs: at most that many threads for the duration of fit / transform, fewer while other
+processes hold cores, restored after; on every estimator; the same numbers on any count."""
 
 import inspect
 
@@ -66,12 +67,24 @@ SHORT = {
 }
 
 
+@pytest.fixture
+def fixed_threads():
+    """Fits on exactly ``n_jobs`` threads (the governor off), 4 included on a 2-core machine."""
+    from probdr import config
+
+    config.set_adaptive_threads(False)
+    try:
+        yield
+    finally:
+        config.set_adaptive_threads(True)
+
+
 def _fits(make, X, jobs=(1, 2, 4)):
     return {j: make(j).fit_transform(X) for j in jobs}
 
 
 @pytest.mark.parametrize("name", list(SHORT))
-def test_bitwise_the_same_on_1_2_4_threads(digits, name):
+def test_bitwise_the_same_on_1_2_4_threads(digits, name, fixed_threads):
     X = digits[0] if name != "SNE" else digits[0][:1000]  # SNE: exact n x n repulsion
     Z = _fits(SHORT[name], X)
     assert np.abs(Z[1]).max() > 1.0  # the map has moved off its initialisation
@@ -79,7 +92,7 @@ def test_bitwise_the_same_on_1_2_4_threads(digits, name):
     np.testing.assert_array_equal(Z[4], Z[1])
 
 
-def test_the_threads_set_outside_do_not_matter(digits):
+def test_the_threads_set_outside_do_not_matter(digits, fixed_threads):
     X = digits[0]
     before = torch.get_num_threads()
     out = []
@@ -94,7 +107,7 @@ def test_the_threads_set_outside_do_not_matter(digits):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", ["TSNE", "SNE", "LargeVis", "UMAP", "GraphCoupling"])
-def test_bitwise_the_same_at_the_defaults(digits, name):
+def test_bitwise_the_same_at_the_defaults(digits, name, fixed_threads):
     """The defaults on the 1,797 digits (t-SNE 750 iterations, UMAP 500 epochs): before the
     fix, 1 and 2 threads differed by 6.5 (t-SNE, scale 25) and 2.5 (UMAP, scale 20)."""
     X = digits[0] if name != "SNE" else digits[0][:1000]  # SNE: 190 s on all 1,797
@@ -134,3 +147,93 @@ def test_the_ops_that_depended_on_the_thread_count():
               lambda: fft_grad(0.1), lambda: fft_grad(8.0)):
         a, b, c = _per_thread_count(f)
         assert torch.equal(a, b) and torch.equal(a, c)
+
+
+# -- the governor: the free cores, at most n_jobs ---------------------------------------------
+class FakeClock:
+    """Two cores; the other processes use ``load[i]`` cores in the i-th interval."""
+
+    def __init__(self, load, running=0):
+        self.cores, self.load, self.running = [0, 1], list(load), running
+        self.t = self.everyone = self.own = 0.0
+
+    def read(self):
+        others = self.load.pop(0) if self.load and self.t else 0.0  # the first read: a baseline
+        self.t += 1.0
+        self.own += 0.5
+        self.everyone += 0.5 + others
+        return self.t, self.everyone, self.own
+
+    def others_running(self):
+        return self.running
+
+
+def test_the_thread_count_is_the_free_cores_between_1_and_the_cap(monkeypatch):
+    from probdr._compute import threads
+
+    monkeypatch.setattr(threads, "POLL_SECONDS", 0.0)
+    gov = threads.Governor(2, FakeClock([0.0, 1.0, 0.6, 0.3, 2.0, 0.0], running=1))
+    before = torch.get_num_threads()
+    try:
+        assert gov.start() == 1  # another process running at entry
+        seen = [gov.poll() for _ in range(6)]
+    finally:
+        torch.set_num_threads(before)
+    assert seen == [2, 1, 1, 2, 1, 2]
+    assert threads.Governor(1, FakeClock([])).threads_for(0.0) == 1
+    assert threads.Governor(8, FakeClock([])).threads_for(0.0) == 2  # no more than the cores
+
+
+def test_a_fit_whose_thread_count_changes_at_every_step_has_the_same_numbers(digits_small,
+                                                                           monkeypatch):
+    from probdr._compute import threads
+
+    X, _ = digits_small
+    one = probdr.TSNE(n_iter=60, early_exaggeration_iter=20, random_state=0,
+                      n_jobs=1).fit_transform(X)
+    monkeypatch.setattr(threads, "POLL_SECONDS", 0.0)
+    monkeypatch.setattr(threads, "CoreClock", lambda: FakeClock([0.0, 1.0] * 100))
+    seen = []
+    est = probdr.TSNE(n_iter=60, early_exaggeration_iter=20, random_state=0, n_jobs=2,
+                      callbacks=lambda *a: seen.append(torch.get_num_threads()),
+                      callbacks_every=1)
+    np.testing.assert_array_equal(est.fit_transform(X), one)
+    assert set(seen) == {1, 2}
+
+
+def test_governed_restores_the_count_and_nested_blocks_keep_the_cap(monkeypatch):
+    from probdr._compute import threads
+
+    monkeypatch.setattr(threads, "CoreClock", lambda: FakeClock([], running=1))
+    before = torch.get_num_threads()
+    with threads.governed(2) as outer:
+        assert torch.get_num_threads() == 1
+        with threads.governed(None) as inner:
+            assert inner.cap == outer.cap == 2
+    assert torch.get_num_threads() == before
+
+
+@pytest.mark.skipif(len(__import__("os").sched_getaffinity(0)) < 2
+                    or not __import__("os").path.exists("/proc/stat"),
+                    reason="needs two cores and /proc/stat")
+def test_a_busy_process_takes_a_core():
+    """The real clock sees a process spinning beside this one."""
+    import subprocess
+    import sys
+    import time
+
+    from probdr._compute import threads
+
+    before = torch.get_num_threads()
+    busy = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        time.sleep(0.5)
+        gov = threads.Governor(2)
+        gov.start()
+        time.sleep(0.6)
+        gov._due = 0.0
+        chosen = gov.poll()
+    finally:
+        busy.kill()
+        torch.set_num_threads(before)
+    assert chosen == 1, gov.history
