@@ -16,9 +16,9 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from .._compute.threads import governed
 from .._compute.alloc import heap_reuse
 from .._compute.allpairs import pairwise_sq_distances
+from .._compute.threads import governed
 from .._utils import check_data, check_number
 from .ivf import centroid_d2, kmeans, knn_ivf, nearest_centroid, rerank
 
