@@ -5,79 +5,61 @@ and Wishart laws (:mod:`probdr.laws`) -> the input side (:mod:`probdr.input`) ->
 (:mod:`probdr.models`) -> inference (:mod:`probdr.infer`) -> estimators
 (:mod:`probdr.estimators`) -> diagnostics, metrics, plots and the command line.
 
-``import probdr`` imports torch, Pyro and scikit-learn (the estimators subclass its
-``BaseEstimator``); plotting (matplotlib), ArviZ, igraph, POT and anndata are imported by the
-functions that use them. In the process of the ``probdr`` command (its console script,
-``python -m probdr`` or ``python -m probdr.cli``) the package imports none of its layers: the
-command parses and checks its arguments with the standard library, then imports what the fit
-needs.
+``import probdr`` imports none of its layers: each public name and module is imported at its first
+use (``probdr.TSNE`` imports torch, Pyro and scikit-learn, whose ``BaseEstimator`` the estimators
+subclass); plotting (matplotlib), ArviZ, igraph, POT and anndata are imported by the functions
+that use them. The ``probdr`` command parses and checks its arguments with the standard library,
+then imports what the fit needs.
 """
 
 import sys as _sys
 import types as _types
+import typing as _typing
 
 from ._version import __version__ as __version__
 
 
-def _started_as_the_command() -> bool:
-    """Whether this process is the ``probdr`` command: its console script (``sys.argv[0]`` is
-    ``probdr``, ``probdr.exe`` or ``probdr-script.py`` while the package is imported), or
-    ``python [options] -m probdr`` or ``-m probdr.cli`` (``torchrun -m probdr.cli``, the ranks of
-    ``--nproc``)."""
-    import os
-
-    script = os.path.basename(_sys.argv[0]) if _sys.argv else ""
-    if script in ("probdr", "probdr.exe", "probdr-script.py", "probdr-script.pyw"):
-        return True
-    args = iter(getattr(_sys, "orig_argv", [])[1:])  # the interpreter's own options first
-    for arg in args:
-        if arg in ("-X", "-W", "--check-hash-based-pycs"):
-            next(args, None)  # an option's value
-        elif arg.startswith("-m"):
-            return (arg[2:] or next(args, "")) in ("probdr", "probdr.cli")
-        elif arg in ("-c", "-", "--") or not arg.startswith("-"):
-            return False  # a command string, standard input or a script
-    return False
+#: the public names, each imported at its first use (PEP 562): ``name -> module``
+_LAZY = {
+    **dict.fromkeys(("GWMDS", "SNE", "TSNE", "UMAP", "DistR", "GraphCoupling", "LaplacianWishart",
+                     "LargeVis", "ProbDR", "SNEkhorn", "TSNEkhorn", "WishartEigenmaps",
+                     "WishartPCA", "ccPCA"), "probdr.estimators"),
+    "build_input_graph": "probdr.input.graph",
+    "load": "probdr.serialize",
+}
+#: the subpackages and modules reachable as attributes of ``probdr``, imported at first use
+_SUBMODULES = ("affinities", "anndata", "config", "datasets", "diagnostics", "estimators", "infer",
+               "input", "kernels", "laws", "metrics", "ot", "plotting", "serialize")
 
 
-# The command parses its arguments and checks its paths with the standard library alone, then
-# imports the layers it uses (so ``probdr --help`` answers at once); everywhere else ``import
-# probdr`` gives the whole public API below.
-if not _started_as_the_command():
-    from . import (
-        config,
-        datasets,
-        diagnostics,
-        estimators,
-        infer,
-        input,
-        kernels,
-        laws,
-        metrics,
-        ot,
-        plotting,
-    )
-    from .estimators import (
-        GWMDS,
-        SNE,
-        TSNE,
-        UMAP,
-        DistR,
-        GraphCoupling,
-        LaplacianWishart,
-        LargeVis,
-        ProbDR,
-        SNEkhorn,
-        TSNEkhorn,
-        WishartEigenmaps,
-        WishartPCA,
-        ccPCA,
-    )
+def __getattr__(name: str):
+    """Import a public name or module at its first use: ``import probdr`` itself loads nothing
+    (``probdr --help`` and ``import probdr`` answer at once); ``probdr.TSNE`` imports torch,
+    Pyro, scikit-learn and the estimators."""
+    import importlib
+
+    if name in _SUBMODULES:
+        return importlib.import_module(f"{__name__}.{name}")
+    if name in _LAZY:
+        value = getattr(importlib.import_module(_LAZY[name]), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__) | set(_SUBMODULES))
+
+
+if _typing.TYPE_CHECKING:  # what the names are, for type checkers and editors
+    from . import (config, datasets, diagnostics, estimators, infer, input, kernels, laws,
+                   metrics, ot, plotting)
+    from .estimators import (GWMDS, SNE, TSNE, UMAP, DistR, GraphCoupling, LaplacianWishart,
+                             LargeVis, ProbDR, SNEkhorn, TSNEkhorn, WishartEigenmaps, WishartPCA,
+                             ccPCA)
     from .input import affinities
     from .input.graph import build_input_graph
     from .serialize import load
-
-    _sys.modules[f"{__name__}.affinities"] = affinities  # ``import probdr.affinities``
 
 #: names of 0.1.0 that moved: ``old -> new module``; importable for one more release, with a
 #: ``DeprecationWarning`` naming the new path at each use (``probdr.graphs.GraphLaw``, ``from

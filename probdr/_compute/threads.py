@@ -84,18 +84,24 @@ class CoreClock:
                 busy += sum(int(v) for v in fields[1:4]) + sum(int(v) for v in fields[6:9])
         return time.monotonic(), busy / self._tick, time.process_time()
 
-    def others_running(self) -> int | None:
-        """Threads of other processes running or ready to run now (``procs_running`` less this
-        process's running threads); ``None`` where unknown or where this process may use only
-        some of the machine's cores (the count is the machine's)."""
-        data = self._stat() if self.available else None
-        if data is None or len(self.cores) != (os.cpu_count() or 0):
+    def others_running(self, samples: int = 3, spacing: float = 1e-3) -> int | None:
+        """Threads of other processes running or ready to run now: the fewest of ``samples``
+        counts ``spacing`` seconds apart (a thread busy for a moment is not a busy process) of
+        ``procs_running`` less this process's running threads. ``None`` where unknown, or where
+        this process may use only some of the machine's cores (the count is the machine's)."""
+        if not self.available or len(self.cores) != (os.cpu_count() or 0):
             return None
-        at = data.find(b"procs_running ")
-        if at < 0:
-            return None
-        running = int(data[at + 14:data.index(b"\n", at)])
-        return max(0, running - _own_running())
+        counts = []
+        for i in range(samples):
+            if i:
+                time.sleep(spacing)
+            data = self._stat()
+            at = -1 if data is None else data.find(b"procs_running ")
+            if at < 0:
+                return None
+            running = int(data[at + 14:data.index(b"\n", at)])
+            counts.append(max(0, running - _own_running()))
+        return min(counts)
 
 
 def _own_running() -> int:
@@ -172,13 +178,17 @@ class Governor:
 @contextlib.contextmanager
 def governed(cap: int | None):
     """Run a block with torch's thread count kept at the free cores, at most ``cap`` (``None``:
-    the enclosing block's cap, else the process's thread count); restored afterwards, also on
-    error. Yields the :class:`Governor`, or ``None`` when adaptive threads are off
+    the process's thread count); restored afterwards, also on error. Inside a governed block, a
+    block of the same cap or ``None`` is governed by the enclosing one. Yields the
+    :class:`Governor`, or ``None`` when adaptive threads are off
     (:func:`probdr.config.get_adaptive_threads`; the count is then ``cap``)."""
-    before = torch.get_num_threads()
     outer = _current.get()
+    if outer is not None and cap in (None, outer.cap):  # the enclosing block's governor goes on
+        yield outer
+        return
+    before = torch.get_num_threads()
     if cap is None:
-        cap = outer.cap if outer is not None else before
+        cap = before
     gov = Governor(cap) if config.get_adaptive_threads() else None
     token = _current.set(gov)
     try:

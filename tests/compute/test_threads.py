@@ -209,7 +209,9 @@ def test_governed_restores_the_count_and_nested_blocks_keep_the_cap(monkeypatch)
     with threads.governed(2) as outer:
         assert torch.get_num_threads() == 1
         with threads.governed(None) as inner:
-            assert inner.cap == outer.cap == 2
+            assert inner is outer
+        with threads.governed(1) as inner:
+            assert inner is not outer and inner.cap == 1
     assert torch.get_num_threads() == before
 
 
