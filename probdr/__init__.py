@@ -18,7 +18,6 @@ import typing as _typing
 
 from ._version import __version__ as __version__
 
-
 #: the public names, each imported at its first use (PEP 562): ``name -> module``
 _LAZY = {
     **dict.fromkeys(("GWMDS", "SNE", "TSNE", "UMAP", "DistR", "GraphCoupling", "LaplacianWishart",
@@ -52,11 +51,35 @@ def __dir__() -> list[str]:
 
 
 if _typing.TYPE_CHECKING:  # what the names are, for type checkers and editors
-    from . import (config, datasets, diagnostics, estimators, infer, input, kernels, laws,
-                   metrics, ot, plotting)
-    from .estimators import (GWMDS, SNE, TSNE, UMAP, DistR, GraphCoupling, LaplacianWishart,
-                             LargeVis, ProbDR, SNEkhorn, TSNEkhorn, WishartEigenmaps, WishartPCA,
-                             ccPCA)
+    from . import (
+        config,
+        datasets,
+        diagnostics,
+        estimators,
+        infer,
+        input,
+        kernels,
+        laws,
+        metrics,
+        ot,
+        plotting,
+    )
+    from .estimators import (
+        GWMDS,
+        SNE,
+        TSNE,
+        UMAP,
+        DistR,
+        GraphCoupling,
+        LaplacianWishart,
+        LargeVis,
+        ProbDR,
+        SNEkhorn,
+        TSNEkhorn,
+        WishartEigenmaps,
+        WishartPCA,
+        ccPCA,
+    )
     from .input import affinities
     from .input.graph import build_input_graph
     from .serialize import load
