@@ -45,7 +45,7 @@ from .alloc import release_free
 #: slots per slice of a row's neighbour list (rows of the padded layout)
 SLICE = 32
 #: shortest edge list that takes this path (a million-point t-SNE has 64 million pairs)
-MIN_EDGES = 1 << 23
+MIN_EDGES = 1 << 20
 #: edges per part of the layout's construction (its int64 temporaries)
 BUILD_PART_EDGES = 1 << 22
 

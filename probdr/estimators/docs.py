@@ -58,7 +58,7 @@ perplexity : float
 n_neighbors : int
     Neighbours per point of the kNN graph (the point itself excluded), symmetrised by union.
 neighbors : {"auto", "exact", "approximate", "pynndescent"}
-    The neighbour search (probdr.input.neighbors.knn): "auto" is exact up to 100,000 points
+    The neighbour search (probdr.input.neighbors.knn): "auto" is exact up to 20,000 points
     (brute force, then a pruned cell search), the torch approximate search beyond;
     "pynndescent" needs the optional pynndescent package.
 metric : str or callable
