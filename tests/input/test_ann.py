@@ -118,11 +118,23 @@ def test_runs_on_every_device(mnist, exact, device):
 
 def test_knn_auto_uses_the_torch_search_above_the_exact_range(mnist, monkeypatch):
     X = mnist[:3000]
-    monkeypatch.setattr(neighbors, "EXACT_KNN_MAX_N", 1000)
+    monkeypatch.setattr(neighbors, "EXACT_KNN_MAX_N_FEW", 1000)
     got = knn(X, 15, method="auto", random_state=2)
     want = knn_ivf(X, 15, random_state=2)
     assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])
     assert torch.equal(knn(X, 15, method="approximate", random_state=2)[0], want[0])
+
+
+def test_auto_keeps_short_lists_exact_longer(monkeypatch):
+    """Up to 20,000 points exact; up to 100,000 for fewer than 30 neighbours."""
+    seen = []
+    for name in ("knn_exact", "knn_approximate"):
+        monkeypatch.setattr(neighbors, name, lambda X, k, random_state=0, _n=name: seen.append(
+            (X.shape[0], k, _n)))
+    for n, k in ((20_000, 90), (20_001, 90), (20_001, 29), (100_000, 15), (100_001, 15)):
+        knn(torch.zeros(n, 1), k)
+    assert [s[2] for s in seen] == ["knn_exact", "knn_approximate", "knn_exact", "knn_exact",
+                                    "knn_approximate"]
 
 
 def test_no_pynndescent_unless_asked():
@@ -132,7 +144,7 @@ def test_no_pynndescent_unless_asked():
         import sys, torch
         torch.set_num_threads(1)
         from probdr.input import neighbors, distances, graph
-        neighbors.EXACT_KNN_MAX_N = 500
+        neighbors.EXACT_KNN_MAX_N = neighbors.EXACT_KNN_MAX_N_FEW = 500
         X = torch.randn(1500, 10, generator=torch.Generator().manual_seed(0),
                         dtype=torch.float64)
         neighbors.knn(X, 15, method="auto")
