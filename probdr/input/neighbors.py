@@ -312,7 +312,7 @@ def knn(X: torch.Tensor, k: int, method: str = "auto", random_state: int = 0):
     cell search), ``"approximate"`` (:func:`knn_approximate`, the inverted-file search in torch),
     ``"pynndescent"`` (:func:`knn_pynndescent`, needs the optional pynndescent), or ``"auto"``
     (exact up to ``EXACT_KNN_MAX_N`` = 20,000 points, or 100,000 for fewer than 30 neighbours,
-the torch approximate search above).
+    the torch approximate search above).
     ``X``: ``(n, p)`` finite rows, numpy or torch.
     """
     X = check_data(X)
