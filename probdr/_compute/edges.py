@@ -175,10 +175,10 @@ def _pair_grad(diff, coef, rows, cols, n, clip, inplace=False):
         if lengths is not None:
             grad = torch.segment_reduce(gr, "sum", lengths=lengths, axis=0)
         else:
-            grad = torch.view_as_real(_index_add(torch.zeros(n, dtype=d.dtype), rows, d))
+            grad = torch.view_as_real(_index_add(d.new_zeros(n), rows, d))
         _index_add(torch.view_as_complex(grad), cols, d.neg_())
         return grad
-    grad = torch.zeros(len(diff), n, dtype=coef.dtype)
+    grad = coef.new_zeros(len(diff), n)
     for a, d in enumerate(diff):
         gd = d.mul_(coef) if inplace else d * coef
         if clip is not None:
@@ -280,7 +280,7 @@ def _param_grads(ctx, d2, vv) -> tuple:
     (terms with :math:`v_e \le 0` dropped); ``()`` when none is learned."""
     if not ctx.learn:
         return ()
-    w = vv if ctx.positive else torch.where(vv > 0, vv, torch.zeros((), dtype=vv.dtype))
+    w = vv if ctx.positive else torch.where(vv > 0, vv, vv.new_zeros(()))
     return ctx.kernel.param_grads(d2, w)
 
 
@@ -296,7 +296,7 @@ def _edge_value(kernel, d2, vv, positive):
     lw, s = kernel.log_k_factored(d2)
     if positive:  # a summation, not a dot: torch's dot loses digits over millions of terms
         return fixed_sum(lw.mul_(vv)) * s
-    return fixed_sum(torch.where(vv > 0, vv * lw, torch.zeros((), dtype=lw.dtype))) * s
+    return fixed_sum(torch.where(vv > 0, vv * lw, lw.new_zeros(()))) * s
 
 
 def _value_and_grad(Z, rows, cols, vv, ctx, value=True):
@@ -314,7 +314,7 @@ def _edge_sum_grad(diff, d2, vv, rows, cols, ctx, factor, inplace):
     the (n, q) gradient, or, under a per-pair clip, the pairs."""
     coef, s = ctx.kernel.weighted_dlog_k_(d2, vv)
     if not ctx.positive:
-        coef = torch.where(vv > 0, coef, torch.zeros((), dtype=d2.dtype))
+        coef = torch.where(vv > 0, coef, d2.new_zeros(()))
     if ctx.clip is not None:
         return _pair_grad(diff, coef.mul_(s * factor), rows, cols, ctx.n, ctx.clip, inplace)
     return _pair_grad(diff, coef, rows, cols, ctx.n, None, inplace).mul_(s * factor)

@@ -107,3 +107,35 @@ def test_a_loaded_model_computes_on_the_host(tmp_path, X):
     assert back.device_ == torch.device("cpu")
     np.testing.assert_allclose(back.embedding_, est.embedding_)
     assert np.isfinite(back.transform(X[80:])).all()
+
+
+def _edge_case(q, clip, summed, positive):
+    """An edge loss on ``q``-D points (unsorted rows: the scatter path of the gradient)."""
+    from probdr._compute.edges import edge_log_kernel, edge_log_kernel_sum
+    from probdr.kernels import StudentKernel
+    rows, cols = torch.tensor([3, 0, 2, 1, 0]), torch.tensor([1, 2, 3, 0, 3])
+    v = torch.tensor([1.0, 0.5, 2.0, 1.0, 0.25], dtype=torch.float64)
+
+    def loss(Z):
+        if summed:
+            return edge_log_kernel_sum(Z, rows, cols, v if positive else v - 0.6,
+                                       StudentKernel(), clip=clip)
+        return edge_log_kernel(Z, rows, cols, StudentKernel(), clip=clip).sum()
+    return loss
+
+
+@pytest.mark.parametrize("q", [2, 3])
+@pytest.mark.parametrize("clip", [None, 4.0])
+@pytest.mark.parametrize("summed, positive", [(False, True), (True, True), (True, False)])
+def test_edge_gradients_are_made_on_the_points_device(q, clip, summed, positive, monkeypatch):
+    """A backward pass runs outside the fit's device context (torch pops a function mode while
+    it handles ``backward``, and CUDA's backward runs on its own thread), so its buffers must
+    follow the tensors, not the default device. Emulated here with torch's "meta" device: a
+    buffer made on the default device (the CPU) fails as it did on CUDA."""
+    import probdr._compute.edges as edges
+    monkeypatch.setattr(edges, "_all_positive", lambda v: positive)  # meta has no values
+    with torch.device("meta"):
+        loss = _edge_case(q, clip, summed, positive)
+        Z = torch.randn(4, q, dtype=torch.float64).requires_grad_()
+        loss(Z).backward()
+    assert Z.grad.device.type == "meta" and Z.grad.shape == Z.shape
