@@ -24,6 +24,7 @@ turned it off, the thread count is the cap.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import contextvars
 import math
@@ -40,6 +41,8 @@ __all__ = ["Governor", "governed", "poll", "CoreClock"]
 POLL_SECONDS = 0.25
 #: the other processes' use of the cores (in cores, rounded up from this fraction) that takes one
 TAKEN_FROM = 0.35
+#: the thread counts a governor remembers (a day's fit polls some 350,000 times)
+HISTORY = 1000
 
 _current: contextvars.ContextVar[Governor | None] = contextvars.ContextVar("probdr_governor",
                                                                           default=None)
@@ -137,8 +140,9 @@ class Governor:
         self.clock = clock or CoreClock()
         self._last = None
         self._due = 0.0
-        #: the thread counts chosen so far, in order, each with the other processes' use
-        self.history: list[tuple[int, float]] = []
+        #: the latest thread counts chosen (at most :data:`HISTORY`), in order, each with the
+        #: other processes' use
+        self.history: collections.deque[tuple[int, float]] = collections.deque(maxlen=HISTORY)
 
     def threads_for(self, others: float) -> int:
         """Threads for the other processes' use of the cores, ``others`` (in cores)."""

@@ -239,3 +239,12 @@ def test_a_busy_process_takes_a_core():
         busy.kill()
         torch.set_num_threads(before)
     assert chosen == 1, gov.history
+
+
+def test_history_keeps_the_latest_choices_only():
+    from probdr._compute import threads
+
+    gov = threads.Governor(2, FakeClock([]))
+    for _ in range(threads.HISTORY + 50):
+        gov._choose(0.0)
+    assert len(gov.history) == threads.HISTORY and gov.history[-1] == (2, 0.0)
