@@ -34,7 +34,8 @@ from .alloc import buffer
 #: and run on torch's threads. The parts depend on the list only: the numbers do not depend on
 #: the number of threads.
 PART_EDGES = 1 << 24
-#: shorter edge lists run those passes on the calling thread (a thread pool costs more than it saves)
+#: shorter edge lists run those passes on the calling thread (a thread pool costs more than it
+#: saves)
 THREADED_MIN_EDGES = 1 << 20
 
 

@@ -18,8 +18,8 @@ taken from :data:`TAKEN_FROM` of a core's use by others on.
 
 The numbers do not depend on the thread count (the operations whose rounding did are run on one
 thread: ``tests/compute/test_threads.py``), so the governor changes the time of a fit, never its
-result. Where the machine has no ``/proc/stat`` (macOS, Windows) or :func:`probdr.config.set_adaptive_threads`
-turned it off, the thread count is the cap.
+result. Where the machine has no ``/proc/stat`` (macOS, Windows) or
+:func:`probdr.config.set_adaptive_threads` turned it off, the thread count is the cap.
 """
 
 from __future__ import annotations
