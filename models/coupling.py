@@ -37,7 +37,7 @@ import torch
 from pyro import poutine
 from torch.distributions import constraints
 
-from probdr._compute.edges import used_edges
+from probdr._compute.edges import scheduled_edges
 from probdr.laws.graph import GraphPrior
 from probdr.laws.weights import KernelWeights
 
@@ -172,15 +172,15 @@ def _negative_sampling_likelihood(law, W_X, m, gamma, n, epoch_steps: int = 1):
     this is the objective of the module docstring; the work per epoch is O(sum(v) * m).
 
     An epoch is ``epoch_steps`` optimiser steps, each using an edge with probability
-    v_e / (max(v) epoch_steps) at the same weight: every edge still acts about once per epoch
-    with the full step, but the points move between the parts of an epoch, as they do in
-    umap-learn's sequential updates (which all read the latest positions)."""
+    v_e / (max(v) epoch_steps) at the same weight (:class:`probdr._compute.edges.EpochSchedule`:
+    an edge acts at most once per epoch, in a step drawn at random): the points move between
+    the parts of an epoch, as they do in umap-learn's sequential updates (which all read the
+    latest positions)."""
     weights = law.weights
     rows, cols, v, vmax = weights.observed_edges(W_X)
     gen = weights.generator
-    used = (torch.rand(v.shape, dtype=v.dtype, device=v.device, generator=gen)
-            .mul_(vmax * epoch_steps) < v)
-    rows, cols, neg_rows, mask, neg_mask = used_edges(used, rows, cols, m)
+    rows, cols, neg_rows, mask, neg_mask = scheduled_edges(v, vmax, rows, cols, n, m,
+                                                           epoch_steps, gen)
     with pyro.plate("edges", rows.numel()), poutine.scale(scale=vmax):
         pyro.sample("W_Z_edges", law.edges_at(rows, cols, mask),
                     obs=torch.ones(rows.numel(), dtype=v.dtype, device=v.device))

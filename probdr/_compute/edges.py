@@ -12,7 +12,7 @@ so the numbers do not depend on the number of threads.
 
 :func:`values_deferred` lets the steps of a long fit whose loss is not recorded skip the sums'
 values (their gradients are the same, number for number). For negative sampling:
-:func:`used_edges` (the edges a step uses) and :func:`bernoulli_log_prob` (the sampled edges'
+:func:`scheduled_edges` (the edges a step uses) and :func:`bernoulli_log_prob` (the sampled edges'
 log-likelihood, its gradient independent of the thread count).
 """
 
@@ -377,21 +377,112 @@ def edge_log_kernel_sum(Z, rows, cols, v, kernel, clip=None):
 # --------------------------------------------------------------------------------------------
 # sampled edges (negative sampling)
 # --------------------------------------------------------------------------------------------
-def used_edges(used: torch.Tensor, rows: torch.Tensor, cols: torch.Tensor, m: int):
-    """The edges of a list that ``used`` marks, and the rows of ``m`` negative samples for each,
-    as ``(rows, cols, neg_rows, mask, neg_mask)``.
+_step = threading.local()
 
-    Selected by index (boolean masking is several times slower on millions of edges): the masks
-    are ``None``, and the negatives' rows are sorted like the rows (a segment sum in the
-    backward). On a device in sync-free mode (:func:`probdr.config.sync_free_for`), every edge
-    instead, fixed shapes: the masks (a boolean per edge and per negative) leave the unused
-    edges and their negatives out."""
-    if sync_free_for(used.device):
+
+@contextmanager
+def at_step(index: int | None):
+    """Inside, the model runs the optimiser's step ``index`` (from 0, counted over the whole
+    fit, continued by ``optimize``): negative sampling's :class:`EpochSchedule` takes that
+    step's edges. Set by the MAP driver around each step."""
+    outer = getattr(_step, "index", None)
+    _step.index = index
+    try:
+        yield
+    finally:
+        _step.index = outer
+
+
+def current_step() -> int | None:
+    """The optimiser step the model runs (:func:`at_step`); ``None`` outside a fit's steps."""
+    return getattr(_step, "index", None)
+
+
+class EpochSchedule:
+    r"""Which edges each optimiser step of a negative-sampling fit uses (umap-learn's scheme,
+    an epoch cut into ``steps`` optimiser steps).
+
+    At the start of each epoch one uniform number :math:`u_e` per edge gives its slot
+    :math:`\lfloor u_e\, \mathrm{steps}\, v_{\max} / v_e \rfloor`; step ``s`` of the
+    epoch uses the edges of slot ``s`` and slots ``>= steps`` are not used this epoch. So a step
+    uses edge e with probability :math:`v_e / (v_{\max}\, \mathrm{steps})`, the law of an
+    independent draw per step, but an edge acts at most once per epoch (as in umap-learn, whose
+    edges act at fixed intervals), and the epoch costs one uniform number per edge and one
+    stable sort of small integer keys, not a draw over all edges at every step.
+
+    The step comes from the MAP driver (:func:`at_step`): step ``i`` is slot ``i % steps`` of
+    epoch ``i // steps``, so a fit stopped in an epoch and continued (``optimize``) takes the
+    edges it would have taken. Outside a fit's steps (a model traced on its own, a guide's
+    setup), and with one step per epoch, each call is an independent draw of the same law,
+    which leaves the epoch's draw alone."""
+
+    def __init__(self, v: torch.Tensor, vmax: float, steps: int, generator=None):
+        self.v, self.vmax, self.steps, self.generator = v, float(vmax), int(steps), generator
+        self.epoch = None
+        self.slots = self.order = self.bounds = None
+
+    @classmethod
+    def of(cls, v: torch.Tensor, vmax: float, steps: int, generator=None) -> EpochSchedule:
+        """The schedule of the edge values ``v`` (kept on the tensor, one per ``steps``)."""
+        return tensor_cache(v, f"_probdr_epoch_schedule_{int(steps)}",
+                            lambda: cls(v, vmax, steps, generator))
+
+    def _uniform(self) -> torch.Tensor:
+        v = self.v
+        return torch.rand(v.shape, dtype=v.dtype, device=v.device, generator=self.generator)
+
+    def _draw_epoch(self, epoch: int) -> None:
+        steps = self.steps
+        slot = self._uniform().mul_(self.vmax * steps).div_(self.v)
+        slot = slot.floor_().nan_to_num_(steps).clamp_(0, steps)
+        self.slots = slot.to(torch.uint8 if steps < 255 else torch.int32)
+        self.epoch, self.order = epoch, None
+
+    def _positions(self, s: int) -> torch.Tensor:
+        if self.order is None:  # each slot's edges contiguous, in their order (rows stay sorted)
+            self.order = torch.sort(self.slots, stable=True).indices
+            counts = torch.bincount(self.slots, minlength=self.steps + 1)
+            self.bounds = [0] + torch.cumsum(counts, 0).tolist()
+        return self.order[self.bounds[s]:self.bounds[s + 1]]
+
+    def next(self, index: int | None = None, as_mask: bool = False) -> torch.Tensor:
+        """The edges of step ``index`` (default: :func:`current_step`): their positions,
+        ascending, or (``as_mask``) a boolean per edge (fixed shapes, no host
+        synchronisation)."""
+        index = current_step() if index is None else index
+        if index is None or self.steps == 1:  # an independent draw
+            used = self._uniform().mul_(self.vmax * self.steps) < self.v
+            return used if as_mask else used.nonzero().squeeze(1)
+        epoch, s = divmod(int(index), self.steps)
+        if epoch != self.epoch:
+            self._draw_epoch(epoch)
+        return self.slots == s if as_mask else self._positions(s)
+
+
+def scheduled_edges(v, vmax, rows, cols, n: int, m: int, steps: int, generator=None):
+    """The edges the next step of an epoch of ``steps`` steps uses (:class:`EpochSchedule`),
+    and the rows of ``m`` negative samples for each, as ``(rows, cols, neg_rows, mask,
+    neg_mask)``.
+
+    Selected by index: the masks are ``None``, and the rows (edge lists are sorted by row) and
+    the negatives' rows are sorted (segment sums in the backward; their row counts are set
+    here, not found at every step). On a device in sync-free mode
+    (:func:`probdr.config.sync_free_for`), every edge instead, fixed shapes: the masks (a boolean
+    per edge and per negative) leave the unused edges and their negatives out."""
+    schedule = EpochSchedule.of(v, vmax, steps, generator)
+    if sync_free_for(v.device):
+        used = schedule.next(as_mask=True)
         neg_rows = tensor_cache(rows, f"_probdr_ns_neg_rows_{m}", lambda: rows.repeat_interleave(m))
         return rows, cols, neg_rows, used, used.repeat_interleave(m)
-    used = used.nonzero().squeeze(1)
+    sorted_rows = _segments(rows, n) is not None  # then so are the rows of any selection
+    used = schedule.next()
     rows, cols = rows.index_select(0, used), cols.index_select(0, used)
-    return rows, cols, rows.repeat_interleave(m), None, None
+    neg_rows = rows.repeat_interleave(m)
+    if sorted_rows and rows.numel():  # the row counts, known without checking the order
+        lengths = torch.bincount(rows, minlength=n)
+        tensor_cache(rows, f"_probdr_segments_{n}", lambda: lengths)
+        tensor_cache(neg_rows, f"_probdr_segments_{n}", lambda: lengths * m)
+    return rows, cols, neg_rows, None, None
 
 
 class _BernoulliLogProb(torch.autograd.Function):

@@ -159,7 +159,8 @@ class ContinueMixin:
                           observe=self._observe(), verbose=self.verbose,
                           desc=f"{type(self).__name__}.optimize",
                           optimizer_state=self._optimizer_state,
-                          stream=getattr(self, "_stream", None), **sites)
+                          stream=getattr(self, "_stream", None), first_step=int(self.n_iter_),
+                          **sites)
         self._stream = res.stream
         self._keep_learned_kernel(res.values)
         if not torch.isfinite(res.Z).all():

@@ -18,13 +18,14 @@ values of the preset's class attributes (use :class:`GraphCoupling` to change th
 
 from __future__ import annotations
 
-import math
-
 from ..kernels import find_ab_params, get_kernel
 from .coupling import GraphCoupling
 from .docs import reference
 
 __all__ = ["SNE", "TSNE", "LargeVis", "UMAP"]
+
+#: UMAP's small data: 500 epochs of one step up to this many points, else 200 epochs of 4 steps
+SMALL_N = 10_000
 
 
 class _GainsPreset(GraphCoupling):
@@ -404,10 +405,11 @@ class UMAP(_SGDPreset):
     n_epochs : int or None
         Optimisation epochs; None: 500 up to 10,000 points, else 200 (umap-learn's).
     epoch_steps : int or "auto"
-        Optimiser steps per epoch, each using its share of the epoch's edges, so that points
-        move within an epoch as in umap-learn's sequential updates (one step per epoch
-        converges more slowly on large data; measured in docs/benchmarks.md). "auto":
-        ceil(sqrt(n / 20000)), at most 4.
+        Optimiser steps per epoch, each using its share of the epoch's edges (an edge acts at
+        most once per epoch), so that points move within an epoch as in umap-learn's
+        sequential updates. "auto": 1 up to 10,000 points (500 epochs), else 4 (200 epochs):
+        with fewer than about 800 steps in all, coarse full-batch steps cost 5-NN accuracy on
+        large data (docs/benchmarks.md).
     learning_rate : float or "auto"
         Step size of SGD, decaying linearly to 0 over the fit; "auto": 1 (umap-learn's).
 
@@ -515,10 +517,10 @@ class UMAP(_SGDPreset):
         return get_kernel("umap_odds", a=self.a_, b=self.b_)
 
     def _n_iter(self, n: int) -> int:
-        epochs = int(self.n_epochs) if self.n_epochs is not None else (500 if n <= 10_000 else 200)
+        epochs = int(self.n_epochs) if self.n_epochs is not None else (500 if n <= SMALL_N else 200)
         return epochs * self._epoch_steps(n)
 
     def _epoch_steps(self, n: int) -> int:
-        self.epoch_steps_ = (min(4, math.ceil(math.sqrt(n / 20_000))) if self.epoch_steps == "auto"
+        self.epoch_steps_ = ((1 if n <= SMALL_N else 4) if self.epoch_steps == "auto"
                              else int(self.epoch_steps))
         return self.epoch_steps_

@@ -139,6 +139,10 @@ class MAPFit:
         the guide's location at ``init_values``.
     num_particles : int
         Draws of the guide per step (a point mass needs one).
+    first_step : int
+        The number, in the whole fit, of the first step (from 0), so that a continued fit
+        goes on with its epochs of negative sampling
+        (:class:`probdr._compute.edges.EpochSchedule`).
 
     Data-parallel fits: when the model declares ``data_parallel = True`` and a process group
     of more than one process is initialised (:mod:`probdr._compute.distributed`), the fit is
@@ -166,7 +170,8 @@ class MAPFit:
                  callback: Callable | None = None, callback_every: int | None = None,
                  optimizer_state: list | None = None, loss_every: int | None = None,
                  site_lr: dict[str, float] | None = None, site_every: int = 1,
-                 guide: Callable | None = None, num_particles: int = 1):
+                 guide: Callable | None = None, num_particles: int = 1,
+                 first_step: int = 0):
         if optimizer not in OPTIMIZERS:
             raise ValueError(f"optimizer must be one of {OPTIMIZERS}, got {optimizer!r}.")
         if optimizer == "lbfgs" and grad_clip is not None:
@@ -208,6 +213,8 @@ class MAPFit:
         self._rescued = 0
         self._losses = LossQueue(desc)
         self._n_steps = 0
+        #: the number, in the whole fit, of this driver's first step (``optimize`` continues)
+        self.first_step = int(first_step)
         if loss_every is not None and (isinstance(loss_every, bool)
                                        or not isinstance(loss_every, Integral) or loss_every < 1):
             raise ValueError(f"loss_every must be a positive integer, got {loss_every!r}.")
@@ -440,7 +447,7 @@ class MAPFit:
                 step = self._n_steps + 1
                 record = (every == 1 or t % every == 0 or t == phase.n_iter - 1
                           or (cb_every and step % cb_every == 0))
-                with self._steps.step(record) as self.last_step:
+                with self._steps.step(record, self.first_step + step - 1) as self.last_step:
                     # between records: the gradient, a partial loss
                     queue.put(step, record, step_fn(kwargs))
                 self._n_steps = step
@@ -491,6 +498,7 @@ def run_map(
     stream: list | None = None,
     site_lr: dict[str, float] | None = None,
     site_every: int = 1,
+    first_step: int = 0,
 ) -> MAPResult:
     """Maximise the model's log joint over its latent sites by a schedule of phases
     (:class:`MAPFit`, in a private Pyro parameter store).
@@ -526,6 +534,9 @@ def run_map(
     stream : list, optional
         torch's random state to draw the steps from (set after the guide's setup, which runs
         the model once): an earlier fit's :attr:`MAPResult.stream`, to continue its draws.
+    first_step : int
+        The number of the first step in the whole fit, from 0: an earlier fit's steps, to
+        continue its epochs of negative sampling (:class:`probdr._compute.edges.EpochSchedule`).
 
     Returns
     -------
@@ -536,7 +547,7 @@ def run_map(
                 grad_clip=grad_clip, collapse_floor=collapse_floor, verbose=verbose,
                 total_steps=sum(ph.n_iter for ph in phases), desc=desc,
                 optimizer_state=optimizer_state, loss_every=loss_every, site_lr=site_lr,
-                site_every=site_every) as fit:
+                site_every=site_every, first_step=first_step) as fit:
         base_kwargs = dict(model_kwargs)
         if observe is not None:
             base_kwargs["W_X"] = observe()

@@ -14,7 +14,7 @@ from probdr.laws.graph import get_prior
 from probdr.models.coupling import graph_coupling_model
 
 
-@pytest.mark.parametrize(("n", "steps"), [(400, 1), (20_000, 1), (20_001, 2), (70_000, 2),
+@pytest.mark.parametrize(("n", "steps"), [(400, 1), (10_000, 1), (10_001, 4), (70_000, 4),
                                           (300_000, 4), (1_000_000, 4)])
 def test_auto_rule(n, steps):
     assert probdr.UMAP()._epoch_steps(n) == steps
