@@ -3,24 +3,29 @@ edge in one full-batch step) against ``epoch_steps`` steps per epoch, beside uma
 the same neighbours (pynndescent, 16 with the point itself, given as ``precomputed_knn`` to both
 libraries), so that only the optimisation differs.
 
-    python benchmarks/umap_epoch_steps.py --n 300000 --variants steps1 steps4 umap-learn
+    python benchmarks/umap_epoch_steps.py --n 70000 --variants steps1 steps2 steps4 steps8 umap-learn
 
 Each variant runs in its own process (2 threads); trustworthiness@15 on a 3,000-point sample,
-leave-one-out 5-NN accuracy on all points.
+leave-one-out 5-NN accuracy on all points. ``--record`` appends the results to
+``benchmarks/results/umap_epoch_steps.jsonl``, from which ``suite.py`` writes the table of
+docs/benchmarks.md.
 """
 
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
 import os
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import numpy as np
 
 CACHE = os.environ.get("PROBDR_BENCH_CACHE", "/tmp/probdr-bench")
+RESULTS = Path(__file__).resolve().parent / "results" / "umap_epoch_steps.jsonl"
 
 
 def prepare(n: int):
@@ -66,17 +71,24 @@ def main():
     ap.add_argument("--n", type=int, default=300_000)
     ap.add_argument("--variants", nargs="+", default=["steps1", "steps4", "umap-learn"])
     ap.add_argument("--child", default=None)
+    ap.add_argument("--record", action="store_true", help=f"append the results to {RESULTS}")
     a = ap.parse_args()
     if a.child:
         child(a.n, a.child)
         return
     prepare(a.n)
     env = dict(os.environ, OMP_NUM_THREADS="2", NUMBA_NUM_THREADS="2", PYTHONWARNINGS="ignore")
+    load = os.getloadavg()[0]
     for v in a.variants:
         p = subprocess.run([sys.executable, __file__, "--n", str(a.n), "--child", v],
                            capture_output=True, text=True, env=env)
         lines = [ln for ln in p.stdout.splitlines() if ln.startswith("RESULT ")]
         print(lines[-1][7:] if lines else f"{v} failed: {p.stderr[-2000:]}", flush=True)
+        if lines and a.record:
+            r = {**json.loads(lines[-1][7:]), "date": datetime.date.today().isoformat(),
+                 "load_before": round(load, 2)}
+            with RESULTS.open("a") as f:
+                f.write(json.dumps(r) + "\n")
 
 
 if __name__ == "__main__":

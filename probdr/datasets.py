@@ -41,9 +41,19 @@ def _pca(X: np.ndarray, k: int) -> np.ndarray:
 
 def load(name: str, *, n_samples: int | None = None, pca: int | None = None,
          random_state: int = 0, **kwargs) -> tuple[np.ndarray, np.ndarray]:
-    """Load a data set by name; returns ``(X float64 (n, p), y int (n,))``."""
+    """Load a data set by name; returns ``(X float64 (n, p), y int (n,))``.
+
+    ``n_samples``: a positive number of points (the bundled sets: a seeded subset of at most
+    their size); ``pca``: a positive number of principal components; the other keywords go to
+    the generator of ``blobs``, ``s_curve``, ``swiss_roll`` and ``mnist_deformed``."""
     import numpy as np
 
+    if name not in NAMES:
+        raise ValueError(f"Unknown data set {name!r}; choose one of {NAMES}.")
+    for arg, value in (("n_samples", n_samples), ("pca", pca)):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int | np.integer)
+                                  or value < 1):
+            raise ValueError(f"{arg} must be a positive integer or None, got {value!r}.")
     if name == "digits":
         from sklearn.datasets import load_digits
 

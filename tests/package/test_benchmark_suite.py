@@ -67,3 +67,21 @@ def test_the_plan_refuses_unknown_names():
 
     with pytest.raises(SystemExit, match="unknown methods"):
         suite.plan(Args())
+
+
+def test_epoch_steps_table_keeps_the_latest_result_of_each_fit(tmp_path):
+    import json
+
+    rows = [dict(variant="steps4", n=70000, wall_s=9.0, trust15=0.8, knn5=0.7, date="2026-01-01",
+                 load_before=0.5),
+            dict(variant="umap-learn", n=70000, wall_s=8.0, trust15=0.85, knn5=0.9,
+                 date="2026-01-02", load_before=0.7),
+            dict(variant="steps4", n=70000, wall_s=10.0, trust15=0.9, knn5=0.95,
+                 date="2026-01-02", load_before=0.7)]
+    path = tmp_path / "steps.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    lines = report.epoch_steps_section(path)
+    table = [ln for ln in lines if ln.startswith("| 70,000")]
+    assert table == ["| 70,000 | probdr, 4 per epoch | 10.0 | 0.9000 | 0.9500 |",
+                     "| 70,000 | umap-learn | 8.0 | 0.8500 | 0.9000 |"]
+    assert report.epoch_steps_section(tmp_path / "none.jsonl") == []

@@ -147,3 +147,22 @@ def test_metric_parameters():
         metrics.trustworthiness(X, X[:, :2], sample_size=1)
     assert metrics.knn_accuracy(X[:, :2], y, k=np.int64(3)) == metrics.knn_accuracy(X[:, :2], y,
                                                                                      k=3)
+
+
+@pytest.mark.parametrize(("kw", "match"), [
+    (dict(name="digitz"), "Unknown data set"),
+    (dict(name="digits", n_samples=0), "n_samples"),
+    (dict(name="digits", n_samples=2.5), "n_samples"),
+    (dict(name="mnist_deformed", n_samples=-3), "n_samples"),
+    (dict(name="digits", pca=0), "pca"),
+    (dict(name="digits", pca=True), "pca"),
+])
+def test_datasets_load_refuses_bad_arguments_before_any_work(kw, match):
+    with pytest.raises(ValueError, match=match):
+        probdr.datasets.load(**kw)
+
+
+def test_datasets_load_subsets_and_projects():
+    X, y = probdr.datasets.load("digits", n_samples=np.int64(50), pca=5)
+    assert X.shape == (50, 5) and y.shape == (50,)
+    assert probdr.datasets.load("digits", n_samples=10**6)[0].shape == (1797, 64)
