@@ -5,6 +5,7 @@ preprocessing), at the estimator's defaults: ``inference="map"``, ``"laplace"`` 
 The time of ``fit`` is reported, and its ratio to the MAP fit's of the same run.
 
     python benchmarks/posterior_cost.py --data mnistdef70k --methods tsne umap
+    python benchmarks/posterior_cost.py --data mnistdef70k --methods tsne --inference map laplace
 
 Results append to ``benchmarks/results/posterior_cost.jsonl``.
 """
@@ -56,12 +57,14 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--data", default="digits")
     ap.add_argument("--methods", nargs="+", default=["tsne", "umap"])
+    ap.add_argument("--inference", nargs="+", default=["map", "laplace", "svi"],
+                    choices=["map", "laplace", "svi"], help="the fits to run (map first)")
     ap.add_argument("--out", type=Path, default=RESULTS)
     a = ap.parse_args()
     load = os.getloadavg()[0]
     for method in a.methods:
         base = None
-        for inference in ("map", "laplace", "svi"):
+        for inference in a.inference:
             row = dict(data=a.data, method=method, inference=inference,
                        load_before=round(os.getloadavg()[0], 2), run_load=round(load, 2),
                        date=time.strftime("%Y-%m-%d"), **run(a.data, method, inference))

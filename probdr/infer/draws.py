@@ -66,6 +66,18 @@ def procrustes_align(draws, reference, *, reflection: bool = True,
     return out.reshape(*lead, *B.shape)
 
 
+#: draws are generated, aligned and summed in blocks of about this many numbers (32 MB in
+#: float64): a posterior at a million points never holds a second copy of all its draws
+DRAW_BLOCK = 1 << 22
+
+
+def draw_blocks(num_draws: int, per_draw: int) -> list[tuple[int, int]]:
+    """``[(start, stop)]``: blocks of draws of about :data:`DRAW_BLOCK` numbers each (at least
+    one draw)."""
+    step = max(1, DRAW_BLOCK // max(int(per_draw), 1))
+    return [(s, min(s + step, num_draws)) for s in range(0, num_draws, step)]
+
+
 def chain_statistics(chains) -> tuple[np.ndarray, np.ndarray]:
     r"""Split R-hat and effective sample size of each coordinate of draws per chain (Pyro's
     estimators, ``pyro.ops.stats``; Gelman et al., *Bayesian Data Analysis*, 3rd ed., §11.4-5).
@@ -146,8 +158,8 @@ class Posterior:
 
     @property
     def mean(self) -> np.ndarray:
-        """Posterior mean embedding ``(n, q)``: the mean of the aligned draws."""
-        return self.samples.mean(0)
+        """Posterior mean embedding ``(n, q)``: the mean of the aligned draws (float64)."""
+        return self.samples.mean(0, dtype=np.float64)
 
     @property
     def num_chains(self) -> int:
@@ -195,10 +207,15 @@ class Posterior:
         return out
 
     def point_covariances(self) -> np.ndarray:
-        """Per-point posterior covariance of the aligned draws, ``(n, q, q)``."""
+        """Per-point posterior covariance of the aligned draws, ``(n, q, q)``, float64 (summed
+        over blocks of draws: no copy of all the draws)."""
         S = self.samples
-        D = S - S.mean(0, keepdims=True)
-        return np.einsum("sni,snj->nij", D, D) / max(S.shape[0] - 1, 1)
+        M = self.mean
+        C = np.zeros((*M.shape, M.shape[1]))
+        for s0, s1 in draw_blocks(S.shape[0], M.size):
+            D = S[s0:s1].astype(np.float64) - M
+            C += np.einsum("sni,snj->nij", D, D)
+        return C / max(S.shape[0] - 1, 1)
 
     def point_std(self) -> np.ndarray:
         r"""Per-point spread :math:`\sqrt{\mathrm{tr}\,\Sigma_i / q}` of the aligned draws, ``(n,)``."""

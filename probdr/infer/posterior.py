@@ -289,8 +289,6 @@ def fit_posterior(
 def _fit_laplace(model, kwargs, Z_init, opts, seed, latent) -> Posterior:
     """The per-point Laplace approximation at ``Z_init`` (the MAP) of a model that declares its
     curvature (``model.point_precisions``, :mod:`probdr.infer.laplace`)."""
-    from .laplace import laplace_draws
-
     blocks = getattr(model, "point_precisions", None)
     if blocks is None:
         raise ValueError("inference='laplace' needs a model that declares its per-point "
@@ -302,15 +300,34 @@ def _fit_laplace(model, kwargs, Z_init, opts, seed, latent) -> Posterior:
     t0 = time.perf_counter()
     gen = generator(seed)
     P = blocks(Z_init.detach(), **kwargs)
-    draws = laplace_draws(Z_init, P, int(opts["num_samples"]),
-                          inflation=float(opts["inflation"]), generator=gen)
-    raw = _numpy(draws.to(Z_init.dtype))[None]
     reference = _reference(opts, Z_init)
+    chains = _laplace_chains(Z_init, P, int(opts["num_samples"]), float(opts["inflation"]),
+                             reference if opts["align"] else None, gen)
     cov = torch.cholesky_inverse(torch.linalg.cholesky(P)) * float(opts["inflation"])
     diag = {"precisions": _numpy(P), "covariances": _numpy(cov),
             "inflation": float(opts["inflation"]), "seconds": time.perf_counter() - t0}
-    aligned = procrustes_align(raw, reference) if opts["align"] else raw
-    return Posterior("laplace", aligned, reference, diag, raw)
+    # the draws are the MAP plus independent noise: unaligned, they are kept only when not aligned
+    return Posterior("laplace", chains, reference, diag, None if opts["align"] else chains)
+
+
+def _laplace_chains(Z_init, P, num_samples, inflation, reference, gen) -> np.ndarray:
+    """Laplace draws ``(1, num_samples, n, q)`` in the fit's precision (float32 fits: float32),
+    drawn and aligned to ``reference`` (None: not aligned) in blocks of draws
+    (:func:`probdr.infer.draws.draw_blocks`), so that no second copy of all of them exists."""
+    from .draws import draw_blocks
+    from .laplace import laplace_draws
+
+    n, q = Z_init.shape
+    dtype = np.float32 if Z_init.dtype in (torch.float32, torch.float16, torch.bfloat16) \
+        else np.float64
+    chains = np.empty((1, num_samples, n, q), dtype=dtype)
+    for s0, s1 in draw_blocks(num_samples, n * q):
+        d = _numpy(laplace_draws(Z_init, P, s1 - s0, inflation=inflation, generator=gen))
+        chains[0, s0:s1] = d if reference is None else procrustes_align(d, reference)
+    if not np.isfinite(chains).all():
+        raise FloatingPointError("Laplace: non-finite draws (a point's curvature is not positive "
+                                 "definite).")
+    return chains
 
 
 def _other_values(init_values, dtype) -> dict[str, torch.Tensor]:

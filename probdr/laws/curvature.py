@@ -53,6 +53,8 @@ __all__ = ["point_precisions", "check_laplace", "LAWS", "FIELD_FROM", "EXACT_MAX
 
 LAWS = ("B", "D", "E")
 _BLOCK = 2_000_000  # pairs per block of the exact sums
+#: edges per part of the attraction's sums (each edge's temporaries are a few dozen float64s)
+_EDGE_BLOCK = 1 << 19
 #: above this many points the E law's all-pairs sums of a 2-D Student kernel (t-SNE) come from
 #: the FFT-interpolated field, as the MAP fit's normaliser does
 FIELD_FROM = 5_000
@@ -207,19 +209,23 @@ def _floor_eigenvalues(Lam: torch.Tensor, floor: torch.Tensor) -> torch.Tensor:
 
 def _attraction(H, Z, W, kernel, surrogate: bool) -> None:
     r""":math:`\sum_j c_{ij}\nabla^2\log k_{ij}` (or :math:`\log\sigma(\log k)`) on the edges,
-    both endpoints of each directed edge."""
+    both endpoints of each directed edge; in parts of :data:`_EDGE_BLOCK` edges (a whole large
+    graph's temporaries would be gigabytes)."""
     r, c, v = _edges(W)
-    u = Z[r] - Z[c]
     if surrogate:
         def fn(x):
             lk = kernel.log_k(x)
             return lk - torch.nn.functional.softplus(lk)
     else:
         fn = kernel.log_k
-    _, d1, d2_ = _derivatives(fn, u.square().sum(-1))
-    block = _hess(d1[:, None], d2_[:, None], u[:, None, :], v.to(Z.dtype)[:, None])
-    H.index_add_(0, r, block)
-    H.index_add_(0, c, block)
+    for s in range(0, r.numel(), _EDGE_BLOCK):
+        rs, cs = r[s:s + _EDGE_BLOCK], c[s:s + _EDGE_BLOCK]
+        u = Z[rs] - Z[cs]
+        _, d1, d2_ = _derivatives(fn, u.square().sum(-1))
+        block = _hess(d1[:, None], d2_[:, None], u[:, None, :],
+                      v[s:s + _EDGE_BLOCK].to(Z.dtype)[:, None])
+        H.index_add_(0, rs, block)
+        H.index_add_(0, cs, block)
 
 
 def _binary_repulsion(H, Z, W, kernel, negative_sampling) -> None:
@@ -260,11 +266,15 @@ def _field_sums(Z: torch.Tensor, kernel):
     k = torch.where(k < G, k, k - 2 * G) * step
     ox, oy = k[:, None].expand(2 * G, 2 * G), k[None, :].expand(2 * G, 2 * G)
     f, d1, d2_ = _derivatives(_kernel(kernel), ox ** 2 + oy ** 2)
-    kernels = torch.stack([f, 2 * d1 * ox, 2 * d1 * oy, 2 * d1 + 4 * d2_ * ox ** 2,
-                           4 * d2_ * ox * oy, 2 * d1 + 4 * d2_ * oy ** 2])
-    charges = grid.spread(torch.ones(1, Z.shape[0], dtype=Z.dtype))
-    F = torch.fft.rfft2(charges, s=(2 * G, 2 * G)) * torch.fft.rfft2(kernels)
-    vals = grid.gather(torch.fft.irfft2(F, s=(2 * G, 2 * G))[..., :G, :G].contiguous())
+    kernels = (lambda: f, lambda: 2 * d1 * ox, lambda: 2 * d1 * oy,
+               lambda: 2 * d1 + 4 * d2_ * ox ** 2, lambda: 4 * d2_ * ox * oy,
+               lambda: 2 * d1 + 4 * d2_ * oy ** 2)
+    charges = torch.fft.rfft2(grid.spread(torch.ones(1, Z.shape[0], dtype=Z.dtype)),
+                              s=(2 * G, 2 * G))
+    # one kernel at a time: six (2G)^2 grids and their transforms at once are a gigabyte at G=1024
+    vals = torch.cat([grid.gather(torch.fft.irfft2(charges * torch.fft.rfft2(make()[None]),
+                                                   s=(2 * G, 2 * G))[..., :G, :G].contiguous())
+                      for make in kernels])
     f0, d10, _ = _derivatives(_kernel(kernel), torch.zeros(1, dtype=Z.dtype))
     S = vals[0] - f0
     g = vals[1:3].T

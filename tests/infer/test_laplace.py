@@ -216,3 +216,29 @@ def test_svi_default_inflation_is_the_calibrated_one(blobs):
     other = probdr.UMAP(n_neighbors=10, n_epochs=30, min_dist=0.5, random_state=0,
                         inference="laplace").fit(X)
     assert other.posterior_.diagnostics["inflation"] == 1.0
+
+
+def test_laplace_draws_in_blocks_are_kept_once_in_the_fits_precision(blobs, monkeypatch):
+    """Blocks of draws (as at a million points) give the law of the per-point Gaussians: mean
+    at the MAP, covariance the inflated inverse blocks; aligned draws are kept once, in the
+    fit's precision, and the block-wise summaries equal numpy's on the same draws."""
+    import probdr.infer.draws as draws_mod
+
+    X, _ = blobs
+    kw = dict(perplexity=10, n_iter=150, early_exaggeration_iter=50, random_state=0,
+              inference="laplace")
+    monkeypatch.setattr(draws_mod, "DRAW_BLOCK", 7 * X.shape[0] * 2)  # blocks of 7 draws
+    est = probdr.TSNE(**kw, inference_params={"num_samples": 4000, "align": False}).fit(X)
+    post = est.posterior_
+    assert post.chains.dtype == np.float32 and post.raw_chains is post.chains
+    S = post.samples.astype(np.float64)
+    cov = post.diagnostics["covariances"]
+    sd = np.sqrt(np.einsum("nii->ni", cov))
+    assert np.abs((S.mean(0) - est.embedding_) / sd).max() < 5 / np.sqrt(4000) * 1.5
+    emp = np.einsum("sni,snj->nij", S - S.mean(0), S - S.mean(0)) / (len(S) - 1)
+    assert np.abs(emp / cov - 1)[:, [0, 1], [0, 1]].max() < 0.15
+    np.testing.assert_allclose(post.point_covariances(), emp, rtol=1e-10, atol=1e-12)
+    aligned = probdr.TSNE(**kw, inference_params={"num_samples": 50}).fit(X).posterior_
+    assert aligned.raw_chains is None and aligned.chains.shape == (1, 50, X.shape[0], 2)
+    est64 = probdr.TSNE(**kw, dtype="float64", inference_params={"num_samples": 20}).fit(X)
+    assert est64.posterior_.chains.dtype == np.float64
