@@ -410,7 +410,7 @@ class UMAP(_SGDPreset):
         sequential updates. "auto": 1 up to 10,000 points (500 epochs), else 4 (200 epochs).
         Coarse full-batch steps cost local structure on large data: on 70,000 deformed MNIST
         digits, 5-NN accuracy is 0.918, 0.923, 0.933 and 0.943 with 1, 2, 4 and 8 steps
-        (umap-learn 0.934), each doubling about 10 % more time (docs/benchmarks.md).
+        (umap-learn 0.934), each doubling 10-17 % more time (docs/benchmarks.md).
     learning_rate : float or "auto"
         Step size of SGD, decaying linearly to 0 over the fit; "auto": 1 (umap-learn's).
 
