@@ -218,17 +218,24 @@ _deferred = threading.local()
 
 
 @contextmanager
+def _thread_setting(store: threading.local, name: str, value):
+    """Inside, ``store.name`` is ``value`` on this thread (restored after)."""
+    outer = getattr(store, name, None)
+    setattr(store, name, value)
+    try:
+        yield
+    finally:
+        setattr(store, name, outer)
+
+
+@contextmanager
 def values_deferred():
     """Inside, the edge sums (:func:`edge_log_kernel_sum`) compute their gradients only and
     return 0 as their value: for the steps of a long fit whose loss is not recorded (the MAP
     driver's ``loss_every``, :mod:`probdr.config`). The value is a pass of logarithms over the
     edge list; the gradient does not use it and is the same number for number."""
-    outer = getattr(_deferred, "on", False)
-    _deferred.on = True
-    try:
+    with _thread_setting(_deferred, "on", True):
         yield
-    finally:
-        _deferred.on = outer
 
 
 class _EdgeLogKernelSum(torch.autograd.Function):
@@ -385,12 +392,8 @@ def at_step(index: int | None):
     """Inside, the model runs the optimiser's step ``index`` (from 0, counted over the whole
     fit, continued by ``optimize``): negative sampling's :class:`EpochSchedule` takes that
     step's edges. Set by the MAP driver around each step."""
-    outer = getattr(_step, "index", None)
-    _step.index = index
-    try:
+    with _thread_setting(_step, "index", index):
         yield
-    finally:
-        _step.index = outer
 
 
 def current_step() -> int | None:
