@@ -58,9 +58,8 @@ perplexity : float
 n_neighbors : int
     Neighbours per point of the kNN graph (the point itself excluded), symmetrised by union.
 neighbors : {"auto", "exact", "approximate", "pynndescent"}
-    The neighbour search (probdr.input.neighbors.knn): "auto" is exact up to 20,000 points,
-    100,000 for fewer than 30 neighbours (brute force, then a pruned cell search), the torch
-    approximate search beyond;
+    The neighbour search (probdr.input.neighbors.knn): "auto" is exact up to 20,000 points
+    (brute force, then a pruned cell search), the torch approximate search beyond;
     "pynndescent" needs the optional pynndescent package.
 metric : str or callable
     Dissimilarity of the rows of X (probdr.input.distances): "euclidean", "sqeuclidean",

@@ -27,8 +27,7 @@ Every function returns the metric's distances :math:`d` themselves; the input si
 existing Euclidean pipeline.
 
 Neighbours (:func:`knn_metric`): Euclidean ones come from :func:`probdr.input.neighbors.knn`
-(exact up to 20,000 points, 100,000 for fewer than 30 neighbours, then the approximate
-inverted-file search in torch); cosine and correlation are Euclidean distances of normalised
+(exact up to 20,000 points, then the approximate inverted-file search in torch); cosine and correlation are Euclidean distances of normalised
 rows (:math:`\|u - v\|^2 = 2 d_{\cos}`) and use the same searches. The other metrics are
 searched exactly by blocked brute force in torch up to ``EXACT_METRIC_MAX_N`` points; above that
 (``method="auto"``) by pynndescent when it is installed (the optional ``probdr[ann]``), and

@@ -5,9 +5,8 @@ Up to ``EXACT_KNN_MAX_N`` points ``knn(method="auto")`` returns exact neighbours
 to 5,000 points, then a k-means cell search with triangle-inequality, Voronoi and slab pruning
 (:func:`knn_pruned`). On well-separated clusters it visits a small fraction of the pairs; on
 100,000 overlapping 50-dimensional Gaussian blobs, where a point's neighbours can lie anywhere
-in its own cluster, it visits about 16% of them. Beyond 20,000 points (100,000 for fewer than 30
-neighbours, as UMAP's 15) approximate neighbours come from :func:`probdr.input.ivf.knn_ivf`, in
-torch on ``X``'s device (no numba): on deformed MNIST (50 PCs, 90 neighbours) it finds 98.0 % of
+in its own cluster, it visits about 16% of them. Beyond 20,000 points approximate neighbours
+come from :func:`probdr.input.ivf.knn_ivf`, in torch on ``X``'s device (no numba): on deformed MNIST (50 PCs, 90 neighbours) it finds 98.0 % of
 the exact neighbours in 5.6 s instead of 15.5 s at 40,000 points, 97.6 % in 8.1 s instead of
 40.9 s at 70,000 (2 cores). ``method="pynndescent"`` uses pynndescent instead, an optional
 dependency (``pip install probdr[ann]``).
@@ -27,14 +26,9 @@ from .ivf import centroid_d2, kmeans, knn_ivf, nearest_centroid, rerank
 __all__ = ["knn", "knn_approximate", "knn_brute", "knn_exact", "knn_ivf", "knn_pruned",
            "knn_pynndescent", "knn_query", "pairwise_sq_distances"]
 
-#: above this many points ``method="auto"`` switches from exact to approximate neighbours
+#: above this many points ``method="auto"`` switches from exact to approximate neighbours (short
+#: lists probe more cells there: :func:`probdr.input.ivf.default_probes`)
 EXACT_KNN_MAX_N = 20_000
-#: ... and up to this many when fewer than ``FEW_NEIGHBORS`` are asked for: a missed neighbour
-#: is then a larger share of a point's list (UMAP's 15 on 70,000 deformed MNIST points: 5-NN
-#: accuracy 0.917 on the approximate lists against 0.924 / 0.926 on the exact ones, seeds 0 and 1;
-#: t-SNE's 90: 0.960 against 0.961)
-EXACT_KNN_MAX_N_FEW = 100_000
-FEW_NEIGHBORS = 30
 
 
 def _block_rows(n: int, n_cols: int, block_bytes: float = 2**27) -> int:
@@ -312,8 +306,7 @@ def knn(X: torch.Tensor, k: int, method: str = "auto", random_state: int = 0):
     ``method``: ``"exact"`` (:func:`knn_exact`: brute force up to 5,000 points, else the pruned
     cell search), ``"approximate"`` (:func:`knn_approximate`, the inverted-file search in torch),
     ``"pynndescent"`` (:func:`knn_pynndescent`, needs the optional pynndescent), or ``"auto"``
-    (exact up to ``EXACT_KNN_MAX_N`` = 20,000 points, or 100,000 for fewer than 30 neighbours,
-    the torch approximate search above).
+    (exact up to ``EXACT_KNN_MAX_N`` = 20,000 points, the torch approximate search above).
     ``X``: ``(n, p)`` finite rows, numpy or torch.
     """
     X = check_data(X)
@@ -322,8 +315,7 @@ def knn(X: torch.Tensor, k: int, method: str = "auto", random_state: int = 0):
     if not 1 <= k <= n - 1:
         raise ValueError(f"k must lie in [1, n-1] = [1, {n - 1}], got {k}.")
     if method == "auto":
-        limit = EXACT_KNN_MAX_N_FEW if k < FEW_NEIGHBORS else EXACT_KNN_MAX_N
-        method = "exact" if n <= limit else "approximate"
+        method = "exact" if n <= EXACT_KNN_MAX_N else "approximate"
     search = {"exact": knn_exact, "approximate": knn_approximate,
               "pynndescent": knn_pynndescent}.get(method)
     if search is not None:
