@@ -5,7 +5,9 @@ the ``uint8`` entry ``__header__.json``: format and versions, the class, ``param
 (``get_params(deep=False)``), ``state`` (the other attributes of ``vars(est)``), both encoded
 recursively (JSON values as themselves, anything else as a one-marker object such as
 ``{"__tuple__": [...]}``, ``{"__ndarray__": "a3"}`` or ``{"__object__": "module:QualName",
-"state": {...}}``), and a sha256 over the canonical header and every array. :func:`load` reads
+"state": {...}}``; an array that is a reshaped view of one already stored, such as a posterior's
+``samples`` of its ``chains``, is ``{"__ndarray__": "a3", "shape": [...]}``, stored once), and a
+sha256 over the canonical header and every array. :func:`load` reads
 it with ``np.load(..., allow_pickle=False)`` and imports only classes of ``probdr``,
 ``pyro.distributions`` and ``torch.distributions``.
 """
@@ -16,6 +18,7 @@ import copy
 import hashlib
 import importlib
 import json
+import math
 import os
 import platform
 import secrets
@@ -77,13 +80,29 @@ class _Encoder:
     def __init__(self):
         self.arrays: dict[str, np.ndarray] = {}
         self._stack: set[int] = set()
+        self._shared: dict[tuple, str] = {}
 
-    def _add(self, arr: np.ndarray, path: str) -> str:
+    def _add(self, arr: np.ndarray, path: str, share: bool = False) -> str:
+        """The key of ``arr`` in the archive. ``share``: a contiguous array whose memory an
+        array already added holds whole (a reshaped view, as a posterior's ``samples`` of its
+        ``chains``) gets that array's key: stored once, and read back as views of one array."""
         if arr.dtype.kind not in ARRAY_KINDS:
             raise TypeError(f"{path}: arrays of dtype {arr.dtype} cannot be saved.")
+        ident = (arr.__array_interface__["data"][0], arr.nbytes, arr.dtype.str) \
+            if share and arr.flags.c_contiguous and arr.nbytes else None
+        if ident in self._shared:
+            return self._shared[ident]
         key = f"a{len(self.arrays)}"
         self.arrays[key] = arr
+        if ident is not None:
+            self._shared[ident] = key
         return key
+
+    def _ndarray(self, arr: np.ndarray, path: str) -> dict:
+        key = self._add(arr, path, share=True)
+        if self.arrays[key].shape == arr.shape:
+            return {"__ndarray__": key}
+        return {"__ndarray__": key, "shape": list(arr.shape)}  # a view of a shared array
 
     def _tensor(self, t: torch.Tensor, path: str) -> dict:
         t = t.detach().cpu()
@@ -157,7 +176,7 @@ class _Encoder:
             if v.dtype.kind == "O":
                 flat = [self.encode(x, f"{path}[{i}]") for i, x in enumerate(v.ravel())]
                 return {"__object_array__": flat, "shape": list(v.shape)}
-            return {"__ndarray__": self._add(np.asarray(v), path)}
+            return self._ndarray(np.asarray(v), path)
         if isinstance(v, torch.Tensor):
             return self._tensor(v, path)
         if _is_scipy_sparse(v):  # e.g. sparse training data: stored as CSR arrays
@@ -269,6 +288,16 @@ class _Decoder:
         t = torch.from_numpy(arr if arr.flags.writeable else arr.copy())
         return t if t.dtype == dtype else t.view(dtype)  # bfloat16 and float8 as raw bits
 
+    def _ndarray(self, node) -> np.ndarray:
+        arr = self._array(node["__ndarray__"])
+        if "shape" not in node:
+            return arr
+        shape = node["shape"]
+        if not (isinstance(shape, list) and all(type(d) is int and d >= 0 for d in shape)
+                and math.prod(shape) == arr.size):
+            raise ModelFileError(f"{self.path}: malformed shape {shape!r} of an array view.")
+        return arr.reshape(shape)
+
     def _object_array(self, node) -> np.ndarray:
         out = np.empty(len(node["__object_array__"]), dtype=object)
         for i, x in enumerate(node["__object_array__"]):
@@ -328,14 +357,15 @@ class _Decoder:
         simple = {
             "__float__": float, "__np_dtype__": np.dtype, "__torch_size__": torch.Size,
             "__torch_device__": torch.device, "__torch_dtype__": self._torch_dtype,
-            "__ndarray__": self._array, "__npscalar__": lambda k: self._array(k)[()],
+            "__npscalar__": lambda k: self._array(k)[()],
             "__tuple__": lambda v: tuple(map(dec, v)), "__set__": lambda v: set(map(dec, v)),
             "__frozenset__": lambda v: frozenset(map(dec, v)),
             "__complex__": lambda v: complex(dec(v[0]), dec(v[1])),
             "__dict__": lambda v: {dec(k): dec(x) for k, x in v}, "__dropped__": lambda v: None}
         if marker in simple:
             return simple[marker](val)
-        return {"__object_array__": self._object_array, "__tensor__": self._tensor,
+        return {"__ndarray__": self._ndarray, "__object_array__": self._object_array,
+                "__tensor__": self._tensor,
                 "__sparse_coo__": self._sparse, "__sparse_csr__": self._sparse,
                 "__scipy_csr__": self._scipy_csr, "__random_state__": self._random, "__generator__": self._random,
                 "__object__": self._object}[marker](node)

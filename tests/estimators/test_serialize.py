@@ -147,6 +147,41 @@ def test_svi_posterior_with_a_pyro_distribution_round_trips(X, tmp_path):
     assert_same(est.model_kwargs_, loaded.model_kwargs_, "model_kwargs_")
 
 
+def test_posterior_draws_are_stored_once_and_read_back_as_views(X, tmp_path):
+    """``posterior_samples_`` is a reshaped view of ``posterior_.chains``: the file holds the
+    draws once, and the loaded estimator's two attributes share one array again (a 1,000,000
+    point Laplace fit would otherwise carry its 1.6 GB of draws twice)."""
+    est = probdr.TSNE(random_state=0, inference="laplace", **FITS["TSNE"]).fit(X)
+    chains = est.posterior_.chains
+    assert np.shares_memory(est.posterior_samples_, chains)
+    est.save(tmp_path / "lap.npz")
+    with np.load(tmp_path / "lap.npz", allow_pickle=False) as npz:
+        sizes = [npz[k].nbytes for k in npz.files if k != "__header__.json"]
+    assert sizes.count(chains.nbytes) == 1
+    loaded = probdr.load(tmp_path / "lap.npz")
+    assert np.array_equal(loaded.posterior_.chains, chains)
+    assert loaded.posterior_samples_.shape == est.posterior_samples_.shape
+    assert np.shares_memory(loaded.posterior_samples_, loaded.posterior_.chains)
+    assert np.array_equal(loaded.posterior_sd_, est.posterior_sd_)
+    assert np.array_equal(loaded.reliability_, est.reliability_)
+
+
+def test_a_malformed_view_shape_is_refused(tsne, tmp_path):
+    tsne.save(tmp_path / "t.npz")
+    with np.load(tmp_path / "t.npz", allow_pickle=False) as npz:
+        header = json.loads(bytes(npz["__header__.json"]))
+        entries = {k: npz[k] for k in npz.files}
+    header["state"]["embedding_"]["shape"] = [7, 3]  # not the stored array's size
+    header["sha256"] = serialize._digest({k: v for k, v in header.items() if k != "sha256"},
+                                         {k: v for k, v in entries.items()
+                                          if k != "__header__.json"})
+    entries["__header__.json"] = np.frombuffer(json.dumps(header).encode(), dtype=np.uint8)
+    with open(tmp_path / "t.npz", "wb") as f:
+        np.savez(f, **entries)
+    with pytest.raises(ValueError, match="malformed shape"):
+        probdr.load(tmp_path / "t.npz")
+
+
 def test_values_of_every_supported_kind_round_trip(tsne, tmp_path):
     values = {
         "floats": [float("nan"), float("inf"), -float("inf"), -0.0, 0.1, 1e308, 5e-324],
