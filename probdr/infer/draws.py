@@ -236,18 +236,26 @@ class Posterior:
         if not 1 <= k < M.shape[0]:
             raise ValueError(f"n_neighbors must be in [1, {M.shape[0] - 1}], got {n_neighbors!r}.")
 
-        def knn(E):
-            idx = NearestNeighbors(n_neighbors=k + 1).fit(E).kneighbors(E, return_distance=False)
+        import torch
+
+        threads = torch.get_num_threads()  # the fit's (governed) thread count
+
+        def knn(E):  # exact (a k-d tree), its queries on the threads: the same lists
+            idx = NearestNeighbors(n_neighbors=k + 1, n_jobs=threads).fit(E).kneighbors(
+                E, return_distance=False)
             return idx[:, 1:]
 
         n = M.shape[0]
-        rows = np.arange(n, dtype=np.int64)[:, None] * n
-        ref = (rows + knn(M)).ravel()  # (point, neighbour) keys
+        ref = knn(M)
         S = self.samples
         picks = np.unique(np.linspace(0, len(S) - 1, min(int(num_draws), len(S))).astype(int))
         total = np.zeros(n)
+        block = max(1, 2**22 // (k * k))
         for s in picks:
-            shared = np.isin(rows + knn(S[s]), ref, assume_unique=True).sum(1)
+            got = knn(S[s])
+            shared = np.concatenate([  # |A ∩ B| per point, the lists compared in blocks
+                (got[b:b + block, :, None] == ref[b:b + block, None, :]).any(2).sum(1)
+                for b in range(0, n, block)])
             total += shared / (2 * k - shared)
         return total / len(picks)
 
