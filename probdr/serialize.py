@@ -385,7 +385,7 @@ def _digest(header: dict, arrays: dict) -> str:
     for name in sorted(arrays):
         a = arrays[name]
         h.update(f"\0{name}\0{a.dtype.str}\0{list(a.shape)}\0{a.nbytes}\0".encode())
-        h.update(a.tobytes(order="C"))
+        h.update(np.ascontiguousarray(a).reshape(-1).view(np.uint8))  # no copy if contiguous
     return h.hexdigest()
 
 
