@@ -6,6 +6,13 @@ The time of ``fit`` is reported, and its ratio to the MAP fit's of the same run.
 
     python benchmarks/posterior_cost.py --data mnistdef70k --methods tsne umap
     python benchmarks/posterior_cost.py --data mnistdef70k --methods tsne --inference map laplace
+    python benchmarks/posterior_cost.py --data mnistdef1m --methods tsne --inference map laplace \
+        --new 1000
+
+``--new N`` holds N points out of every fit (drawn with seed 0); after a posterior fit they get
+``sample_transform`` (200 draws), timed, with their median spread beside the training points',
+and the fitted estimator is saved, loaded and its per-point spreads and reliabilities compared.
+``fit_peak_gib`` is the peak memory at the end of ``fit``; ``peak_gib`` includes what follows.
 
 Results append to ``benchmarks/results/posterior_cost.jsonl``.
 """
@@ -22,20 +29,40 @@ from pathlib import Path
 
 RESULTS = Path(__file__).parent / "results" / "posterior_cost.jsonl"
 CHILD = """
-import json, resource, sys, time
+import json, resource, sys, tempfile, time
+import numpy as np
 sys.path.insert(0, {here!r})
 from suite import load
 import probdr
+import probdr.serialize
 X, y = load({data!r})
+held = np.zeros(len(X), dtype=bool)
+held[np.random.default_rng(0).choice(len(X), {new}, replace=False)] = True
+X, X_new = X[~held], X[held]
 cls = {{"tsne": probdr.TSNE, "umap": probdr.UMAP}}[{method!r}]
 t = time.perf_counter()
 try:
     est = cls(random_state=0, inference={inference!r}).fit(X)
-    out = dict(seconds=time.perf_counter() - t)
+    out = dict(seconds=time.perf_counter() - t, n=len(X))
     if {inference!r} != "map":
         out["posterior_seconds"] = est.posterior_.diagnostics["seconds"]
         out["inflation"] = est.posterior_.diagnostics.get("inflation")
-        out["median_sd"] = float(sorted(est.posterior_sd_)[len(X) // 2])
+        out["median_sd"] = float(np.median(est.posterior_sd_))
+    with open("/proc/self/status") as f:  # the fit's peak, before the new points
+        out["fit_peak_gib"] = [int(l.split()[1]) for l in f if l.startswith("VmHWM")][0] / 2**20
+    if {inference!r} != "map" and len(X_new):
+        t = time.perf_counter()
+        draws = est.sample_transform(X_new, num_samples=200, random_state=0)
+        out["new_seconds"] = time.perf_counter() - t
+        out["new_shape"] = list(draws.shape)
+        sd_new = np.sqrt(draws.var(0, ddof=1).mean(-1))
+        out["new_median_sd"] = float(np.median(sd_new))
+        with tempfile.TemporaryDirectory() as d:
+            est.save(d + "/fit")
+            back = probdr.serialize.load(d + "/fit")
+        out["load_same"] = bool(np.array_equal(back.posterior_sd_, est.posterior_sd_)
+                                and np.array_equal(back.reliability_, est.reliability_)
+                                and np.array_equal(back.embedding_, est.embedding_))
 except ValueError as err:
     out = dict(refused=str(err)[:200])
 with open("/proc/self/status") as f:
@@ -44,9 +71,9 @@ print(json.dumps(out))
 """
 
 
-def run(data: str, method: str, inference: str) -> dict:
+def run(data: str, method: str, inference: str, new: int = 0) -> dict:
     code = CHILD.format(here=str(Path(__file__).parent), data=data, method=method,
-                        inference=inference)
+                        inference=inference, new=int(new))
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     if res.returncode:
         return dict(error=res.stderr[-500:])
@@ -59,6 +86,8 @@ def main() -> None:
     ap.add_argument("--methods", nargs="+", default=["tsne", "umap"])
     ap.add_argument("--inference", nargs="+", default=["map", "laplace", "svi"],
                     choices=["map", "laplace", "svi"], help="the fits to run (map first)")
+    ap.add_argument("--new", type=int, default=0,
+                    help="points held out of the fits and given to sample_transform")
     ap.add_argument("--out", type=Path, default=RESULTS)
     a = ap.parse_args()
     load = os.getloadavg()[0]
@@ -67,7 +96,8 @@ def main() -> None:
         for inference in a.inference:
             row = dict(data=a.data, method=method, inference=inference,
                        load_before=round(os.getloadavg()[0], 2), run_load=round(load, 2),
-                       date=time.strftime("%Y-%m-%d"), **run(a.data, method, inference))
+                       date=time.strftime("%Y-%m-%d"), held_out=a.new,
+                       **run(a.data, method, inference, a.new))
             if inference == "map":
                 base = row.get("seconds")
             if base and "seconds" in row:
