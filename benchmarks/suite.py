@@ -72,7 +72,7 @@ METHODS = {
 #: points of the untimed warm-up fit from this size of data on (300 below it)
 WARM_LARGE = 4096
 #: methods fitted on the 1M data set when it is asked for (the peers take hours there)
-SCALE_METHODS = ("probdr-tsne", "probdr-umap")
+SCALE_METHODS = ("probdr-tsne", "probdr-umap", "umap-learn")
 
 
 # -- data --------------------------------------------------------------------------------------

@@ -41,6 +41,18 @@ def test_page_states_the_comparison_first_and_every_fit(tmp_path):
     assert (tmp_path / "_static" / "fig.svg").stat().st_size > 1000
 
 
+def test_summary_states_every_large_data_set_then_the_range_of_the_others():
+    results = [_result("digits", "opentsne", 10.0), _result("digits", "probdr-tsne", 20.0),
+               _result("mnistdef70k", "opentsne", 200.0, n=70000),
+               _result("mnistdef70k", "probdr-tsne", 100.0, n=70000),
+               _result("mnistdef1m", "umap-learn", 400.0, n=10**6),
+               _result("mnistdef1m", "probdr-umap", 100.0, n=10**6)]
+    text = report.summary(report.latest(results), suite.METHODS)
+    assert text.index("on 1,000,000 points") < text.index("on 70,000 points")
+    assert "**0.25×** umap-learn" in text and "**0.50×** openTSNE" in text
+    assert text.endswith("probdr TSNE 2.00–2.00× openTSNE's.")
+
+
 def test_only_the_latest_machine_meets_in_a_table(tmp_path):
     results = [_result("digits", "opentsne", 10.0, machine="old"),
                _result("digits", "probdr-tsne", 5.0, machine="new")]
