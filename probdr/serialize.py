@@ -7,8 +7,8 @@ recursively (JSON values as themselves, anything else as a one-marker object suc
 ``{"__tuple__": [...]}``, ``{"__ndarray__": "a3"}`` or ``{"__object__": "module:QualName",
 "state": {...}}``; an array that is a reshaped view of one already stored, such as a posterior's
 ``samples`` of its ``chains``, is ``{"__ndarray__": "a3", "shape": [...]}``, stored once), and a
-sha256 over the canonical header and every array. :func:`load` reads
-it with ``np.load(..., allow_pickle=False)`` and imports only classes of ``probdr``,
+sha256 over the canonical header and every array. :func:`load` reads it with
+``np.load(..., allow_pickle=False)`` and imports only classes of ``probdr``,
 ``pyro.distributions`` and ``torch.distributions``.
 """
 

@@ -26,14 +26,14 @@ Every function returns the metric's distances :math:`d` themselves; the input si
 :math:`\rho, \sigma` calibrate on :math:`d = \sqrt C`), so ``metric="euclidean"`` is the
 existing Euclidean pipeline.
 
-Neighbours (:func:`knn_metric`): Euclidean ones come from :func:`probdr.input.neighbors.knn`
-(exact up to 20,000 points, then the approximate inverted-file search in torch); cosine and correlation are Euclidean distances of normalised
-rows (:math:`\|u - v\|^2 = 2 d_{\cos}`) and use the same searches. The other metrics are
-searched exactly by blocked brute force in torch up to ``EXACT_METRIC_MAX_N`` points; above that
-(``method="auto"``) by pynndescent when it is installed (the optional ``probdr[ann]``), and
-otherwise still by the exact brute force, which costs :math:`O(n^2 p)` and says so in a
-``RuntimeWarning``. ``method="approximate"`` is the torch search for the Euclidean-type metrics
-and pynndescent (required) for the others;
+Neighbours (:func:`knn_metric`): Euclidean ones come from :func:`probdr.input.neighbors.knn` (exact
+up to 20,000 points, then the approximate inverted-file search in torch); cosine and correlation are
+Euclidean distances of normalised rows (:math:`\|u - v\|^2 = 2 d_{\cos}`) and use the same searches.
+The other metrics are searched exactly by blocked brute force in torch up to ``EXACT_METRIC_MAX_N``
+points; above that (``method="auto"``) by pynndescent when it is installed (the optional
+``probdr[ann]``), and otherwise still by the exact brute force, which costs :math:`O(n^2 p)` and
+says so in a ``RuntimeWarning``. ``method="approximate"`` is the torch search for the Euclidean-type
+metrics and pynndescent (required) for the others;
 ``method="pynndescent"`` is pynndescent for every metric.
 """
 

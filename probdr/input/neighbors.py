@@ -1,15 +1,15 @@
 """k-nearest neighbours: exact (blocked brute force, or a pruned cell search) and, for very large
 n, approximate (an inverted-file search in torch; pynndescent when asked).
 
-Up to ``EXACT_KNN_MAX_N`` points ``knn(method="auto")`` returns exact neighbours: brute force up
-to 5,000 points, then a k-means cell search with triangle-inequality, Voronoi and slab pruning
-(:func:`knn_pruned`). On well-separated clusters it visits a small fraction of the pairs; on
-100,000 overlapping 50-dimensional Gaussian blobs, where a point's neighbours can lie anywhere
-in its own cluster, it visits about 16% of them. Beyond 20,000 points approximate neighbours
-come from :func:`probdr.input.ivf.knn_ivf`, in torch on ``X``'s device (no numba): on deformed MNIST (50 PCs, 90 neighbours) it finds 98.0 % of
-the exact neighbours in 5.6 s instead of 15.5 s at 40,000 points, 97.6 % in 8.1 s instead of
-40.9 s at 70,000 (2 cores). ``method="pynndescent"`` uses pynndescent instead, an optional
-dependency (``pip install probdr[ann]``).
+Up to ``EXACT_KNN_MAX_N`` points ``knn(method="auto")`` returns exact neighbours: brute force up to
+5,000 points, then a k-means cell search with triangle-inequality, Voronoi and slab pruning
+(:func:`knn_pruned`). On well-separated clusters it visits a small fraction of the pairs; on 100,000
+overlapping 50-dimensional Gaussian blobs, where a point's neighbours can lie anywhere in its own
+cluster, it visits about 16% of them. Beyond 20,000 points approximate neighbours come from
+:func:`probdr.input.ivf.knn_ivf`, in torch on ``X``'s device (no numba): on deformed MNIST (50 PCs,
+90 neighbours) it finds 98.0 % of the exact neighbours in 5.6 s instead of 15.5 s at 40,000 points,
+97.6 % in 8.1 s instead of 40.9 s at 70,000 (2 cores). ``method="pynndescent"`` uses pynndescent
+instead, an optional dependency (``pip install probdr[ann]``).
 """
 
 from __future__ import annotations
