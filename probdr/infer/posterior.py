@@ -96,6 +96,7 @@ Models with more latent sites
 
 from __future__ import annotations
 
+import gc
 import math
 import time
 import warnings
@@ -119,6 +120,7 @@ from pyro.poutine.util import site_is_subsample
 from sklearn.utils import check_scalar
 from torch.distributions import biject_to, constraints
 
+from .._compute.alloc import release_free
 from .._utils import generator
 from .draws import Posterior, chain_statistics, procrustes_align
 from .schedule import Phase
@@ -300,6 +302,10 @@ def _fit_laplace(model, kwargs, Z_init, opts, seed, latent) -> Posterior:
     t0 = time.perf_counter()
     gen = generator(seed)
     P = blocks(Z_init.detach(), **kwargs)
+    # the curvature sums' temporaries (some in autograd's reference cycles until a collection)
+    # go back to the system before the draws: 0.17 GiB at 70,000 points, about 1.1 at a million
+    gc.collect()
+    release_free()
     reference = _reference(opts, Z_init)
     chains = _laplace_chains(Z_init, P, int(opts["num_samples"]), float(opts["inflation"]),
                              reference if opts["align"] else None, gen)
