@@ -62,7 +62,9 @@ try:
             back = probdr.serialize.load(d + "/fit")
         out["load_same"] = bool(np.array_equal(back.posterior_sd_, est.posterior_sd_)
                                 and np.array_equal(back.reliability_, est.reliability_)
-                                and np.array_equal(back.embedding_, est.embedding_))
+                                and np.array_equal(back.embedding_, est.embedding_)
+                                and np.array_equal(back.posterior_.sample(0),
+                                                   est.posterior_.sample(0)))
 except ValueError as err:
     out = dict(refused=str(err)[:200])
 with open("/proc/self/status") as f:

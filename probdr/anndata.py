@@ -198,11 +198,9 @@ def embed(adata, method="umap", *, use_rep: str = "X_pca", neighbors_key: str | 
                            f"{adata.n_obs} observations.")
     out_dtype = np.float32 if str(getattr(est, "dtype", "float64")) == "float32" else np.float64
     adata.obsm[key] = Z.astype(out_dtype)
-    samples = getattr(est, "posterior_samples_", None)
-    if samples is not None:
-        S = np.asarray(samples, dtype=np.float64)
-        ddof = 1 if S.shape[0] > 1 else 0
-        adata.obsm[key + "_std"] = S.std(axis=0, ddof=ddof).astype(out_dtype)
+    post = getattr(est, "posterior_", None) if getattr(est, "inference", "map") != "map" else None
+    if post is not None:  # each coordinate's sd over the draws, without holding them all
+        adata.obsm[key + "_std"] = post.point_coordinate_sd().astype(out_dtype)
         adata.obs[key + "_reliability"] = np.asarray(est.reliability_, dtype=np.float64)
     else:  # a stale spread of an earlier posterior fit
         adata.obsm.pop(key + "_std", None)

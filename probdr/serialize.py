@@ -198,7 +198,7 @@ class _Encoder:
                 t.__qualname__ and not isinstance(v, (type, torch.nn.Module))
                 and _resolve(t.__module__, t.__qualname__) is t):
             out = {"__object__": _class_name(t),
-                   "state": self._dict(getattr(v, "__dict__", {}), path, attrs=True)}
+                   "state": self._dict(_object_state(v), path, attrs=True)}
             slots = {s: getattr(v, s) for s in _slot_names(t) if hasattr(v, s)}
             if slots:
                 out["slots"] = self._dict(slots, path, attrs=True)
@@ -207,6 +207,16 @@ class _Encoder:
                         "(supported: None, bool, int, float, complex, str, list, tuple, set, "
                         "dict, numpy arrays and scalars, torch tensors, dtypes and sizes, and "
                         "objects of probdr, pyro.distributions or torch.distributions classes).")
+
+
+def _object_state(v) -> dict:
+    """The attributes of ``v`` to store: its ``__getstate__()`` where its class defines one
+    (e.g. leaving out what it makes again on demand), else its ``__dict__``."""
+    if type(v).__getstate__ is not object.__getstate__:
+        state = v.__getstate__()
+        if isinstance(state, dict):
+            return state
+    return getattr(v, "__dict__", {})
 
 
 def _slot_names(cls) -> list[str]:

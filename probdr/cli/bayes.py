@@ -77,7 +77,7 @@ def run_bayes_outputs(est, args: argparse.Namespace, y=None, *,
 
     post, diag = est.posterior_, est.posterior_.diagnostics
     sd = post.point_std()
-    summary: dict[str, Any] = {"inference": post.method, "draws": int(post.samples.shape[0]),
+    summary: dict[str, Any] = {"inference": post.method, "draws": post.num_chains * post.num_draws,
                                "point_std_median": round(float(np.median(sd)), 4),
                                "point_std_max": round(float(sd.max()), 4),
                                "reliability_median": round(float(np.median(est.reliability_)), 4),

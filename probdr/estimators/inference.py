@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import torch
 
 from ..infer.posterior import check_inference_options, check_mcmc_setup, fit_posterior
@@ -91,7 +92,7 @@ class PosteriorInference:
         Posterior draws of Z, Procrustes-aligned to the MAP (any ``inference`` but ``"map"``);
         ``embedding_`` is their mean.
     posterior_samples_ : ndarray (draws, n, q)
-        ``posterior_.samples``.
+        ``posterior_.samples`` (a Laplace posterior makes its draws on the first read).
     map_embedding_ : ndarray (n, q)
         The MAP embedding the posterior starts from and is aligned to.
     z_prior_scale_ : float or None
@@ -106,6 +107,12 @@ class PosteriorInference:
 
     #: the estimator's model declares its per-point curvature (``inference="laplace"``)
     _has_laplace = False
+
+    @property
+    def posterior_samples_(self) -> np.ndarray:
+        """``posterior_.samples``: read from the posterior, so that draws it makes on demand
+        (the Laplace posterior's) are made only when asked for."""
+        return self.posterior_.samples
 
     def _check_params_together(self) -> None:
         """The options of the posterior inference (``inference_params``), which need no data
@@ -178,7 +185,7 @@ class PosteriorInference:
                    prior=None) -> torch.Tensor:
         """Fit the posterior from the MAP ``Z_map`` (on the linear change of variables
         ``reparam``, if any) with the prior ``prior`` (default :meth:`_posterior_z_prior`);
-        sets ``posterior_``, ``posterior_samples_``, ``z_prior_scale_`` and
+        sets ``posterior_`` (and so ``posterior_samples_``), ``z_prior_scale_`` and
         ``map_embedding_``; returns the posterior mean."""
         if prior is None:
             prior = self._posterior_z_prior(Z_map)
@@ -188,7 +195,6 @@ class PosteriorInference:
                                         generator=gen, reparam=reparam,
                                         verbose=bool(getattr(self, "verbose", False)),
                                         **self._inference_options())
-        self.posterior_samples_ = self.posterior_.samples
         self.posterior_sd_ = self.posterior_.point_std()
         self.reliability_ = self.posterior_.point_reliability()
         return torch.as_tensor(self.posterior_.mean)

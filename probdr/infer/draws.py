@@ -11,12 +11,12 @@ scale, per-cluster parameters) are kept as drawn.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-__all__ = ["Posterior", "procrustes_align", "chain_statistics", "PointSummary", "point_summary"]
+__all__ = ["Posterior", "GaussianDraws", "procrustes_align", "chain_statistics", "PointSummary", "point_summary"]
 
 
 # --------------------------------------------------------------------------------------------
@@ -105,18 +105,70 @@ def chain_statistics(chains) -> tuple[np.ndarray, np.ndarray]:
 
 
 # --------------------------------------------------------------------------------------------
-# the result
+# draws made on demand
 # --------------------------------------------------------------------------------------------
 @dataclass
+class GaussianDraws:
+    r"""Draws of independent per-point Gaussians :math:`z_i \sim \mathcal N(\mu_i, L_i
+    L_i^\top)`, made when they are read rather than stored: draw ``s`` comes from its own random
+    stream (numpy's ``default_rng([seed, s])``), so any draw, block or all of them are the same
+    whenever and in whatever order they are made. Each draw is aligned to ``reference`` by
+    :func:`procrustes_align` when one is given.
+
+    The Laplace posterior (:mod:`probdr.infer.laplace`) keeps its draws this way: at a million
+    points its 200 draws would be 1.6 GB in float32; the law they come from is 5 numbers a
+    point.
+
+    Attributes
+    ----------
+    mean : ndarray (n, q)
+        :math:`\mu`, in the draws' dtype.
+    scale_tril : ndarray (n, q, q)
+        :math:`L_i`, lower-triangular, same dtype.
+    num_draws : int
+    seed : int
+    reference : ndarray (n, q) or None
+    """
+
+    mean: np.ndarray
+    scale_tril: np.ndarray
+    num_draws: int
+    seed: int
+    reference: np.ndarray | None = None
+
+    @property
+    def shape(self) -> tuple[int, int, int]:
+        return (int(self.num_draws), *self.mean.shape)
+
+    def block(self, start: int, stop: int) -> np.ndarray:
+        """Draws ``start:stop``, ``(stop - start, n, q)`` in the draws' dtype."""
+        if not 0 <= start <= stop <= self.num_draws:
+            raise IndexError(f"draws {start}:{stop} out of range [0, {self.num_draws}].")
+        out = np.empty((stop - start, *self.mean.shape), dtype=self.mean.dtype)
+        for j, s in enumerate(range(start, stop)):
+            eps = np.random.default_rng([int(self.seed), s]).standard_normal(
+                self.mean.shape, dtype=self.mean.dtype)
+            out[j] = self.mean + np.einsum("nab,nb->na", self.scale_tril, eps)
+        if self.reference is not None and len(out):
+            out[...] = procrustes_align(out, self.reference)
+        return out
+
+
+# --------------------------------------------------------------------------------------------
+# the result
+# --------------------------------------------------------------------------------------------
 class Posterior:
     r"""Posterior draws of an embedding, Procrustes-aligned to ``reference``, and of the model's
     other latent sites.
 
-    Attributes
-    ----------
-    method : {"svi", "laplace", "mcmc"}
+    Parameters and attributes
+    -------------------------
+    method : {"svi", "laplace", "mcmc", "transform"}
     chains : ndarray (num_chains, num_draws, n, q)
-        Aligned draws of Z per chain (SVI: one "chain" of independent guide draws).
+        Aligned draws of Z per chain (SVI: one "chain" of independent guide draws). A posterior
+        whose draws are made on demand (``draws``) makes them all on the first read of
+        ``chains`` or ``samples`` and keeps them; its summaries (``mean``,
+        :meth:`point_covariances`, :meth:`point_reliability`) never hold them all.
     reference : ndarray (n, q)
         The alignment reference (the MAP embedding unless given).
     diagnostics : dict
@@ -127,47 +179,137 @@ class Posterior:
         (Pyro's acceptance rate), ``step_size`` (per chain), ``r_hat_max``, ``ess_min`` (split
         R-hat and ESS over the aligned coordinates of Z and every coordinate of the other
         sites), ``seconds``.
-    raw_chains : ndarray (num_chains, num_draws, n, q)
-        The draws of Z before alignment.
+    raw_chains : ndarray (num_chains, num_draws, n, q) or None
+        The draws of Z before alignment (None where they are not kept: an aligned Laplace
+        posterior, whose draws are the MAP plus independent noise).
     guide : the fitted Pyro guide (SVI); None for MCMC (the ``pyro.infer.MCMC`` runs are not
         kept, so that fitted estimators stay picklable).
     sites : dict of str to ndarray (num_chains, num_draws, \*shape)
         Draws of the latent sites other than Z, as drawn (in their own support: a positive
         site has positive draws), in the model's order; empty for a model whose only latent
         site is Z.
+    draws : GaussianDraws or None
+        The law the draws of Z are made from on demand (one chain; the Laplace posterior), in
+        place of stored ``chains``.
     """
 
-    method: str
-    chains: np.ndarray
-    reference: np.ndarray
-    diagnostics: dict = field(default_factory=dict)
-    raw_chains: np.ndarray | None = None
-    guide: Any = None
-    sites: dict = field(default_factory=dict)
+    def __init__(self, method: str, chains: np.ndarray | None, reference: np.ndarray,
+                 diagnostics: dict | None = None, raw_chains: np.ndarray | None = None,
+                 guide: Any = None, sites: dict | None = None, *,
+                 draws: GaussianDraws | None = None):
+        if (chains is None) == (draws is None):
+            raise ValueError("a Posterior takes its draws of Z as chains or as a law to draw "
+                             "them from (draws), one of the two.")
+        self.method = method
+        self._chains = chains
+        self.reference = reference
+        self.diagnostics = {} if diagnostics is None else diagnostics
+        self._raw_chains = raw_chains
+        self.guide = guide
+        self.sites = {} if sites is None else sites
+        self.draws = draws
 
     def __getattr__(self, name: str):
-        # a Posterior saved before ``sites`` existed (probdr.serialize restores ``__dict__``)
-        if name == "sites":
-            return {}
+        # a Posterior saved before an attribute existed (probdr.serialize restores __dict__):
+        # the dataclass of earlier versions stored chains and raw_chains by those names
+        d = self.__dict__
+        defaults = {"sites": {}, "draws": None, "_chains": d.get("chains"),
+                    "_raw_chains": d.get("raw_chains")}
+        if name in defaults:
+            return defaults[name]
         raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+
+    def __getstate__(self) -> dict:
+        """The attributes to save or pickle: draws made on demand are not stored (nor the
+        summaries of them); they are made again from ``draws``."""
+        state = dict(self.__dict__)
+        if state.get("draws") is not None:
+            state["_chains"] = None
+        state.pop("_moments", None)
+        return state
+
+    @property
+    def chains(self) -> np.ndarray:
+        """Aligned draws of Z per chain, ``(num_chains, num_draws, n, q)``."""
+        if self._chains is None:
+            self._chains = self.draws.block(0, self.draws.num_draws)[None]
+        return self._chains
+
+    @property
+    def raw_chains(self) -> np.ndarray | None:
+        if self._raw_chains is None and self.draws is not None and self.draws.reference is None:
+            return self.chains  # draws made without alignment: they are the raw draws
+        return self._raw_chains
+
+    @property
+    def shape(self) -> tuple[int, int, int, int]:
+        """``(num_chains, num_draws, n, q)``, without making any draw."""
+        if self._chains is None:
+            return (1, *self.draws.shape)
+        return tuple(self._chains.shape)
 
     @property
     def samples(self) -> np.ndarray:
         """All aligned draws, chains concatenated: ``(num_chains * num_draws, n, q)``."""
         return self.chains.reshape(-1, *self.chains.shape[2:])
 
+    def sample_blocks(self):
+        """The aligned draws, chains concatenated, in blocks of about :data:`DRAW_BLOCK`
+        numbers: ``(start, stop, draws[start:stop])``; draws made on demand are made block by
+        block and not kept."""
+        C, S, n, q = self.shape
+        for s0, s1 in draw_blocks(C * S, n * q):
+            if self._chains is None:
+                yield s0, s1, self.draws.block(s0, s1)
+            else:
+                yield s0, s1, self.samples[s0:s1]
+
+    def sample(self, index: int) -> np.ndarray:
+        """Aligned draw ``index`` (chains concatenated), ``(n, q)``."""
+        if self._chains is None:
+            return self.draws.block(index, index + 1)[0]
+        return self.samples[index]
+
+    def _point_moments(self) -> tuple[np.ndarray, np.ndarray]:
+        """The draws' per-point mean ``(n, q)`` and covariance ``(n, q, q)`` in float64: the
+        mean over all draws, then the centred cross-products summed block by block (draws made
+        on demand: one pass, centred at the reference, so no draw is made twice); kept."""
+        got = self.__dict__.get("_moments")
+        if got is not None:
+            return got
+        C, S, n, q = self.shape
+        total = C * S
+        if self._chains is not None:
+            M = self.samples.mean(0, dtype=np.float64)
+            cov = np.zeros((n, q, q))
+            for _, _, B in self.sample_blocks():
+                D = B.astype(np.float64) - M
+                cov += np.einsum("sni,snj->nij", D, D)
+        else:
+            ref = np.asarray(self.reference, dtype=np.float64)
+            first, cross = np.zeros((n, q)), np.zeros((n, q, q))
+            for _, _, B in self.sample_blocks():
+                D = B.astype(np.float64) - ref
+                first += D.sum(0)
+                cross += np.einsum("sni,snj->nij", D, D)
+            d = first / total
+            M = ref + d
+            cov = cross - total * np.einsum("ni,nj->nij", d, d)
+        self._moments = (M, cov / max(total - 1, 1))
+        return self._moments
+
     @property
     def mean(self) -> np.ndarray:
         """Posterior mean embedding ``(n, q)``: the mean of the aligned draws (float64)."""
-        return self.samples.mean(0, dtype=np.float64)
+        return self._point_moments()[0].copy()
 
     @property
     def num_chains(self) -> int:
-        return int(self.chains.shape[0])
+        return int(self.shape[0])
 
     @property
     def num_draws(self) -> int:
-        return int(self.chains.shape[1])
+        return int(self.shape[1])
 
     @property
     def site_names(self) -> tuple[str, ...]:
@@ -209,17 +351,15 @@ class Posterior:
     def point_covariances(self) -> np.ndarray:
         """Per-point posterior covariance of the aligned draws, ``(n, q, q)``, float64 (summed
         over blocks of draws: no copy of all the draws)."""
-        S = self.samples
-        M = self.mean
-        C = np.zeros((*M.shape, M.shape[1]))
-        for s0, s1 in draw_blocks(S.shape[0], M.size):
-            D = S[s0:s1].astype(np.float64) - M
-            C += np.einsum("sni,snj->nij", D, D)
-        return C / max(S.shape[0] - 1, 1)
+        return self._point_moments()[1].copy()
+
+    def point_coordinate_sd(self) -> np.ndarray:
+        """Per-point, per-coordinate posterior sd of the aligned draws, ``(n, q)``."""
+        return np.sqrt(np.einsum("nii->ni", self._point_moments()[1]))
 
     def point_std(self) -> np.ndarray:
         r"""Per-point spread :math:`\sqrt{\mathrm{tr}\,\Sigma_i / q}` of the aligned draws, ``(n,)``."""
-        C = self.point_covariances()
+        C = self._point_moments()[1]
         return np.sqrt(np.trace(C, axis1=1, axis2=2) / C.shape[-1])
 
     def point_reliability(self, n_neighbors: int = 15, num_draws: int = 20) -> np.ndarray:
@@ -229,7 +369,7 @@ class Posterior:
         draw (:math:`B`) and in the posterior mean (:math:`A`), averaged over the draws. 1: the
         data pin the point among the same neighbours; near 0: its neighbours in the map are
         not determined by the data."""
-        from sklearn.neighbors import NearestNeighbors
+        from scipy.spatial import cKDTree
 
         M = self.mean
         k = int(n_neighbors)
@@ -240,19 +380,24 @@ class Posterior:
 
         threads = torch.get_num_threads()  # the fit's (governed) thread count
 
-        def knn(E):  # exact (a k-d tree), its queries on the threads: the same lists
-            idx = NearestNeighbors(n_neighbors=k + 1, n_jobs=threads).fit(E).kneighbors(
-                E, return_distance=False)
-            return idx[:, 1:]
+        def knn(E):  # exact (a k-d tree) on the threads, the queries in the tree's order
+            E = np.asarray(E, dtype=np.float64)  # (neighbouring queries share cached nodes)
+            tree = cKDTree(E)
+            order = tree.indices
+            idx = np.empty((len(E), k + 1), dtype=np.intp)
+            idx[order] = tree.query(E[order], k=k + 1, workers=threads)[1]
+            own = idx == np.arange(len(E))[:, None]  # each point itself; where a duplicate
+            own[~own.any(1), -1] = True  # hid it from its k + 1 nearest, drop the farthest
+            return idx[~own].reshape(len(E), k)
 
         n = M.shape[0]
         ref = knn(M)
-        S = self.samples
-        picks = np.unique(np.linspace(0, len(S) - 1, min(int(num_draws), len(S))).astype(int))
+        count = self.num_chains * self.num_draws
+        picks = np.unique(np.linspace(0, count - 1, min(int(num_draws), count)).astype(int))
         total = np.zeros(n)
         block = max(1, 2**22 // (k * k))
         for s in picks:
-            got = knn(S[s])
+            got = knn(self.sample(s))
             shared = np.concatenate([  # |A ∩ B| per point, the lists compared in blocks
                 (got[b:b + block, :, None] == ref[b:b + block, None, :]).any(2).sum(1)
                 for b in range(0, n, block)])
@@ -260,7 +405,7 @@ class Posterior:
         return total / len(picks)
 
     def __repr__(self) -> str:
-        n, q = self.chains.shape[2:]
+        n, q = self.shape[2:]
         more = f", sites={list(self.sites)}" if self.sites else ""
         return (f"Posterior(method={self.method!r}, chains={self.num_chains}, "
                 f"draws={self.num_draws}, n={n}, q={q}{more})")

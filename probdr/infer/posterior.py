@@ -308,33 +308,31 @@ def _fit_laplace(model, kwargs, Z_init, opts, seed, latent) -> Posterior:
     gc.collect()
     release_free()
     reference = _reference(opts, Z_init)
-    chains = _laplace_chains(Z_init, P, int(opts["num_samples"]), float(opts["inflation"]),
-                             reference if opts["align"] else None, gen)
     cov = torch.cholesky_inverse(torch.linalg.cholesky(P)) * float(opts["inflation"])
+    draws = _laplace_law(Z_init, cov, int(opts["num_samples"]),
+                         reference if opts["align"] else None, gen)
     diag = {"precisions": _numpy(P), "covariances": _numpy(cov),
             "inflation": float(opts["inflation"]), "seconds": time.perf_counter() - t0}
-    # the draws are the MAP plus independent noise: unaligned, they are kept only when not aligned
-    return Posterior("laplace", chains, reference, diag, None if opts["align"] else chains)
+    # the draws are the MAP plus independent noise, made when read (draws.GaussianDraws)
+    return Posterior("laplace", None, reference, diag, draws=draws)
 
 
-def _laplace_chains(Z_init, P, num_samples, inflation, reference, gen) -> np.ndarray:
-    """Laplace draws ``(1, num_samples, n, q)`` in the fit's precision (float32 fits: float32),
-    drawn and aligned to ``reference`` (None: not aligned) in blocks of draws
-    (:func:`probdr.infer.draws.draw_blocks`), so that no second copy of all of them exists."""
-    from .draws import draw_blocks
-    from .laplace import laplace_draws
+def _laplace_law(Z_init, cov, num_samples, reference, gen):
+    """The per-point Gaussians of the Laplace posterior as a law of draws made on demand
+    (:class:`probdr.infer.draws.GaussianDraws`), in the fit's precision (float32 fits:
+    float32), aligned to ``reference`` (None: not aligned); its random streams are seeded from
+    ``gen``."""
+    from .draws import GaussianDraws
 
-    n, q = Z_init.shape
     dtype = np.float32 if Z_init.dtype in (torch.float32, torch.float16, torch.bfloat16) \
         else np.float64
-    chains = np.empty((1, num_samples, n, q), dtype=dtype)
-    for s0, s1 in draw_blocks(num_samples, n * q):
-        d = _numpy(laplace_draws(Z_init, P, s1 - s0, inflation=inflation, generator=gen))
-        chains[0, s0:s1] = d if reference is None else procrustes_align(d, reference)
-    if not np.isfinite(chains).all():
-        raise FloatingPointError("Laplace: non-finite draws (a point's curvature is not positive "
-                                 "definite).")
-    return chains
+    L = _numpy(torch.linalg.cholesky(cov)).astype(dtype)
+    if not np.isfinite(L).all():
+        raise FloatingPointError("Laplace: a point's curvature is not positive definite (its "
+                                 "covariance has non-finite factors).")
+    seed = int(torch.randint(0, 2**62, (1,), generator=gen).item())
+    return GaussianDraws(_numpy(Z_init.detach()).astype(dtype), L, num_samples, seed,
+                         None if reference is None else np.asarray(reference, dtype=np.float64))
 
 
 def _other_values(init_values, dtype) -> dict[str, torch.Tensor]:

@@ -149,21 +149,29 @@ def test_svi_posterior_with_a_pyro_distribution_round_trips(X, tmp_path):
 
 def test_posterior_draws_are_stored_once_and_read_back_as_views(X, tmp_path):
     """``posterior_samples_`` is a reshaped view of ``posterior_.chains``: the file holds the
-    draws once, and the loaded estimator's two attributes share one array again (a 1,000,000
-    point Laplace fit would otherwise carry its 1.6 GB of draws twice)."""
-    est = probdr.TSNE(random_state=0, inference="laplace", **FITS["TSNE"]).fit(X)
+    draws once, and the loaded estimator's two attributes share one array again; a Laplace
+    posterior, whose draws are made on demand, stores none."""
+    est = probdr.TSNE(random_state=0, inference="svi", inference_params={"num_steps": 20},
+                      **FITS["TSNE"]).fit(X)
     chains = est.posterior_.chains
     assert np.shares_memory(est.posterior_samples_, chains)
-    est.save(tmp_path / "lap.npz")
-    with np.load(tmp_path / "lap.npz", allow_pickle=False) as npz:
+    est.save(tmp_path / "svi.npz")
+    with np.load(tmp_path / "svi.npz", allow_pickle=False) as npz:
         sizes = [npz[k].nbytes for k in npz.files if k != "__header__.json"]
-    assert sizes.count(chains.nbytes) == 1
-    loaded = probdr.load(tmp_path / "lap.npz")
+    assert sizes.count(chains.nbytes) == 2  # the aligned and the raw draws, not a third copy
+    loaded = probdr.load(tmp_path / "svi.npz")
     assert np.array_equal(loaded.posterior_.chains, chains)
     assert loaded.posterior_samples_.shape == est.posterior_samples_.shape
     assert np.shares_memory(loaded.posterior_samples_, loaded.posterior_.chains)
     assert np.array_equal(loaded.posterior_sd_, est.posterior_sd_)
     assert np.array_equal(loaded.reliability_, est.reliability_)
+    lap = probdr.TSNE(random_state=0, inference="laplace", **FITS["TSNE"]).fit(X)
+    lap.save(tmp_path / "lap.npz")
+    with np.load(tmp_path / "lap.npz", allow_pickle=False) as npz:
+        sizes = [npz[k].nbytes for k in npz.files if k != "__header__.json"]
+    assert lap.posterior_.chains.nbytes not in sizes  # made again from the per-point laws
+    again = probdr.load(tmp_path / "lap.npz")
+    assert np.array_equal(again.posterior_samples_, lap.posterior_samples_)
 
 
 def test_a_malformed_view_shape_is_refused(tsne, tmp_path):

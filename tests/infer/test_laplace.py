@@ -196,6 +196,36 @@ def test_point_reliability_is_the_share_of_neighbours_kept():
     with pytest.raises(ValueError, match="n_neighbors"):
         post.point_reliability(n_neighbors=8)
 
+
+def test_point_reliability_matches_brute_force_neighbour_lists():
+    """The k-d tree lists against all-pairs distances, on draws made on demand, with a
+    duplicated point (its twin, not itself, may come first)."""
+    from probdr.infer.draws import GaussianDraws, Posterior
+
+    rng = np.random.default_rng(5)
+    n, k = 300, 7
+    M = rng.normal(size=(n, 2)) * 3
+    lazy = Posterior("laplace", None, M, draws=GaussianDraws(M, np.tile(np.eye(2) * 0.4,
+                                                                        (n, 1, 1)), 12, seed=2))
+    S = lazy.samples.copy()
+    S[:, 1] = S[:, 0]  # point 1 sits on point 0 in every draw, and so in the mean
+    for post in (lazy, Posterior("svi", S[None], M)):
+        ref = _lists(post.mean, k)
+        want = np.zeros(n)
+        for s in range(12):
+            got = _lists(post.sample(s), k)
+            want += [len(a & b) / len(a | b) for a, b in zip(ref, got, strict=True)]
+        np.testing.assert_allclose(post.point_reliability(n_neighbors=k, num_draws=12),
+                                   want / 12, rtol=0, atol=1e-12)
+
+
+def _lists(E, k):
+    """Each point's k nearest others by all-pairs distances."""
+    d = ((E[:, None] - E[None]) ** 2).sum(-1)
+    np.fill_diagonal(d, np.inf)
+    return [set(r) for r in np.argsort(d, 1, kind="stable")[:, :k]]
+
+
 def test_svi_default_inflation_is_the_calibrated_one(blobs):
     from probdr.estimators.coupling import CALIBRATED_INFLATION
 
@@ -242,3 +272,58 @@ def test_laplace_draws_in_blocks_are_kept_once_in_the_fits_precision(blobs, monk
     assert aligned.raw_chains is None and aligned.chains.shape == (1, 50, X.shape[0], 2)
     est64 = probdr.TSNE(**kw, dtype="float64", inference_params={"num_samples": 20}).fit(X)
     assert est64.posterior_.chains.dtype == np.float64
+
+
+def test_gaussian_draws_are_the_same_in_any_blocks_and_have_their_law():
+    """Draws made on demand: any draw or block is the same whatever is made before it, and the
+    draws have the per-point Gaussians' mean and covariance."""
+    from probdr.infer.draws import GaussianDraws
+
+    rng = np.random.default_rng(3)
+    n = 40
+    mean = rng.normal(size=(n, 2))
+    A = rng.normal(size=(n, 2, 2)) * 0.3
+    cov = A @ np.swapaxes(A, 1, 2) + 0.05 * np.eye(2)
+    law = GaussianDraws(mean, np.linalg.cholesky(cov), 6000, seed=11)
+    every = law.block(0, 6000)
+    np.testing.assert_array_equal(law.block(2, 5), every[2:5])
+    np.testing.assert_array_equal(np.concatenate([law.block(0, 1), law.block(1, 6000)]), every)
+    assert not np.array_equal(GaussianDraws(mean, law.scale_tril, 2, seed=12).block(0, 2),
+                              every[:2])
+    sd = np.sqrt(np.einsum("nii->ni", cov))
+    assert np.abs((every.mean(0) - mean) / sd).max() < 5 / np.sqrt(6000)
+    R = every - every.mean(0)
+    emp = np.einsum("sni,snj->nij", R, R) / (len(every) - 1)
+    assert np.abs(emp[:, [0, 1], [0, 1]] / cov[:, [0, 1], [0, 1]] - 1).max() < 0.12
+    with pytest.raises(IndexError, match="out of range"):
+        law.block(5, 6001)
+
+
+def test_laplace_posterior_makes_its_draws_only_when_read(blobs, tmp_path, monkeypatch):
+    """A Laplace fit holds the per-point Gaussians, not its draws: the mean, spread and
+    reliability are summed from draws made block by block and equal numpy's on all the draws
+    read afterwards; save and load keep no draws and make the same ones again."""
+    import probdr.infer.draws as draws_mod
+
+    X, _ = blobs
+    monkeypatch.setattr(draws_mod, "DRAW_BLOCK", 9 * X.shape[0] * 2)  # blocks of 9 draws
+    est = probdr.TSNE(perplexity=10, n_iter=150, early_exaggeration_iter=50, random_state=0,
+                      inference="laplace", inference_params={"num_samples": 2000}).fit(X)
+    post = est.posterior_
+    assert post._chains is None and post.shape == (1, 2000, X.shape[0], 2)
+    sd, rel = est.posterior_sd_.copy(), est.reliability_.copy()
+    S = est.posterior_samples_.astype(np.float64)  # made now
+    assert S.shape == (2000, X.shape[0], 2) and post._chains is not None
+    np.testing.assert_allclose(est.embedding_, S.mean(0), rtol=0, atol=1e-9)
+    emp = np.einsum("sni,snj->nij", S - S.mean(0), S - S.mean(0)) / (len(S) - 1)
+    np.testing.assert_allclose(post.point_covariances(), emp, rtol=1e-8, atol=1e-12)
+    np.testing.assert_allclose(sd, np.sqrt(np.einsum("nii->n", emp) / 2), rtol=1e-8)
+    post.__dict__.pop("_moments")
+    np.testing.assert_array_equal(post.point_reliability(), rel)
+    path = tmp_path / "lap.probdr"
+    est.save(path)
+    assert path.stat().st_size < S.nbytes / 4  # its float32 draws (S.nbytes / 2) are not stored
+    back = probdr.serialize.load(path)
+    assert back.posterior_._chains is None
+    np.testing.assert_array_equal(back.posterior_samples_, est.posterior_samples_)
+    np.testing.assert_array_equal(back.posterior_sd_, sd)
