@@ -32,15 +32,24 @@ squared distance, :math:`\nabla^2_{z_i}\phi(\|z_i-z_j\|^2) = 2\phi'\,I + 4\phi''
   :math:`S_a = \sum_b k_{ab}`.
 
 The sums over all partners are exact, in blocks of rows (:math:`O(n^2)` time, :math:`O(n)`
-memory), up to :data:`EXACT_MAX_N` points; for t-SNE's E law with a 2-D Student kernel, above
-:data:`FIELD_FROM` points, they come from the kernel's field interpolated on a grid by FFT (the
-machinery of the MAP's normaliser, with the kernel's first and second derivatives sampled on
-the node offsets), :math:`O(n + G^2 \log G)`; other laws and kernels are refused above
-:data:`EXACT_MAX_N` points (:func:`check_laplace`). (Uniformly sampled partners are no substitute: the terms of a sum such as
+memory), up to :data:`FIELD_FROM` points. Above it, in 2-D, they come from a field interpolated
+on a grid by FFT (the machinery of the MAP's normaliser, with the pair function's first and
+second derivatives sampled on the node offsets), :math:`O(n + G^2 \log G)`: for t-SNE's E law
+with a Student kernel, the kernel's own field; for the B law (UMAP, LargeVis; any kernel), whose
+:math:`\log(1+k)` is singular where two points meet, the field of a smooth far part plus the
+exact sums of the rest over the pairs closer than a few grid spacings (:func:`_binary_field`).
+The D law and embeddings of more than 2 dimensions are refused above :data:`EXACT_MAX_N` points
+(:func:`check_laplace`). (Uniformly sampled partners are no substitute: the terms of a sum such as
 :math:`\sum_j \nabla^2 k_{ij}` change sign between near and far partners and cancel, so a
-sample's relative error is of order one.) A block that is not
-positive definite (a point held by repulsion alone at a saddle) has its eigenvalues raised to the
-prior's :math:`s^{-2}`.
+sample's relative error is of order one.) A likelihood block
+that is not positive semi-definite -- a point that the fit left where the log-likelihood curves
+up in one direction, which the stochastic negative-sampling fits of UMAP do for a tenth to a third of
+the points -- counts its negative eigenvalues by their magnitude (the curvature's size without
+its sign, as the saddle-free Newton method and the SoftAbs metric do; Dauphin et al., NeurIPS
+2014; Betancourt, GSI 2013) before the prior's :math:`s^{-2}` is added. Raising them to the
+prior's precision instead gives such a point the prior's scale, the whole map, as its spread;
+on UMAP's digits map that made the reliability unrelated to how points move across seeds
+(Spearman 0.05 against 0.58 with the magnitudes, ``benchmarks/reliability.py``).
 """
 
 from __future__ import annotations
@@ -64,6 +73,9 @@ FIELD_FROM = 5_000
 FIELD_SPACING = 0.125
 #: the all-pairs sums are refused above this many points where no field covers them
 EXACT_MAX_N = 20_000
+#: the B law's pair function is split at this many grid spacings: an exact near part (the pairs
+#: within it, from a k-d tree) and a smooth far part (the FFT field)
+NEAR_NODES = 2.0
 
 
 def _derivatives(fn, d2: torch.Tensor):
@@ -94,21 +106,28 @@ def _grad(d1, u, w):
 
 
 def _edges(W: torch.Tensor):
-    """Directed off-diagonal edges ``(rows, cols, values)`` of a dense or sparse graph."""
+    """Directed off-diagonal edges ``(rows, cols, values)`` of a graph, in parts of at most
+    :data:`_EDGE_BLOCK` edges: a sparse graph's are views of its index and value arrays, the
+    diagonal and zero entries dropped part by part (a million-point t-SNE graph has about 10^8
+    edges: copying them whole would be gigabytes)."""
     if W.is_sparse:
         W = W.coalesce()
-        r, c = W.indices()
-        v = W.values()
+        rows, cols = W.indices()
+        vals = W.values()
     else:
-        r, c = W.nonzero(as_tuple=True)
-        v = W[r, c]
-    keep = (r != c) & (v != 0)
-    return r[keep], c[keep], v[keep]
+        rows, cols = W.nonzero(as_tuple=True)
+        vals = W[rows, cols]
+    for s in range(0, rows.numel(), _EDGE_BLOCK):
+        r, c, v = rows[s:s + _EDGE_BLOCK], cols[s:s + _EDGE_BLOCK], vals[s:s + _EDGE_BLOCK]
+        keep = (r != c) & (v != 0)
+        yield r[keep], c[keep], v[keep]
 
 
 def _row_totals(W: torch.Tensor, n: int, dtype) -> torch.Tensor:
-    r, _, v = _edges(W)
-    return torch.zeros(n, dtype=dtype).index_add_(0, r, v.to(dtype))
+    tot = torch.zeros(n, dtype=dtype)
+    for r, _, v in _edges(W):
+        tot.index_add_(0, r, v.to(dtype))
+    return tot
 
 
 def _blocks(Z: torch.Tensor):
@@ -129,7 +148,11 @@ def _pairs(Z, rows, C):
 
 
 def _uses_field(law: str, kernel, n: int, q: int) -> bool:
-    return law == "E" and q == 2 and n > FIELD_FROM and bool(getattr(kernel, "has_fft", False))
+    """Whether the all-pairs sums come from a 2-D field: the B law's for any kernel, the E
+    law's for Student kernels (the MAP's FFT normaliser)."""
+    if q != 2 or n <= FIELD_FROM:
+        return False
+    return law == "B" or (law == "E" and bool(getattr(kernel, "has_fft", False)))
 
 
 def check_laplace(law: str, kernel, n: int, q: int, negative_sampling=None) -> None:
@@ -143,8 +166,9 @@ def check_laplace(law: str, kernel, n: int, q: int, negative_sampling=None) -> N
     if n > EXACT_MAX_N and not _uses_field(law, kernel, n, q):
         raise ValueError(
             f"inference='laplace' sums the {law} law's curvature over all pairs here (O(n^2): "
-            f"{n} points, more than {EXACT_MAX_N}); only t-SNE's E law with a 2-D Student kernel "
-            "has the FFT field that makes it cheap. Use inference='svi', or a subsample.")
+            f"{n} points, more than {EXACT_MAX_N}); only 2-D embeddings with the B law (UMAP, "
+            "LargeVis) or t-SNE's E law with a Student kernel have the field that makes it "
+            "cheap. Use inference='svi', or a subsample.")
 
 
 def point_precisions(Z: torch.Tensor, W: torch.Tensor, law: str, kernel, *,
@@ -185,14 +209,22 @@ def point_precisions(Z: torch.Tensor, W: torch.Tensor, law: str, kernel, *,
         _total_repulsion(H, Z, W, kernel)
     else:
         _row_repulsion(H, Z, W, kernel)
-    Lam = -float(coupling_weight) * H
+    Lam = _absolute_eigenvalues(-float(coupling_weight) * 0.5 * (H + H.transpose(1, 2)))
     if prior_precision is None:
-        floor = torch.full((n,), 1e-12, dtype=Z.dtype, device=Z.device)
-    else:
-        prec = torch.as_tensor(prior_precision, dtype=Z.dtype, device=Z.device).expand(n, q)
-        Lam = Lam + torch.diag_embed(prec)
-        floor = prec.min(1).values
-    return _floor_eigenvalues(0.5 * (Lam + Lam.transpose(1, 2)), floor)
+        return _floor_eigenvalues(Lam, torch.full((n,), 1e-12, dtype=Z.dtype, device=Z.device))
+    prec = torch.as_tensor(prior_precision, dtype=Z.dtype, device=Z.device).expand(n, q)
+    return Lam + torch.diag_embed(prec)
+
+
+def _absolute_eigenvalues(Lam: torch.Tensor) -> torch.Tensor:
+    """Each block with its negative eigenvalues replaced by their magnitudes."""
+    vals, vecs = torch.linalg.eigh(Lam)
+    neg = (vals < 0).any(1)
+    if not bool(neg.any()):
+        return Lam
+    Lam = Lam.clone()
+    Lam[neg] = vecs[neg] @ torch.diag_embed(vals[neg].abs()) @ vecs[neg].transpose(1, 2)
+    return Lam
 
 
 def _floor_eigenvalues(Lam: torch.Tensor, floor: torch.Tensor) -> torch.Tensor:
@@ -211,30 +243,33 @@ def _attraction(H, Z, W, kernel, surrogate: bool) -> None:
     r""":math:`\sum_j c_{ij}\nabla^2\log k_{ij}` (or :math:`\log\sigma(\log k)`) on the edges,
     both endpoints of each directed edge; in parts of :data:`_EDGE_BLOCK` edges (a whole large
     graph's temporaries would be gigabytes)."""
-    r, c, v = _edges(W)
     if surrogate:
         def fn(x):
             lk = kernel.log_k(x)
             return lk - torch.nn.functional.softplus(lk)
     else:
         fn = kernel.log_k
-    for s in range(0, r.numel(), _EDGE_BLOCK):
-        rs, cs = r[s:s + _EDGE_BLOCK], c[s:s + _EDGE_BLOCK]
+    for rs, cs, v in _edges(W):
         u = Z[rs] - Z[cs]
         _, d1, d2_ = _derivatives(fn, u.square().sum(-1))
-        block = _hess(d1[:, None], d2_[:, None], u[:, None, :],
-                      v[s:s + _EDGE_BLOCK].to(Z.dtype)[:, None])
+        block = _hess(d1[:, None], d2_[:, None], u[:, None, :], v.to(Z.dtype)[:, None])
         H.index_add_(0, rs, block)
         H.index_add_(0, cs, block)
 
 
 def _binary_repulsion(H, Z, W, kernel, negative_sampling) -> None:
     r"""B: :math:`-\sum_j \omega_{ij}\nabla^2\log(1+k_{ij})`, :math:`\omega = 2` (exact law) or
-    the surrogate's :math:`\gamma m (W_{i+} + W_{j+})/n`."""
-    n = Z.shape[0]
+    the surrogate's :math:`\gamma m (W_{i+} + W_{j+})/n`; over all pairs exactly, or from the
+    near pairs and the far field in 2-D above :data:`FIELD_FROM` points
+    (:func:`_binary_field`)."""
+    n, q = Z.shape
+    tot = None
     if negative_sampling is not None:
         m, gamma = negative_sampling
         tot = _row_totals(W, n, Z.dtype) * (float(gamma) * int(m) / n)
+    if _uses_field("B", kernel, n, q):
+        _binary_field(H, Z, kernel, tot)
+        return
 
     def fn(x):
         return -torch.nn.functional.softplus(kernel.log_k(x))
@@ -242,12 +277,107 @@ def _binary_repulsion(H, Z, W, kernel, negative_sampling) -> None:
     for rows, C, w in _blocks(Z):
         u, d2 = _pairs(Z, rows, C)
         _, d1, d2_ = _derivatives(fn, d2)
-        om = 2.0 * w if negative_sampling is None else w * (tot[rows][:, None] + tot[C])
+        om = 2.0 * w if tot is None else w * (tot[rows][:, None] + tot[C])
         H[rows] += _hess(d1, d2_, u, om)
+
+
+def _kernel_length(kernel) -> float:
+    r"""The kernel's length :math:`\ell`: the distance at which its odds fall to half of
+    :math:`\min(k(0), 1)` (UMAP's curve with the default ``min_dist``: about 1.1; the Cauchy
+    kernel: 1), by bisection on :math:`\log d^2`."""
+    def lk(x):
+        return float(kernel.log_k(torch.tensor([x], dtype=torch.float64))[0])
+
+    target = min(lk(0.0), 0.0) - math.log(2.0)
+    lo, hi = -40.0, 0.0
+    while lk(math.exp(hi)) > target and hi < 80.0:
+        hi += 4.0
+    for _ in range(60):
+        mid = 0.5 * (lo + hi)
+        lo, hi = (mid, hi) if lk(math.exp(mid)) > target else (lo, mid)
+    return math.exp(0.5 * hi)
+
+
+def _binary_field(H, Z, kernel, tot) -> None:
+    r"""The B law's repulsion sums :math:`\sum_{j\ne i}\omega_{ij}\nabla^2\phi(d_{ij}^2)`,
+    :math:`\phi = -\log(1+k)`, in 2-D without the all-pairs loop. :math:`\phi` is split at
+    :math:`r` = :data:`NEAR_NODES` grid spacings: the far part equals :math:`\phi` beyond
+    :math:`r` and its second-order Taylor polynomial in :math:`d^2` inside (so it is smooth
+    and finite at 0), summed for every pair by the FFT field on a grid of spacing
+    :data:`FIELD_SPACING` times the kernel's length (:func:`_kernel_length`); the near part,
+    :math:`\phi` minus the far part, vanishes beyond :math:`r` and is summed exactly over the
+    pairs within it (a k-d tree). :math:`\omega_{ij} = t_i + t_j` (the surrogate, ``tot`` =
+    :math:`t`) takes two sets of charges, 1 and :math:`t`; the exact law's
+    :math:`\omega = 2` one."""
+    from scipy.spatial import cKDTree
+
+    from .._compute.fft import Grid2D
+
+    def fn(x):
+        return -torch.nn.functional.softplus(kernel.log_k(x))
+
+    n = Z.shape[0]
+    grid = Grid2D(Z, FIELD_SPACING * _kernel_length(kernel))
+    r2 = (NEAR_NODES * float(grid.h)) ** 2
+    _, a1, a2 = _derivatives(fn, torch.tensor([r2], dtype=Z.dtype))
+    a1, a2 = float(a1[0]), float(a2[0])
+
+    def far(x):  # the far part's phi' and phi''
+        _, d1, d2_ = _derivatives(fn, x.clamp_min(r2))
+        inside = x < r2
+        return (torch.where(inside, a1 + a2 * (x - r2), d1),
+                torch.where(inside, torch.full_like(x, a2), d2_))
+
+    ox, oy = _offsets(grid, Z.dtype)
+    d1, d2_ = far(ox ** 2 + oy ** 2)
+    kernels = (lambda: 2 * d1 + 4 * d2_ * ox ** 2, lambda: 4 * d2_ * ox * oy,
+               lambda: 2 * d1 + 4 * d2_ * oy ** 2)
+    ones = torch.ones(1, n, dtype=Z.dtype)
+    charges = ones if tot is None else torch.cat([ones, tot[None]])
+    vals = _convolve(grid, charges, kernels)  # (3, C, n)
+    self_d1 = a1 - a2 * r2  # phi_far'(0): the j = i term of the field is 2 phi_far'(0) I
+    if tot is None:
+        parts, own = 2.0 * vals[:, 0], torch.full((n,), 4.0 * self_d1, dtype=Z.dtype)
+    else:
+        parts, own = tot * vals[:, 0] + vals[:, 1], 4.0 * self_d1 * tot
+    hxx, hxy, hyy = parts[0] - own, parts[1], parts[2] - own
+    H += torch.stack([hxx, hxy, hxy, hyy], -1).view(n, 2, 2)
+    pairs = torch.as_tensor(cKDTree(Z.cpu().numpy()).query_pairs(math.sqrt(r2),
+                                                                output_type="ndarray"))
+    for s in range(0, pairs.shape[0], _EDGE_BLOCK):
+        i, j = pairs[s:s + _EDGE_BLOCK].T.to(Z.device)
+        u = Z[i] - Z[j]
+        x = u.square().sum(-1)
+        _, e1, e2 = _derivatives(fn, x)
+        f1, f2 = a1 + a2 * (x - r2), a2  # the far part inside r: the Taylor polynomial
+        w = torch.full_like(x, 2.0) if tot is None else tot[i] + tot[j]
+        block = _hess((e1 - f1)[:, None], (e2 - f2)[:, None], u[:, None, :], w[:, None])
+        H.index_add_(0, i, block)
+        H.index_add_(0, j, block)
 
 
 def _kernel(kernel):
     return lambda x: torch.exp(kernel.log_k(x))
+
+
+def _offsets(grid, dtype):
+    """The (2G, 2G) circular grid of node offsets ``(ox, oy)`` of a field's grid."""
+    G, step = grid.G, float(grid.h)
+    k = torch.arange(2 * G, dtype=dtype)
+    k = torch.where(k < G, k, k - 2 * G) * step
+    return k[:, None].expand(2 * G, 2 * G), k[None, :].expand(2 * G, 2 * G)
+
+
+def _convolve(grid, charges: torch.Tensor, kernels) -> torch.Tensor:
+    """The field of each kernel (a callable giving its values on the node offsets) from each
+    set of charges (C, n), at the points: ``(len(kernels), C, n)`` -- one transform of the
+    charges, then one kernel at a time (six (2G)^2 grids and their transforms at once are a
+    gigabyte at G=1024)."""
+    G = grid.G
+    spread = torch.fft.rfft2(grid.spread(charges), s=(2 * G, 2 * G))
+    return torch.stack([grid.gather(torch.fft.irfft2(spread * torch.fft.rfft2(make()[None]),
+                                                     s=(2 * G, 2 * G))[..., :G, :G].contiguous())
+                        for make in kernels])
 
 
 def _field_sums(Z: torch.Tensor, kernel):
@@ -261,20 +391,12 @@ def _field_sums(Z: torch.Tensor, kernel):
     fixed = kernel.fixed()
     h = FIELD_SPACING * min(1.0, math.sqrt(2.0 * fixed.dof * fixed.scale ** 2 / (fixed.dof + 1.0)))
     grid = Grid2D(Z, h)
-    G, step = grid.G, float(grid.h)
-    k = torch.arange(2 * G, dtype=Z.dtype)
-    k = torch.where(k < G, k, k - 2 * G) * step
-    ox, oy = k[:, None].expand(2 * G, 2 * G), k[None, :].expand(2 * G, 2 * G)
+    ox, oy = _offsets(grid, Z.dtype)
     f, d1, d2_ = _derivatives(_kernel(kernel), ox ** 2 + oy ** 2)
     kernels = (lambda: f, lambda: 2 * d1 * ox, lambda: 2 * d1 * oy,
                lambda: 2 * d1 + 4 * d2_ * ox ** 2, lambda: 4 * d2_ * ox * oy,
                lambda: 2 * d1 + 4 * d2_ * oy ** 2)
-    charges = torch.fft.rfft2(grid.spread(torch.ones(1, Z.shape[0], dtype=Z.dtype)),
-                              s=(2 * G, 2 * G))
-    # one kernel at a time: six (2G)^2 grids and their transforms at once are a gigabyte at G=1024
-    vals = torch.cat([grid.gather(torch.fft.irfft2(charges * torch.fft.rfft2(make()[None]),
-                                                   s=(2 * G, 2 * G))[..., :G, :G].contiguous())
-                      for make in kernels])
+    vals = _convolve(grid, torch.ones(1, Z.shape[0], dtype=Z.dtype), kernels)[:, 0]
     f0, d10, _ = _derivatives(_kernel(kernel), torch.zeros(1, dtype=Z.dtype))
     S = vals[0] - f0
     g = vals[1:3].T
@@ -285,7 +407,7 @@ def _field_sums(Z: torch.Tensor, kernel):
 def _total_repulsion(H, Z, W, kernel) -> None:
     r"""E: :math:`-N(2\sum_j\nabla^2 k_{ij}/S - 4 g_i g_i^\top/S^2)`; the sums over all pairs
     exact up to :data:`FIELD_FROM` points, by FFT interpolation above (2-D Student kernels)."""
-    N = float(_edges(W)[2].sum())
+    N = sum(float(v.sum()) for _, _, v in _edges(W))
     n, q = Z.shape
     if _uses_field("E", kernel, n, q):
         Si, g, h = _field_sums(Z, kernel)

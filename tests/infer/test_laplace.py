@@ -63,11 +63,16 @@ def test_blocks_are_the_diagonal_blocks_of_the_hessian(law, kern, ns):
     beta, s = 2.5, 3.0
     P = point_precisions(Z, W, law, kernel, coupling_weight=beta, prior_precision=s ** -2,
                          negative_sampling=ns)
-    want = -beta * blocks + torch.eye(2, dtype=torch.float64) / s ** 2
-    pd = torch.linalg.eigvalsh(want).min(1).values > 1 / s ** 2
-    assert pd.any()
-    torch.testing.assert_close(P[pd], want[pd], rtol=1e-10, atol=1e-10)
-    # blocks that are not positive definite are raised to the prior's precision
+    lik = -beta * blocks
+    vals, vecs = torch.linalg.eigh(lik)
+    # a likelihood block's negative eigenvalues count by their magnitude (the saddle-free
+    # curvature), then the prior's precision is added
+    want = vecs @ torch.diag_embed(vals.abs()) @ vecs.transpose(1, 2) \
+        + torch.eye(2, dtype=torch.float64) / s ** 2
+    torch.testing.assert_close(P, want, rtol=1e-10, atol=1e-10)
+    pd = vals.min(1).values > 0
+    torch.testing.assert_close(P[pd], lik[pd] + torch.eye(2, dtype=torch.float64) / s ** 2,
+                               rtol=1e-10, atol=1e-10)
     assert bool((torch.linalg.eigvalsh(P).min(1).values >= 1 / s ** 2 - 1e-12).all())
 
 
@@ -165,6 +170,62 @@ def test_field_sums_match_the_exact_sums():
     err = (field - exact).norm(dim=(1, 2)) / exact.norm(dim=(1, 2)).mean()
     assert float(err.median()) < 0.01 and float(err.max()) < 0.05
     assert float(err.max()) > 0  # the field is an interpolation, not the same sums
+
+
+@pytest.mark.parametrize("surrogate", [False, True])
+def test_binary_field_matches_the_exact_sums(surrogate):
+    """The B law's curvature from the near pairs and the far field (UMAP's curve, clustered 2-D
+    points as in a UMAP map, with duplicates-free close pairs) against the all-pairs sums, for
+    the exact law and for the negative-sampling surrogate's pair weights."""
+    import probdr.laws.curvature as lap
+
+    g = torch.Generator().manual_seed(6)
+    n = 3000
+    centres = 8 * torch.randn(12, 2, dtype=torch.float64, generator=g)
+    Z = centres[torch.arange(n) % 12] + torch.randn(n, 2, dtype=torch.float64, generator=g)
+    i = torch.arange(n)
+    W = torch.sparse_coo_tensor(torch.stack([i, (i + 12) % n]),
+                                torch.rand(n, dtype=torch.float64, generator=g), (n, n))
+    kernel = get_kernel("umap").fixed()
+    ns = (5, 1.0) if surrogate else None
+    exact = torch.zeros(n, 2, 2, dtype=torch.float64)
+    lap._binary_repulsion(exact, Z, W.coalesce(), kernel, ns)
+    field_from = lap.FIELD_FROM
+    try:
+        lap.FIELD_FROM = 10
+        field = torch.zeros(n, 2, 2, dtype=torch.float64)
+        lap._binary_repulsion(field, Z, W.coalesce(), kernel, ns)
+    finally:
+        lap.FIELD_FROM = field_from
+    err = (field - exact).norm(dim=(1, 2)) / exact.norm(dim=(1, 2))
+    assert float(err.median()) < 0.01 and float(err.max()) < 0.05
+    assert float(err.max()) > 0  # the field is an interpolation, not the same sums
+
+
+def test_umap_laplace_from_the_field_agrees_with_the_exact_sums(digits, monkeypatch):
+    """UMAP's Laplace posterior on the digits (the negative-sampling surrogate's B law) with
+    the near pairs and far field against the all-pairs sums: the same MAP, the precision blocks
+    and the per-point spreads within a few per cent."""
+    import probdr.laws.curvature as lap
+
+    X, _ = digits
+    kw = dict(n_epochs=100, random_state=0, inference="laplace",
+              inference_params={"num_samples": 20})
+    exact = probdr.UMAP(**kw).fit(X)
+    monkeypatch.setattr(lap, "FIELD_FROM", 100)
+    field = probdr.UMAP(**kw).fit(X)
+    np.testing.assert_array_equal(field.map_embedding_, exact.map_embedding_)
+    Pa, Pb = (e.posterior_.diagnostics["precisions"] for e in (exact, field))
+    err = np.linalg.norm(Pb - Pa, axis=(1, 2)) / np.linalg.norm(Pa, axis=(1, 2))
+    assert np.median(err) < 0.02 and np.quantile(err, 0.99) < 0.06
+    # the spreads, where a block is not near-singular (there a 1 % change of the block moves
+    # the small eigenvalue, and so the spread, by any factor)
+    vals = np.linalg.eigvalsh(Pa)
+    well = vals[:, 0] > 0.1 * vals[:, 1]
+    a, b = (np.sqrt(np.einsum("nii->n", e.posterior_.diagnostics["covariances"]))
+            for e in (exact, field))
+    rel = np.abs(b / a - 1)[well]
+    assert well.mean() > 0.5 and np.median(rel) < 0.01 and rel.max() < 0.15
 
 
 def test_laplace_refused_where_it_would_sum_all_pairs(monkeypatch):
