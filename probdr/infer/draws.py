@@ -159,10 +159,11 @@ class GaussianDraws:
 # --------------------------------------------------------------------------------------------
 class Posterior:
     r"""Posterior draws of an embedding, Procrustes-aligned to ``reference``, and of the model's
-    other latent sites.
+    other latent sites. The constructor takes the attributes, in this order (``draws`` by
+    keyword).
 
-    Parameters and attributes
-    -------------------------
+    Attributes
+    ----------
     method : {"svi", "laplace", "mcmc", "transform"}
     chains : ndarray (num_chains, num_draws, n, q)
         Aligned draws of Z per chain (SVI: one "chain" of independent guide draws). A posterior
