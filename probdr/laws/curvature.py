@@ -56,6 +56,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import torch
 
 __all__ = ["point_precisions", "check_laplace", "LAWS", "FIELD_FROM", "EXACT_MAX_N"]
@@ -76,6 +77,9 @@ EXACT_MAX_N = 20_000
 #: the B law's pair function is split at this many grid spacings: an exact near part (the pairs
 #: within it, from a k-d tree) and a smooth far part (the FFT field)
 NEAR_NODES = 2.0
+#: about this many near partners per point at most: where the map is denser, the B law's field
+#: takes a finer grid (down to the grid's limit of MAX_GRID nodes a side)
+NEAR_PAIRS = 64
 
 
 def _derivatives(fn, d2: torch.Tensor):
@@ -298,6 +302,18 @@ def _kernel_length(kernel) -> float:
     return math.exp(0.5 * hi)
 
 
+def _near_spacing(points, tree, h: float) -> float:
+    """The field's grid spacing: ``h``, or less where the points within :data:`NEAR_NODES`
+    spacings of a point number more than :data:`NEAR_PAIRS` on average (counted from 4,096
+    points drawn with a fixed seed; the count falls as the square of the radius)."""
+    from scipy.spatial import cKDTree
+
+    n = len(points)
+    pick = np.random.default_rng(0).choice(n, min(n, 4096), replace=False)
+    near = (tree.count_neighbors(cKDTree(points[pick]), NEAR_NODES * h) - len(pick)) / len(pick)
+    return h if near <= NEAR_PAIRS else h * math.sqrt(NEAR_PAIRS / near)
+
+
 def _binary_field(H, Z, kernel, tot) -> None:
     r"""The B law's repulsion sums :math:`\sum_{j\ne i}\omega_{ij}\nabla^2\phi(d_{ij}^2)`,
     :math:`\phi = -\log(1+k)`, in 2-D without the all-pairs loop. :math:`\phi` is split at
@@ -317,7 +333,9 @@ def _binary_field(H, Z, kernel, tot) -> None:
         return -torch.nn.functional.softplus(kernel.log_k(x))
 
     n = Z.shape[0]
-    grid = Grid2D(Z, FIELD_SPACING * _kernel_length(kernel))
+    points = Z.cpu().numpy()
+    tree = cKDTree(points)
+    grid = Grid2D(Z, _near_spacing(points, tree, FIELD_SPACING * _kernel_length(kernel)))
     r2 = (NEAR_NODES * float(grid.h)) ** 2
     _, a1, a2 = _derivatives(fn, torch.tensor([r2], dtype=Z.dtype))
     a1, a2 = float(a1[0]), float(a2[0])
@@ -342,8 +360,7 @@ def _binary_field(H, Z, kernel, tot) -> None:
         parts, own = tot * vals[:, 0] + vals[:, 1], 4.0 * self_d1 * tot
     hxx, hxy, hyy = parts[0] - own, parts[1], parts[2] - own
     H += torch.stack([hxx, hxy, hxy, hyy], -1).view(n, 2, 2)
-    pairs = torch.as_tensor(cKDTree(Z.cpu().numpy()).query_pairs(math.sqrt(r2),
-                                                                output_type="ndarray"))
+    pairs = torch.as_tensor(tree.query_pairs(math.sqrt(r2), output_type="ndarray"))
     for s in range(0, pairs.shape[0], _EDGE_BLOCK):
         i, j = pairs[s:s + _EDGE_BLOCK].T.to(Z.device)
         u = Z[i] - Z[j]

@@ -172,13 +172,14 @@ def test_field_sums_match_the_exact_sums():
     assert float(err.max()) > 0  # the field is an interpolation, not the same sums
 
 
-@pytest.mark.parametrize("surrogate", [False, True])
-def test_binary_field_matches_the_exact_sums(surrogate):
+@pytest.mark.parametrize("surrogate,near_pairs", [(False, 64), (True, 64), (True, 1)])
+def test_binary_field_matches_the_exact_sums(surrogate, near_pairs, monkeypatch):
     """The B law's curvature from the near pairs and the far field (UMAP's curve, clustered 2-D
-    points as in a UMAP map, with duplicates-free close pairs) against the all-pairs sums, for
-    the exact law and for the negative-sampling surrogate's pair weights."""
+    points as in a UMAP map) against the all-pairs sums, for the exact law and for the negative-sampling surrogate's pair weights, with the grid as it
+    comes and made finer to keep few near pairs."""
     import probdr.laws.curvature as lap
 
+    monkeypatch.setattr(lap, "NEAR_PAIRS", near_pairs)  # 1: a finer grid, fewer near pairs
     g = torch.Generator().manual_seed(6)
     n = 3000
     centres = 8 * torch.randn(12, 2, dtype=torch.float64, generator=g)
@@ -200,6 +201,13 @@ def test_binary_field_matches_the_exact_sums(surrogate):
     err = (field - exact).norm(dim=(1, 2)) / exact.norm(dim=(1, 2))
     assert float(err.median()) < 0.01 and float(err.max()) < 0.05
     assert float(err.max()) > 0  # the field is an interpolation, not the same sums
+    from scipy.spatial import cKDTree
+
+    h = lap.FIELD_SPACING * lap._kernel_length(kernel)
+    spacing = lap._near_spacing(Z.numpy(), cKDTree(Z.numpy()), h)
+    assert (spacing < h) == (near_pairs == 1)
+    near = cKDTree(Z.numpy()).query_pairs(lap.NEAR_NODES * spacing, output_type="ndarray")
+    assert 2 * len(near) / n < 1.5 * near_pairs
 
 
 def test_umap_laplace_from_the_field_agrees_with_the_exact_sums(digits, monkeypatch):
