@@ -16,7 +16,8 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["Posterior", "GaussianDraws", "procrustes_align", "chain_statistics", "PointSummary", "point_summary"]
+__all__ = ["Posterior", "GaussianDraws", "procrustes_align", "chain_statistics", "PointSummary",
+           "point_summary"]
 
 
 # --------------------------------------------------------------------------------------------
