@@ -340,11 +340,13 @@ def _binary_field(H, Z, kernel, tot) -> None:
     _, a1, a2 = _derivatives(fn, torch.tensor([r2], dtype=Z.dtype))
     a1, a2 = float(a1[0]), float(a2[0])
 
+    def inner(x):  # the far part's phi' and phi'' inside r: its Taylor polynomial
+        return a1 + a2 * (x - r2), torch.full_like(x, a2)
+
     def far(x):  # the far part's phi' and phi''
         _, d1, d2_ = _derivatives(fn, x.clamp_min(r2))
-        inside = x < r2
-        return (torch.where(inside, a1 + a2 * (x - r2), d1),
-                torch.where(inside, torch.full_like(x, a2), d2_))
+        (p1, p2), inside = inner(x), x < r2
+        return torch.where(inside, p1, d1), torch.where(inside, p2, d2_)
 
     ox, oy = _offsets(grid, Z.dtype)
     d1, d2_ = far(ox ** 2 + oy ** 2)
@@ -366,7 +368,7 @@ def _binary_field(H, Z, kernel, tot) -> None:
         u = Z[i] - Z[j]
         x = u.square().sum(-1)
         _, e1, e2 = _derivatives(fn, x)
-        f1, f2 = a1 + a2 * (x - r2), a2  # the far part inside r: the Taylor polynomial
+        f1, f2 = inner(x)  # every near pair lies inside r
         w = torch.full_like(x, 2.0) if tot is None else tot[i] + tot[j]
         block = _hess((e1 - f1)[:, None], (e2 - f2)[:, None], u[:, None, :], w[:, None])
         H.index_add_(0, i, block)
