@@ -65,10 +65,13 @@ def new_point_log_likelihood(Z: torch.Tensor, edges: tuple, Z_ref: torch.Tensor,
     nonedge_weight : tensor (m,), optional
         Bernoulli rows only: the weight of every pair's non-edge term (expected negative
         sampling); ``None`` is the exact B law, :math:`1 - p_{ij}`.
-    field : probdr._compute.fft.CauchyField, optional
-        Categorical rows with the Cauchy kernel in 2-D: the normaliser
-        :math:`\log\sum_j K_{ij}` interpolated from the reference points' field (computed
-        once) instead of summed over all pairs.
+    field : probdr._compute.fft.CauchyField or probdr._compute.pair_field.ReferenceField, optional
+        In 2-D, the reference points' field (computed once): for categorical rows with the
+        Cauchy kernel (:class:`~probdr._compute.fft.CauchyField`), the normaliser
+        :math:`\log\sum_j K_{ij}` interpolated; for Bernoulli rows
+        (:class:`~probdr._compute.pair_field.ReferenceField` of :math:`-\log(1 + K)`), the
+        non-edge sum :math:`-\sum_j \log(1 + K_{ij})`, near pairs exact and the far part
+        interpolated. ``None``: sums over all pairs.
 
     Returns
     -------
@@ -97,15 +100,24 @@ def new_point_log_likelihood(Z: torch.Tensor, edges: tuple, Z_ref: torch.Tensor,
     if row_law == "bernoulli":
         # log sigma(log K) = log K - log(1 + K); log sigma(-log K) = -log(1 + K)
         attraction = per_row(logk_e - F.softplus(logk_e))
-        d2 = pairwise_sq_distances(Z.reshape(-1, q), Z_ref).reshape(*lead, m, -1)  # (..., m, n)
-        if kernel.heavy_tailed:
-            repel = -torch.log1p(kernel.k_and_dlog_k(d2)[0])
-        else:
-            repel = -F.softplus(kernel.log_k(d2))
+        repel = _nonedge_sums(Z, Z_ref, kernel, field)
         if nonedge_weight is None:  # (1 - p_ij) on every pair
-            return attraction + repel.sum(-1) - per_row(-F.softplus(logk_e))
-        return attraction + nonedge_weight * repel.sum(-1)
+            return attraction + repel - per_row(-F.softplus(logk_e))
+        return attraction + nonedge_weight * repel
     raise ValueError(f"row_law must be one of {ROW_LAWS}, got {row_law!r}.")
+
+
+def _nonedge_sums(Z: torch.Tensor, Z_ref: torch.Tensor, kernel, field=None) -> torch.Tensor:
+    """:math:`\\sum_j \\log\\sigma(-\\log K_{ij}) = -\\sum_j \\log(1 + K_{ij})` over all the
+    reference points, (..., m): from the references' field (near pairs exact, far part
+    interpolated) when one is given, else over all pairs."""
+    if field is not None:
+        return field.sum(Z)
+    m, q = Z.shape[-2:]
+    d2 = pairwise_sq_distances(Z.reshape(-1, q), Z_ref).reshape(*Z.shape[:-2], m, -1)
+    if kernel.heavy_tailed:
+        return -torch.log1p(kernel.k_and_dlog_k(d2)[0]).sum(-1)
+    return -F.softplus(kernel.log_k(d2)).sum(-1)
 
 
 def new_points_model(edges: tuple, Z_ref: torch.Tensor, kernel, n_components: int, n_new: int, *,

@@ -316,6 +316,25 @@ def cauchy_log_total(Z: torch.Tensor, spacing: float | None = None, *,
                                     rows, reduce)
 
 
+def box_grid(corners: torch.Tensor, Z: torch.Tensor, spacing: float):
+    """The grid of the box ``corners`` (2, 2) (lower and upper corner), with the stencils of
+    the points ``Z`` on it, and ``(lower corner, spacing, side)``: a field of ``Z`` computed
+    once on it is then read at any point of the box (:func:`read_grid`)."""
+    grid = Grid2D(torch.cat([corners, Z]), spacing)  # the box's grid, on the corners and Z
+    grid.flat_index, grid.weight = grid.flat_index[32:], grid.weight[2:]
+    return grid, (corners[0], grid.h, grid.G)
+
+
+def read_grid(grids: torch.Tensor, Z: torch.Tensor, lo, h, G: int) -> torch.Tensor:
+    """Node grids (C, G, G) of the grid with lower corner ``lo``, spacing ``h`` and side ``G``
+    (:func:`box_grid`) read at the points ``Z`` (m, 2), which lie at least two spacings inside:
+    ``(C, m)``."""
+    grid = Grid2D.__new__(Grid2D)
+    grid.G, grid.h = G, h
+    grid.flat_index, grid.weight = _stencil(Z, lo, h, G, clamp=False)
+    return grid.gather(grids)
+
+
 class CauchyField:
     r"""The field :math:`S(z) = \sum_j (1 + \|z - z_j\|^2)^{-1}` of fixed 2-D reference points
     :math:`z_j`, and its gradient, interpolated from a grid computed once (one FFT): new points
@@ -328,12 +347,8 @@ class CauchyField:
         Zr = Z_ref.detach()
         lo, hi = Zr.min(0).values, Zr.max(0).values
         pad = margin * float((hi - lo).max()) + 5.0
-        corners = torch.stack([lo - pad, hi + pad])
-        grid = Grid2D(corners, spacing)
-        self.lo, self.h, self.G = corners[0], grid.h, grid.G
+        ref, (self.lo, self.h, self.G) = box_grid(torch.stack([lo - pad, hi + pad]), Zr, spacing)
         self.Z_ref = Zr
-        ref = Grid2D(torch.cat([corners, Zr]), spacing)  # the same grid (same box), on Z_ref
-        ref.flat_index, ref.weight = ref.flat_index[32:], ref.weight[2:]
         self.c = Zr.mean(0)
         self.grids = _cauchy_grids(ref, Zr, self.c).contiguous()
         self._by_dtype = {self.grids.dtype: self.grids}
@@ -354,11 +369,8 @@ class CauchyField:
         out = torch.empty(4, Z.shape[0], dtype=Z.dtype)
         inside = self._inside(Z)
         if bool(inside.any()):
-            grid = Grid2D.__new__(Grid2D)
-            grid.G, grid.h = self.G, self.h
-            grid.flat_index, grid.weight = _stencil(Z[inside], self.lo.to(Z.dtype), self.h,
-                                                    self.G, clamp=False)
-            out[:, inside] = grid.gather(self._grids(Z.dtype))
+            out[:, inside] = read_grid(self._grids(Z.dtype), Z[inside], self.lo.to(Z.dtype),
+                                       self.h, self.G)
         if not bool(inside.all()):
             w = (1.0 + torch.cdist(Z[~inside], self.Z_ref.to(Z.dtype)).square()).reciprocal()
             w2 = w * w

@@ -24,6 +24,7 @@ import torch
 from sklearn.utils.metadata_routing import UNUSED
 
 from .._compute.fft import CauchyField
+from .._compute.pair_field import ReferenceField, kernel_length
 from .._utils import check_number, generator
 from ..infer.map import Phase, run_map
 from ..input.graph import prior_kind
@@ -43,8 +44,10 @@ BATCH_PAIRS = 2**22
 #: with ``z_prior=None`` the draws use an isotropic Gaussian prior centred on the embedding with
 #: this many times its RMS spread as scale (weak, but proper)
 SAMPLE_PRIOR_SCALE = 10.0
-#: with at least this many training points, 2-D Cauchy rows take their normaliser from the
-#: training points' interpolated field (:class:`probdr._compute.fft.CauchyField`, built once per call)
+#: with at least this many training points, 2-D new points take their all-pairs sums from the
+#: training points' field, built once per call: the normaliser of Cauchy rows
+#: (:class:`probdr._compute.fft.CauchyField`), the non-edge sum of Bernoulli rows
+#: (:class:`probdr._compute.pair_field.ReferenceField`)
 FIELD_MIN_N = 1000
 #: target acceptance rate of the random-walk chains (about optimal in 1 to 3 dimensions)
 TARGET_ACCEPT = 0.35
@@ -132,12 +135,20 @@ class NewPointsMixin:
         return side.rows(X_new), side.matches(X_new)
 
     def _field(self, Z_ref: torch.Tensor):
-        """The interpolated normaliser field of the training points, where it applies (2-D,
-        Cauchy kernel, categorical rows, at least ``FIELD_MIN_N`` training points)."""
+        """The training points' field for new points in 2-D with at least ``FIELD_MIN_N``
+        training points: for categorical rows with the Cauchy kernel, the interpolated
+        normaliser (:class:`~probdr._compute.fft.CauchyField`); for Bernoulli rows (UMAP,
+        LargeVis; any kernel), the non-edge sum's near pairs and far field
+        (:class:`~probdr._compute.pair_field.ReferenceField`). ``None`` otherwise."""
         k = self.kernel_
         n, q = Z_ref.shape
-        if (q == 2 and n >= FIELD_MIN_N and getattr(k, "name", "") == "student"
-                and getattr(k, "dof", None) == 1.0 and self._row_model(n)[0] == "categorical"):
+        if q != 2 or n < FIELD_MIN_N:
+            return None
+        row_law = self._row_model(n)[0]
+        if row_law == "bernoulli":
+            return ReferenceField(Z_ref, lambda x: -torch.nn.functional.softplus(k.log_k(x)),
+                                  kernel_length(k))
+        if getattr(k, "name", "") == "student" and getattr(k, "dof", None) == 1.0:
             return CauchyField(Z_ref.to(torch.float64))
         return None
 

@@ -56,8 +56,18 @@ from __future__ import annotations
 
 import math
 
-import numpy as np
 import torch
+
+from .._compute.pair_field import (
+    FIELD_SPACING,
+    NEAR_NODES,
+    NearFarSplit,
+    convolve,
+    derivatives,
+    kernel_length,
+    near_spacing,
+    offsets,
+)
 
 __all__ = ["point_precisions", "check_laplace", "LAWS", "FIELD_FROM", "EXACT_MAX_N"]
 
@@ -68,31 +78,8 @@ _EDGE_BLOCK = 1 << 19
 #: above this many points the E law's all-pairs sums of a 2-D Student kernel (t-SNE) come from
 #: the FFT-interpolated field, as the MAP fit's normaliser does
 FIELD_FROM = 5_000
-#: the field's grid spacing (times the kernel's width, as the MAP's FFT normaliser; the grid
-#: has at most MAX_GRID nodes per side, so very large maps get a coarser one): 0.125 keeps the
-#: curvature sums within about 1 % of the exact ones
-FIELD_SPACING = 0.125
 #: the all-pairs sums are refused above this many points where no field covers them
 EXACT_MAX_N = 20_000
-#: the B law's pair function is split at this many grid spacings: an exact near part (the pairs
-#: within it, from a k-d tree) and a smooth far part (the FFT field)
-NEAR_NODES = 2.0
-#: about this many near partners per point at most: where the map is denser, the B law's field
-#: takes a finer grid (down to the grid's limit of MAX_GRID nodes a side)
-NEAR_PAIRS = 64
-
-
-def _derivatives(fn, d2: torch.Tensor):
-    r""":math:`\phi, \phi', \phi''` of an elementwise function of :math:`d^2` (autograd)."""
-    with torch.enable_grad():
-        x = d2.detach().requires_grad_(True)
-        f = fn(x)
-        (d1,) = torch.autograd.grad(f.sum(), x, create_graph=True)
-        if d1.requires_grad:
-            (d2_,) = torch.autograd.grad(d1.sum(), x)
-        else:  # phi' constant (e.g. a Gaussian kernel's log k)
-            d2_ = torch.zeros_like(x)
-    return f.detach(), d1.detach(), d2_.detach()
 
 
 def _hess(d1, d2_, u, w):
@@ -255,7 +242,7 @@ def _attraction(H, Z, W, kernel, surrogate: bool) -> None:
         fn = kernel.log_k
     for rs, cs, v in _edges(W):
         u = Z[rs] - Z[cs]
-        _, d1, d2_ = _derivatives(fn, u.square().sum(-1))
+        _, d1, d2_ = derivatives(fn, u.square().sum(-1))
         block = _hess(d1[:, None], d2_[:, None], u[:, None, :], v.to(Z.dtype)[:, None])
         H.index_add_(0, rs, block)
         H.index_add_(0, cs, block)
@@ -280,47 +267,19 @@ def _binary_repulsion(H, Z, W, kernel, negative_sampling) -> None:
 
     for rows, C, w in _blocks(Z):
         u, d2 = _pairs(Z, rows, C)
-        _, d1, d2_ = _derivatives(fn, d2)
+        _, d1, d2_ = derivatives(fn, d2)
         om = 2.0 * w if tot is None else w * (tot[rows][:, None] + tot[C])
         H[rows] += _hess(d1, d2_, u, om)
 
 
-def _kernel_length(kernel) -> float:
-    r"""The kernel's length :math:`\ell`: the distance at which its odds fall to half of
-    :math:`\min(k(0), 1)` (UMAP's curve with the default ``min_dist``: about 1.1; the Cauchy
-    kernel: 1), by bisection on :math:`\log d^2`."""
-    def lk(x):
-        return float(kernel.log_k(torch.tensor([x], dtype=torch.float64))[0])
-
-    target = min(lk(0.0), 0.0) - math.log(2.0)
-    lo, hi = -40.0, 0.0
-    while lk(math.exp(hi)) > target and hi < 80.0:
-        hi += 4.0
-    for _ in range(60):
-        mid = 0.5 * (lo + hi)
-        lo, hi = (mid, hi) if lk(math.exp(mid)) > target else (lo, mid)
-    return math.exp(0.5 * hi)
-
-
-def _near_spacing(points, tree, h: float) -> float:
-    """The field's grid spacing: ``h``, or less where the points within :data:`NEAR_NODES`
-    spacings of a point number more than :data:`NEAR_PAIRS` on average (counted from 4,096
-    points drawn with a fixed seed; the count falls as the square of the radius)."""
-    from scipy.spatial import cKDTree
-
-    n = len(points)
-    pick = np.random.default_rng(0).choice(n, min(n, 4096), replace=False)
-    near = (tree.count_neighbors(cKDTree(points[pick]), NEAR_NODES * h) - len(pick)) / len(pick)
-    return h if near <= NEAR_PAIRS else h * math.sqrt(NEAR_PAIRS / near)
-
-
 def _binary_field(H, Z, kernel, tot) -> None:
     r"""The B law's repulsion sums :math:`\sum_{j\ne i}\omega_{ij}\nabla^2\phi(d_{ij}^2)`,
-    :math:`\phi = -\log(1+k)`, in 2-D without the all-pairs loop. :math:`\phi` is split at
+    :math:`\phi = -\log(1+k)`, in 2-D without the all-pairs loop
+    (:mod:`probdr._compute.pair_field`). :math:`\phi` is split at
     :math:`r` = :data:`NEAR_NODES` grid spacings: the far part equals :math:`\phi` beyond
     :math:`r` and its second-order Taylor polynomial in :math:`d^2` inside (so it is smooth
     and finite at 0), summed for every pair by the FFT field on a grid of spacing
-    :data:`FIELD_SPACING` times the kernel's length (:func:`_kernel_length`); the near part,
+    :data:`FIELD_SPACING` times the kernel's length (:func:`~probdr._compute.pair_field.kernel_length`); the near part,
     :math:`\phi` minus the far part, vanishes beyond :math:`r` and is summed exactly over the
     pairs within it (a k-d tree). :math:`\omega_{ij} = t_i + t_j` (the surrogate, ``tot`` =
     :math:`t`) takes two sets of charges, 1 and :math:`t`; the exact law's
@@ -335,27 +294,18 @@ def _binary_field(H, Z, kernel, tot) -> None:
     n = Z.shape[0]
     points = Z.cpu().numpy()
     tree = cKDTree(points)
-    grid = Grid2D(Z, _near_spacing(points, tree, FIELD_SPACING * _kernel_length(kernel)))
-    r2 = (NEAR_NODES * float(grid.h)) ** 2
-    _, a1, a2 = _derivatives(fn, torch.tensor([r2], dtype=Z.dtype))
-    a1, a2 = float(a1[0]), float(a2[0])
+    grid = Grid2D(Z, near_spacing(points, tree, FIELD_SPACING * kernel_length(kernel)))
+    split = NearFarSplit(fn, (NEAR_NODES * float(grid.h)) ** 2, Z.dtype)
+    r2, inner, far = split.r2, split.inner, split.far
 
-    def inner(x):  # the far part's phi' and phi'' inside r: its Taylor polynomial
-        return a1 + a2 * (x - r2), torch.full_like(x, a2)
-
-    def far(x):  # the far part's phi' and phi''
-        _, d1, d2_ = _derivatives(fn, x.clamp_min(r2))
-        (p1, p2), inside = inner(x), x < r2
-        return torch.where(inside, p1, d1), torch.where(inside, p2, d2_)
-
-    ox, oy = _offsets(grid, Z.dtype)
+    ox, oy = offsets(grid, Z.dtype)
     d1, d2_ = far(ox ** 2 + oy ** 2)
     kernels = (lambda: 2 * d1 + 4 * d2_ * ox ** 2, lambda: 4 * d2_ * ox * oy,
                lambda: 2 * d1 + 4 * d2_ * oy ** 2)
     ones = torch.ones(1, n, dtype=Z.dtype)
     charges = ones if tot is None else torch.cat([ones, tot[None]])
-    vals = _convolve(grid, charges, kernels)  # (3, C, n)
-    self_d1 = a1 - a2 * r2  # phi_far'(0): the j = i term of the field is 2 phi_far'(0) I
+    vals = convolve(grid, charges, kernels)  # (3, C, n)
+    self_d1 = split.self_d1  # phi_far'(0): the j = i term of the field is 2 phi_far'(0) I
     if tot is None:
         parts, own = 2.0 * vals[:, 0], torch.full((n,), 4.0 * self_d1, dtype=Z.dtype)
     else:
@@ -367,7 +317,7 @@ def _binary_field(H, Z, kernel, tot) -> None:
         i, j = pairs[s:s + _EDGE_BLOCK].T.to(Z.device)
         u = Z[i] - Z[j]
         x = u.square().sum(-1)
-        _, e1, e2 = _derivatives(fn, x)
+        _, e1, e2 = derivatives(fn, x)
         f1, f2 = inner(x)  # every near pair lies inside r
         w = torch.full_like(x, 2.0) if tot is None else tot[i] + tot[j]
         block = _hess((e1 - f1)[:, None], (e2 - f2)[:, None], u[:, None, :], w[:, None])
@@ -377,26 +327,6 @@ def _binary_field(H, Z, kernel, tot) -> None:
 
 def _kernel(kernel):
     return lambda x: torch.exp(kernel.log_k(x))
-
-
-def _offsets(grid, dtype):
-    """The (2G, 2G) circular grid of node offsets ``(ox, oy)`` of a field's grid."""
-    G, step = grid.G, float(grid.h)
-    k = torch.arange(2 * G, dtype=dtype)
-    k = torch.where(k < G, k, k - 2 * G) * step
-    return k[:, None].expand(2 * G, 2 * G), k[None, :].expand(2 * G, 2 * G)
-
-
-def _convolve(grid, charges: torch.Tensor, kernels) -> torch.Tensor:
-    """The field of each kernel (a callable giving its values on the node offsets) from each
-    set of charges (C, n), at the points: ``(len(kernels), C, n)`` -- one transform of the
-    charges, then one kernel at a time (six (2G)^2 grids and their transforms at once are a
-    gigabyte at G=1024)."""
-    G = grid.G
-    spread = torch.fft.rfft2(grid.spread(charges), s=(2 * G, 2 * G))
-    return torch.stack([grid.gather(torch.fft.irfft2(spread * torch.fft.rfft2(make()[None]),
-                                                     s=(2 * G, 2 * G))[..., :G, :G].contiguous())
-                        for make in kernels])
 
 
 def _field_sums(Z: torch.Tensor, kernel):
@@ -410,13 +340,13 @@ def _field_sums(Z: torch.Tensor, kernel):
     fixed = kernel.fixed()
     h = FIELD_SPACING * min(1.0, math.sqrt(2.0 * fixed.dof * fixed.scale ** 2 / (fixed.dof + 1.0)))
     grid = Grid2D(Z, h)
-    ox, oy = _offsets(grid, Z.dtype)
-    f, d1, d2_ = _derivatives(_kernel(kernel), ox ** 2 + oy ** 2)
+    ox, oy = offsets(grid, Z.dtype)
+    f, d1, d2_ = derivatives(_kernel(kernel), ox ** 2 + oy ** 2)
     kernels = (lambda: f, lambda: 2 * d1 * ox, lambda: 2 * d1 * oy,
                lambda: 2 * d1 + 4 * d2_ * ox ** 2, lambda: 4 * d2_ * ox * oy,
                lambda: 2 * d1 + 4 * d2_ * oy ** 2)
-    vals = _convolve(grid, torch.ones(1, Z.shape[0], dtype=Z.dtype), kernels)[:, 0]
-    f0, d10, _ = _derivatives(_kernel(kernel), torch.zeros(1, dtype=Z.dtype))
+    vals = convolve(grid, torch.ones(1, Z.shape[0], dtype=Z.dtype), kernels)[:, 0]
+    f0, d10, _ = derivatives(_kernel(kernel), torch.zeros(1, dtype=Z.dtype))
     S = vals[0] - f0
     g = vals[1:3].T
     hess = torch.stack([vals[3] - 2 * d10, vals[4], vals[4], vals[5] - 2 * d10], -1)
@@ -436,7 +366,7 @@ def _total_repulsion(H, Z, W, kernel) -> None:
     hk, S = [], 0.0
     for rows, C, w in _blocks(Z):
         u, d2 = _pairs(Z, rows, C)
-        f, d1, d2_ = _derivatives(_kernel(kernel), d2)
+        f, d1, d2_ = derivatives(_kernel(kernel), d2)
         S += float((w * f).sum())
         hk.append((rows, _hess(d1, d2_, u, w), _grad(d1, u, w)))
     for rows, h, g in hk:
@@ -454,7 +384,7 @@ def _row_repulsion(H, Z, W, kernel) -> None:
         S[rows] = (w * torch.exp(kernel.log_k(d2))).sum(-1)
     for rows, C, w in blocks:
         u, d2 = _pairs(Z, rows, C)
-        _, d1, d2_ = _derivatives(_kernel(kernel), d2)
+        _, d1, d2_ = derivatives(_kernel(kernel), d2)
         g = _grad(d1, u, w)
         own = _hess(d1, d2_, u, w) / S[rows][:, None, None] - (
             g[:, :, None] * g[:, None, :]) / S[rows][:, None, None] ** 2

@@ -199,6 +199,28 @@ def test_sample_transform_umap_and_uncertainty_plot(digits):
     assert len(ax.collections) >= 2
 
 
+def test_umap_new_points_from_the_field_agree_with_the_all_pairs_sums(digits, monkeypatch):
+    """UMAP's new points against 1,500 fitted digits: ``transform`` and ``sample_transform``
+    with the training points' field (near pairs exact, far part interpolated) land where the
+    all-pairs sums put them, with the same spreads."""
+    import probdr.estimators.coupling_new_points as cnp
+
+    X, _ = digits
+    est = probdr.UMAP(random_state=0, n_epochs=100).fit(X[:1500])
+    assert est._field(torch.as_tensor(est.embedding_)) is not None
+    new = X[1500:1600]
+    field_map = est.transform(new)
+    field_draws = est.sample_transform(new, num_samples=100, random_state=0)
+    monkeypatch.setattr(cnp, "FIELD_MIN_N", 10**9)
+    exact_map = est.transform(new)
+    exact_draws = est.sample_transform(new, num_samples=100, random_state=0)
+    scale = cnp._nn_scale(torch.as_tensor(est.embedding_), torch.Generator().manual_seed(0))
+    moved = np.linalg.norm(field_map - exact_map, axis=1) / scale
+    assert np.median(moved) < 0.02 and np.max(moved) < 0.2
+    sd_f, sd_e = (np.sqrt(d.var(0).sum(1)) for d in (field_draws, exact_draws))
+    assert 0.9 < np.median(sd_f / sd_e) < 1.1
+
+
 @pytest.mark.parametrize("optimizer", ["gains", "sgd", "adam"])
 def test_fit_then_optimize_equals_one_longer_fit(digits, optimizer):
     X = digits[0][:300]

@@ -177,9 +177,10 @@ def test_binary_field_matches_the_exact_sums(surrogate, near_pairs, monkeypatch)
     """The B law's curvature from the near pairs and the far field (UMAP's curve, clustered 2-D
     points as in a UMAP map) against the all-pairs sums, for the exact law and for the negative-sampling surrogate's pair weights, with the grid as it
     comes and made finer to keep few near pairs."""
+    import probdr._compute.pair_field as pf
     import probdr.laws.curvature as lap
 
-    monkeypatch.setattr(lap, "NEAR_PAIRS", near_pairs)  # 1: a finer grid, fewer near pairs
+    monkeypatch.setattr(pf, "NEAR_PAIRS", near_pairs)  # 1: a finer grid, fewer near pairs
     g = torch.Generator().manual_seed(6)
     n = 3000
     centres = 8 * torch.randn(12, 2, dtype=torch.float64, generator=g)
@@ -203,10 +204,10 @@ def test_binary_field_matches_the_exact_sums(surrogate, near_pairs, monkeypatch)
     assert float(err.max()) > 0  # the field is an interpolation, not the same sums
     from scipy.spatial import cKDTree
 
-    h = lap.FIELD_SPACING * lap._kernel_length(kernel)
-    spacing = lap._near_spacing(Z.numpy(), cKDTree(Z.numpy()), h)
+    h = pf.FIELD_SPACING * pf.kernel_length(kernel)
+    spacing = pf.near_spacing(Z.numpy(), cKDTree(Z.numpy()), h)
     assert (spacing < h) == (near_pairs == 1)
-    near = cKDTree(Z.numpy()).query_pairs(lap.NEAR_NODES * spacing, output_type="ndarray")
+    near = cKDTree(Z.numpy()).query_pairs(pf.NEAR_NODES * spacing, output_type="ndarray")
     assert 2 * len(near) / n < 1.5 * near_pairs
 
 
