@@ -227,8 +227,8 @@ openTSNE `TSNE(n_jobs=-1)`; umap-learn `UMAP(n_jobs=-1)` (no seed: a seed makes 
 single-threaded); scikit-learn `TSNE(n_jobs=-1)`; PaCMAP `PaCMAP()`; TriMap `TRIMAP()`; TorchDR
 `TSNE(device="cpu")` and `UMAP(device="cpu")`. A fit that runs past 900 s or above 16 GiB is
 stopped and shown as such. A subset: `--data digits mnist5k --methods probdr-tsne opentsne`;
-a million points (probdr's TSNE and UMAP and umap-learn, 5 to 12 minutes each):
-`--data mnistdef1m`.
+a million points (probdr's TSNE and UMAP and umap-learn, 5 to 12 minutes each; openTSNE
+about 35 minutes, past the default limit): `--data mnistdef1m --timeout 2400`.
 
 ![time against trustworthiness](_static/benchmarks-time-quality.svg)
 """
