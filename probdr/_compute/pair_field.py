@@ -209,7 +209,7 @@ class ReferenceField:
         Z = Z.detach().to(torch.float64).cpu()
         m = Z.shape[0]
         F = torch.zeros(m, dtype=Z.dtype)
-        G = torch.zeros(m, 2, dtype=Z.dtype) if grad else None
+        dF = torch.zeros(m, 2, dtype=Z.dtype) if grad else None
         inside = self._inside(Z)
         if bool(inside.any()):
             idx = inside.nonzero().flatten()
@@ -217,13 +217,13 @@ class ReferenceField:
                             self.G)
             F[idx] = far[0]
             if grad:
-                G[idx] = far[1:].T
-            self._near(Z, idx, F, G)
+                dF[idx] = far[1:].T
+            self._near(Z, idx, F, dF)
         if not bool(inside.all()):
-            self._exact(Z, (~inside).nonzero().flatten(), F, G)
-        return F, G
+            self._exact(Z, (~inside).nonzero().flatten(), F, dF)
+        return F, dF
 
-    def _near(self, Z, idx, F, G) -> None:
+    def _near(self, Z, idx, F, dF) -> None:
         """Adds the near part at the rows ``idx`` of ``Z``: the references within the radius."""
         lists = self.tree.query_ball_point(Z[idx].numpy(), math.sqrt(self.split.r2))
         counts = np.fromiter(map(len, lists), dtype=np.int64, count=len(lists))
@@ -232,25 +232,28 @@ class ReferenceField:
         rows = idx.repeat_interleave(torch.as_tensor(counts))
         u = Z[rows] - self.Z_ref[cols]
         x = u.square().sum(-1)
-        if G is None:
+        if dF is None:
             F.index_add_(0, rows, self.fn(x) - self.split.inner_value(x))
             return
         f, d1 = derivatives(self.fn, x, order=1)
         p1, _ = self.split.inner(x)
         F.index_add_(0, rows, f - self.split.inner_value(x))
-        G.index_add_(0, rows, 2.0 * (d1 - p1)[:, None] * u)
+        dF.index_add_(0, rows, 2.0 * (d1 - p1)[:, None] * u)
 
-    def _exact(self, Z, idx, F, G) -> None:
+    def _exact(self, Z, idx, F, dF) -> None:
         """The all-pairs sums at the rows ``idx`` of ``Z`` (outside the grid)."""
         n = self.Z_ref.shape[0]
         step = max(1, _BLOCK // max(n, 1))
         for s in range(0, idx.numel(), step):
             rows = idx[s:s + step]
             u = Z[rows][:, None, :] - self.Z_ref[None]
-            f, d1 = derivatives(self.fn, u.square().sum(-1), order=1)
+            x = u.square().sum(-1)
+            if dF is None:
+                F[rows] = self.fn(x).sum(1)
+                continue
+            f, d1 = derivatives(self.fn, x, order=1)
             F[rows] = f.sum(1)
-            if G is not None:
-                G[rows] = 2.0 * (d1[..., None] * u).sum(1)
+            dF[rows] = 2.0 * (d1[..., None] * u).sum(1)
 
     def sum(self, Z: torch.Tensor) -> torch.Tensor:
         """:math:`F(z)` for ``Z`` (..., m, 2), differentiable, in ``Z``'s dtype."""
@@ -260,12 +263,12 @@ class ReferenceField:
 class _ReferenceFieldSum(torch.autograd.Function):
     @staticmethod
     def forward(ctx, Z, field):
-        F, G = field.value_and_grad(Z.reshape(-1, 2), grad=ctx.needs_input_grad[0])
-        if G is not None:
-            ctx.save_for_backward(G.to(Z.dtype).reshape(Z.shape))
+        F, dF = field.value_and_grad(Z.reshape(-1, 2), grad=ctx.needs_input_grad[0])
+        if dF is not None:
+            ctx.save_for_backward(dF.to(Z.dtype).reshape(Z.shape))
         return F.to(device=Z.device, dtype=Z.dtype).reshape(Z.shape[:-1])
 
     @staticmethod
     def backward(ctx, g):
-        (G,) = ctx.saved_tensors
-        return G.to(g.device) * g[..., None], None
+        (dF,) = ctx.saved_tensors
+        return dF.to(g.device) * g[..., None], None
