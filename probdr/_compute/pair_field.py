@@ -29,7 +29,8 @@ import torch
 from .fft import box_grid, read_grid
 
 __all__ = ["FIELD_SPACING", "NEAR_NODES", "NEAR_PAIRS", "NearFarSplit", "ReferenceField",
-           "convolve", "convolve_nodes", "derivatives", "kernel_length", "near_spacing", "offsets"]
+           "convolve", "convolve_nodes", "derivatives", "kernel_length", "near_spacing",
+           "non_edge_term", "offsets"]
 
 #: the field's grid spacing, in units of the kernel's length (:func:`kernel_length`; the grid has
 #: at most MAX_GRID nodes a side, so very large maps get a coarser one): 0.125 keeps the
@@ -60,6 +61,14 @@ def derivatives(fn, d2: torch.Tensor, order: int = 2):
         else:  # phi' constant (e.g. a Gaussian kernel's log k)
             d2_ = torch.zeros_like(x)
     return f.detach(), d1.detach(), d2_.detach()
+
+
+def non_edge_term(kernel):
+    r"""The B law's non-edge term as a function of :math:`d^2`:
+    :math:`\phi = \log\sigma(-\log k) = -\log(1 + k)`."""
+    def phi(x):
+        return -torch.nn.functional.softplus(kernel.log_k(x))
+    return phi
 
 
 def kernel_length(kernel) -> float:

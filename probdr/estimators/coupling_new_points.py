@@ -24,7 +24,7 @@ import torch
 from sklearn.utils.metadata_routing import UNUSED
 
 from .._compute.fft import CauchyField
-from .._compute.pair_field import ReferenceField, kernel_length
+from .._compute.pair_field import ReferenceField, kernel_length, non_edge_term
 from .._utils import check_number, generator
 from ..infer.map import Phase, run_map
 from ..input.graph import prior_kind
@@ -146,8 +146,7 @@ class NewPointsMixin:
             return None
         row_law = self._row_model(n)[0]
         if row_law == "bernoulli":
-            return ReferenceField(Z_ref, lambda x: -torch.nn.functional.softplus(k.log_k(x)),
-                                  kernel_length(k))
+            return ReferenceField(Z_ref, non_edge_term(k), kernel_length(k))
         if getattr(k, "name", "") == "student" and getattr(k, "dof", None) == 1.0:
             return CauchyField(Z_ref.to(torch.float64))
         return None

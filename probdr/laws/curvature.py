@@ -66,6 +66,7 @@ from .._compute.pair_field import (
     derivatives,
     kernel_length,
     near_spacing,
+    non_edge_term,
     offsets,
 )
 
@@ -262,8 +263,7 @@ def _binary_repulsion(H, Z, W, kernel, negative_sampling) -> None:
         _binary_field(H, Z, kernel, tot)
         return
 
-    def fn(x):
-        return -torch.nn.functional.softplus(kernel.log_k(x))
+    fn = non_edge_term(kernel)
 
     for rows, C, w in _blocks(Z):
         u, d2 = _pairs(Z, rows, C)
@@ -279,7 +279,8 @@ def _binary_field(H, Z, kernel, tot) -> None:
     :math:`r` = :data:`NEAR_NODES` grid spacings: the far part equals :math:`\phi` beyond
     :math:`r` and its second-order Taylor polynomial in :math:`d^2` inside (so it is smooth
     and finite at 0), summed for every pair by the FFT field on a grid of spacing
-    :data:`FIELD_SPACING` times the kernel's length (:func:`~probdr._compute.pair_field.kernel_length`); the near part,
+    :data:`FIELD_SPACING` times the kernel's length
+    (:func:`~probdr._compute.pair_field.kernel_length`); the near part,
     :math:`\phi` minus the far part, vanishes beyond :math:`r` and is summed exactly over the
     pairs within it (a k-d tree). :math:`\omega_{ij} = t_i + t_j` (the surrogate, ``tot`` =
     :math:`t`) takes two sets of charges, 1 and :math:`t`; the exact law's
@@ -288,8 +289,7 @@ def _binary_field(H, Z, kernel, tot) -> None:
 
     from .._compute.fft import Grid2D
 
-    def fn(x):
-        return -torch.nn.functional.softplus(kernel.log_k(x))
+    fn = non_edge_term(kernel)
 
     n = Z.shape[0]
     points = Z.cpu().numpy()
@@ -297,7 +297,6 @@ def _binary_field(H, Z, kernel, tot) -> None:
     grid = Grid2D(Z, near_spacing(points, tree, FIELD_SPACING * kernel_length(kernel)))
     split = NearFarSplit(fn, (NEAR_NODES * float(grid.h)) ** 2, Z.dtype)
     r2, inner, far = split.r2, split.inner, split.far
-
     ox, oy = offsets(grid, Z.dtype)
     d1, d2_ = far(ox ** 2 + oy ** 2)
     kernels = (lambda: 2 * d1 + 4 * d2_ * ox ** 2, lambda: 4 * d2_ * ox * oy,
