@@ -22,6 +22,11 @@ draws' spread around their mean multiplied by sqrt(c) for the variance inflation
     python benchmarks/calibration.py --method tsne --n 200 --reps 100
     python benchmarks/calibration.py --method tsne --n 200 --reps 100 --approx laplace
     python benchmarks/calibration.py --method tsne --n 10000 --reps 5
+    python benchmarks/calibration.py --method umap --n 10000 --reps 5 --scale 21.2
+
+At 10,000 points UMAP's study takes the prior's scale that keeps the points' density of the
+200-point study (3 sqrt(10000 / 200) = 21.2): at scale 3 the B law's heavy-tailed odds give each
+point about 720 edges a graph (37 at 21.2, 13 at 200 points and scale 3).
 
 Results append to ``benchmarks/results/calibration.jsonl``.
 """
@@ -49,8 +54,9 @@ from probdr.laws.weights import KernelWeights
 from probdr.models.coupling import graph_coupling_model
 
 RESULTS = Path(__file__).parent / "results" / "calibration.jsonl"
-#: above this size the graphs are drawn sparse, the E law's normaliser is FFT-interpolated (as
-#: t-SNE's fits do) and the MAP is found by Adam
+#: above this size the graphs are drawn sparse, the normalisers come from grids
+#: (``repulsion="fft"``: the E law's FFT-interpolated as t-SNE's fits do, the B law's from the
+#: points' own field, its nearest pairs exact) and the MAP is found by Adam
 FFT_FROM = 2000
 SETUPS = {  # latent law, kernel, repulsion of the fit
     "tsne": ("E", dict(kernel="student"), "exact"),
@@ -83,6 +89,26 @@ def _e_law_average(Zt, kernel, beta: int, g: torch.Generator) -> torch.Tensor:
     return W
 
 
+def _b_law_average(Zt, kernel, beta: int, g: torch.Generator) -> torch.Tensor:
+    """The average of ``beta`` draws of the B law (each ordered pair i != j an edge with
+    probability k/(1 + k)), sparse, drawn in blocks of rows."""
+    n = Zt.shape[0]
+    b = max(1, 2_000_000 // n)
+    R, C, V = [], [], []
+    for s in range(0, n, b):
+        e = min(n, s + b)
+        d2 = torch.cdist(Zt[s:e], Zt).square()
+        p = torch.sigmoid(kernel.log_k(d2))
+        p[torch.arange(e - s), torch.arange(s, e)] = 0.0
+        count = torch.zeros_like(p)
+        for _ in range(beta):
+            count += torch.bernoulli(p, generator=g)
+        r, c = count.nonzero(as_tuple=True)
+        R.append(r + s), C.append(c), V.append(count[r, c] / beta)
+    return torch.sparse_coo_tensor(torch.stack([torch.cat(R), torch.cat(C)]), torch.cat(V),
+                                   (n, n), check_invariants=True).coalesce()
+
+
 def _row_kernel(Zt, s: int, e: int, kernel) -> torch.Tensor:
     d2 = torch.cdist(Zt[s:e], Zt).square()
     K = torch.exp(kernel.log_k(d2))
@@ -97,8 +123,9 @@ def simulate(method: str, n: int, beta: int, s: float, seed: int):
     kernel = get_kernel(kw["kernel"])
     g = torch.Generator().manual_seed(seed)
     Zt = s * torch.randn(n, 2, dtype=torch.float64, generator=g)
-    if law_name == "E" and n > FFT_FROM:  # no dense (n, n) draws
-        return Zt, _e_law_average(Zt, kernel, beta, g), law_name, kernel
+    if n > FFT_FROM:  # no dense (n, n) draws
+        average = _e_law_average if law_name == "E" else _b_law_average
+        return Zt, average(Zt, kernel, beta, g), law_name, kernel
     torch.manual_seed(seed)
     law = get_prior(law_name).posterior(KernelWeights(Zt, kernel, normaliser="exact"))
     W = law.sample((beta,)).to(torch.float64)
@@ -111,8 +138,6 @@ def fit(method, Zt, W, kernel, beta, s, seed, svi_steps, inflation,
     law_name, _, repulsion = SETUPS[method]
     n = Zt.shape[0]
     large = n > FFT_FROM
-    if large and law_name != "E":
-        raise SystemExit("above 2,000 points the study covers the E law (FFT normaliser).")
     kwargs = dict(W_X=W, prior_z=get_prior(law_name), kernel=kernel, n_components=2,
                   repulsion="fft" if large else repulsion, z_prior=isotropic_gaussian(s, n, 2),
                   coupling_weight=float(beta), dtype=torch.float64)

@@ -84,7 +84,8 @@ def graph_coupling_model(
         :math:`\\sum W_{X,ij} \\log k_z` as a factor.
     repulsion : {"exact", "fft", "sampled", "negative_sampling"}
         How the all-pairs (repulsive) normaliser of the latent law is computed: exactly,
-        by FFT interpolation (t-SNE in 2-D), by Monte Carlo over ``negative_samples`` uniform
+        by FFT interpolation (2-D: the E law with a Student kernel, t-SNE; the B law, UMAP's
+        and LargeVis's exact likelihood), by Monte Carlo over ``negative_samples`` uniform
         partners per node (any law), or by umap-learn's negative sampling (B law only: a
         down-weighted non-edge likelihood, see the module docstring).
     coupling_weight : float

@@ -114,7 +114,8 @@ class GraphCoupling(InputKindsMixin, ContinueMixin, NewPointsMixin, PosteriorInf
         network's pairs to the neighbour lists.
     repulsion : {"auto", "exact", "fft", "sampled", "negative_sampling"}
         How the all-pairs (repulsive) part of the objective is computed: "exact" (O(n²) per
-        step), "fft" (grid interpolation, 2-D Student kernel, O(n)), "sampled" (Monte Carlo over
+        step), "fft" (grid interpolation, 2-D, O(n): the E law with a Student kernel, or the B law
+        with any fixed kernel, its nearest pairs summed exactly), "sampled" (Monte Carlo over
         ``negative_samples`` partners per node, any prior) or "negative_sampling" (umap-learn's
         scheme: down-weighted non-edges, B latent prior). "auto": FFT for 2-D fits with the E
         latent prior above 1,000 points, otherwise exact up to 4,000 points, then sampled.

@@ -193,7 +193,9 @@ class KernelWeights(Weights):
     are computed according to ``normaliser``:
 
     * ``"exact"`` -- every pair, blocked, hand-written gradient (:math:`O(n^2)` per step);
-    * ``"fft"`` -- grid interpolation + FFT (2-D Student kernels, E law: t-SNE), :math:`O(n)`;
+    * ``"fft"`` -- grid interpolation + FFT, :math:`O(n)`, in 2-D: the E law's normaliser
+      (Student kernels: t-SNE) and the B law's :math:`\sum \log(1 + w_{ij})` (any fixed kernel:
+      the pairs within a few grid spacings summed exactly, :mod:`probdr._compute.pair_field`);
     * ``"sampled"`` -- Monte Carlo: ``n_samples`` uniform partners per node,
       :math:`\hat S_i = \frac{n-1}{m}\sum_{k} w_{ik}` (a consistent, slightly biased estimate of
       the log-normaliser; unbiased for the B law's sum).
@@ -320,8 +322,8 @@ class KernelWeights(Weights):
         if self.normaliser == "sampled":
             return self._replicated(self._sampled_row_logsumexp())
         if self.normaliser == "fft":
-            raise ValueError("the FFT normaliser covers the E law (t-SNE) only; use "
-                             "repulsion='sampled' or 'exact' for the D law.")
+            raise ValueError("the FFT normaliser covers the E law (t-SNE) and the B law (UMAP, "
+                             "LargeVis); use repulsion='sampled' or 'exact' for the D law.")
         rows = self._rows()
         out = pair_reduce(self.Z, "row", self.kernel, self.log_pi, rows)
         if rows is not None:  # the rank's block of rows; 0 elsewhere
@@ -382,8 +384,21 @@ class KernelWeights(Weights):
         if self.normaliser == "sampled":
             return self._replicated(self._sampled_sum_softplus())
         if self.normaliser == "fft":
-            raise ValueError("the FFT normaliser covers the E law only; use 'sampled'.")
+            return self._replicated(self._field_sum_softplus())
         return pair_reduce(self.Z, "softplus", self.kernel, self.log_pi, self._rows())
+
+    def _field_sum_softplus(self):
+        """The B law's :math:`\\sum_{i \\ne j} \\log(1 + w_{ij})` from the points' own field
+        (:func:`probdr._compute.pair_field.pair_sum`, 2-D, fixed kernel, no edge prior)."""
+        from .._compute.pair_field import kernel_length, non_edge_term, pair_sum
+
+        if self.Z.ndim != 2 or self.Z.shape[1] != 2 or self.log_pi is not None \
+                or self.kernel.learnable():
+            raise ValueError("repulsion='fft' for the B law needs a 2-D embedding, a fixed kernel "
+                             "(no learned numbers) and no latent edge prior; use 'sampled' or "
+                             "'exact'.")
+        kernel = self.kernel
+        return -pair_sum(self.Z, non_edge_term(kernel), kernel_length(kernel))
 
     def _sampled_sum_softplus(self):
         rows, cols, far, n_far = self._far_samples()
