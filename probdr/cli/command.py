@@ -225,7 +225,9 @@ def _embed(args) -> dict[str, Any] | None:
 
     outputs: dict[str, str] = {}
     if args.out:
-        write_embedding(args.out, Z, labels)
+        posterior = {"sd": est.posterior_sd_, "reliability": est.reliability_} \
+            if getattr(est, "posterior_", None) is not None else None
+        write_embedding(args.out, Z, labels, posterior)
         note(f"embedding written to {args.out}")
         outputs["embedding"] = args.out
     y_plot = labels.for_plot() if labels is not None else None

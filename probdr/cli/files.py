@@ -305,9 +305,11 @@ def load_data(args):
     return X, labels, info
 
 
-def write_embedding(path: str, Z: np.ndarray, labels: Labels | None = None) -> None:
+def write_embedding(path: str, Z: np.ndarray, labels: Labels | None = None,
+                    extra: dict[str, np.ndarray] | None = None) -> None:
     """Write ``Z`` to exactly ``path``: ``.npy``, or ``.csv`` / ``.tsv`` with a header ``z1, z2,
-    ...`` and a ``label`` column when labels are given."""
+    ...``, a ``label`` column when labels are given and the per-point columns of ``extra``
+    (a posterior fit's ``sd`` and ``reliability``)."""
     import numpy as np
 
     suffix = file_suffix(path)
@@ -319,6 +321,8 @@ def write_embedding(path: str, Z: np.ndarray, labels: Labels | None = None) -> N
     table = _pandas().DataFrame(Z, columns=[f"z{j + 1}" for j in range(Z.shape[1])])
     if labels is not None:
         table["label"] = labels.names
+    for name, values in (extra or {}).items():
+        table[name] = values
     # float32 values (the estimators' default dtype) are written with the 9 digits they need
     single = np.array_equal(Z, np.asarray(Z, dtype=np.float32))
     table.to_csv(path, sep="," if suffix == ".csv" else "\t", index=False,

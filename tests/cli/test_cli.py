@@ -4,6 +4,7 @@ import subprocess
 import sys
 
 import numpy as np
+import pandas as pd
 import pytest
 
 import probdr
@@ -240,13 +241,20 @@ def test_cli_small_data_reports_trustworthiness_at_a_smaller_k(tmp_path, capsys)
 
 
 def test_cli_posterior_summary_is_part_of_the_report(tmp_path, capsys, table):
-    data, png = tmp_path / "d.csv", tmp_path / "p.png"
+    data, png, out = tmp_path / "d.csv", tmp_path / "p.png", tmp_path / "z.csv"
     table.to_csv(data, index=False)
     rc = cli.main(["embed", "--data", str(data), "--labels", "species", "--inference", "svi",
-                   "--num-steps", "20", "--num-samples", "5", "--plot", str(png), *FAST])
+                   "--num-steps", "20", "--num-samples", "5", "--plot", str(png), "--out",
+                   str(out), *FAST])
     assert rc == 0
     report = _report(capsys)
-    assert report["posterior"]["inference"] == "svi" and report["posterior"]["draws"] == 5
+    post = report["posterior"]
+    assert post["inference"] == "svi" and post["draws"] == 5
+    written = pd.read_csv(out)  # each point's spread and reliability beside its coordinates
+    assert list(written.columns) == ["z1", "z2", "label", "sd", "reliability"]
+    assert written["sd"].gt(0).all() and written["reliability"].between(0, 1).all()
+    assert post["reliability_p10"] == round(float(written["reliability"].quantile(0.1)), 4)
+    assert post["unreliable_points"] == int((written["reliability"] < 0.5).sum())
     assert report["outputs"]["uncertainty_plot"] == str(tmp_path / "p_uncertainty.png")
     assert (tmp_path / "p_uncertainty.png").exists()
 
