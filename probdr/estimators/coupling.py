@@ -42,9 +42,11 @@ EXACT_REPULSION_MAX_N = 4000
 #: share of true positions, measured by simulation from the model (benchmarks/calibration.py,
 #: docs "How sure is the map?"): (inference, latent law, kernel) -> factor. The mean-field guide
 #: and the per-point Laplace approximation ignore the correlations between points, which the
-#: exact posterior has; NUTS needs none.
+#: exact posterior has; NUTS needs none. Each factor brings both the 200-point study (100
+#: replications) and the 10,000-point one (5) into 42-58 % and 85-95 % (UMAP's Laplace: 2.0
+#: covered 0.83 of the 90 % regions at 10,000 points, 2.2 covers 0.85, and 0.90 at 200).
 CALIBRATED_INFLATION = {("svi", "E", "cauchy"): 2.2, ("laplace", "E", "cauchy"): 7.0,
-                        ("svi", "B", "umap"): 2.0, ("laplace", "B", "umap"): 2.0}
+                        ("svi", "B", "umap"): 2.0, ("laplace", "B", "umap"): 2.2}
 
 
 def _kernel_family(kernel) -> str | None:
