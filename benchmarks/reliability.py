@@ -15,8 +15,9 @@ For UMAP, GhostUMAP2's per-point instability (16 ghosts per point, where ``pip i
 ghostumap`` provides it) is scored against the same targets.
 
 Reported: Spearman rho between the spread (``posterior_sd_``) or the neighbourhood change the
-posterior itself predicts (``1 - reliability_``) and the movement or neighbourhood change, and the AUROC of the spread for flagging
-5-NN errors.
+posterior itself predicts (``1 - reliability_``; ``_third``: at a third of the posterior's
+spread, ``point_reliability(spread=1/3)``) and the movement or neighbourhood change, and the
+AUROC of the spread for flagging 5-NN errors.
 
     python benchmarks/reliability.py --data digits --method tsne --inference laplace
 
@@ -163,6 +164,8 @@ def main() -> None:
     wrong = loo_5nn_wrong(post.map_embedding_, y)
     nb_own, nb_peer = neighbourhood_change(own), neighbourhood_change(peer)
     nb_post = 1.0 - rel  # the posterior's own neighbourhood change (reliability_)
+    # the same at a third of the posterior's spread (point_reliability(spread=1/3))
+    nb_third = 1.0 - post.posterior_.point_reliability(spread=1 / 3)
     row = dict(data=a.data, n=int(X.shape[0]), method=a.method, inference=a.inference,
                seeds=a.seeds, seconds_posterior_fit=round(secs, 1),
                rho_own=float(spearmanr(sd, movement(own))[0]),
@@ -173,6 +176,9 @@ def main() -> None:
                rho_own_vs_peer_neighbours=float(spearmanr(nb_own, nb_peer)[0]),
                rho_own_reliability=float(spearmanr(nb_post, nb_own)[0]),
                rho_peer_reliability=float(spearmanr(nb_post, nb_peer)[0]),
+               rho_own_reliability_third=float(spearmanr(nb_third, nb_own)[0]),
+               rho_peer_reliability_third=float(spearmanr(nb_third, nb_peer)[0]),
+               median_reliability_third=float(np.median(1.0 - nb_third)),
                auroc_5nn=float(roc_auc_score(wrong, sd)) if 0 < wrong.sum() < len(wrong)
                else None,
                auroc_5nn_reliability=float(roc_auc_score(wrong, -rel))

@@ -364,19 +364,25 @@ class Posterior:
         C = self._point_moments()[1]
         return np.sqrt(np.trace(C, axis1=1, axis2=2) / C.shape[-1])
 
-    def point_reliability(self, n_neighbors: int = 15, num_draws: int = 20) -> np.ndarray:
+    def point_reliability(self, n_neighbors: int = 15, num_draws: int = 20,
+                          spread: float = 1.0) -> np.ndarray:
         r"""Per-point reliability in [0, 1]: the share of its neighbourhood that the posterior
         keeps. For each of ``num_draws`` draws (evenly spaced), the Jaccard similarity
         :math:`|A \cap B| / |A \cup B|` of the point's ``n_neighbors`` nearest neighbours in the
         draw (:math:`B`) and in the posterior mean (:math:`A`), averaged over the draws. 1: the
         data pin the point among the same neighbours; near 0: its neighbours in the map are
-        not determined by the data."""
+        not determined by the data. ``spread`` scales each draw's deviation from the mean (1:
+        the posterior's draws; less: a local score that does not saturate where the spreads
+        exceed the neighbours' distances, see the docs' "How sure is the map?")."""
         from scipy.spatial import cKDTree
 
         M = self.mean
         k = int(n_neighbors)
         if not 1 <= k < M.shape[0]:
             raise ValueError(f"n_neighbors must be in [1, {M.shape[0] - 1}], got {n_neighbors!r}.")
+        spread = float(spread)
+        if not (np.isfinite(spread) and spread > 0):
+            raise ValueError(f"spread must be a positive number, got {spread!r}.")
 
         import torch
 
@@ -399,7 +405,8 @@ class Posterior:
         total = np.zeros(n)
         block = max(1, 2**22 // (k * k))
         for s in picks:
-            got = knn(self.sample(s))
+            draw = self.sample(s)
+            got = knn(draw if spread == 1.0 else M + spread * (draw - M))
             shared = np.concatenate([  # |A ∩ B| per point, the lists compared in blocks
                 (got[b:b + block, :, None] == ref[b:b + block, None, :]).any(2).sum(1)
                 for b in range(0, n, block)])

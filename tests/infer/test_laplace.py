@@ -265,6 +265,11 @@ def test_point_reliability_is_the_share_of_neighbours_kept():
     assert np.all((rel >= 0) & (rel <= 1))
     with pytest.raises(ValueError, match="n_neighbors"):
         post.point_reliability(n_neighbors=8)
+    # at a tenth of the spread point 0 moves 1 towards 20 (to 11) or 1 towards 0 (to 9): its
+    # neighbours {6, 7} stay {6, 7} in every draw
+    assert post.point_reliability(n_neighbors=2, num_draws=4, spread=0.1)[0] == 1.0
+    with pytest.raises(ValueError, match="spread"):
+        post.point_reliability(n_neighbors=2, spread=0.0)
 
 
 def test_point_reliability_matches_brute_force_neighbour_lists():
@@ -287,6 +292,14 @@ def test_point_reliability_matches_brute_force_neighbour_lists():
             want += [len(a & b) / len(a | b) for a, b in zip(ref, got, strict=True)]
         np.testing.assert_allclose(post.point_reliability(n_neighbors=k, num_draws=12),
                                    want / 12, rtol=0, atol=1e-12)
+    # a third of the spread: the lists of the mean plus a third of each draw's deviation
+    M3 = lazy.mean
+    want = np.zeros(n)
+    for s in range(12):
+        got = _lists(M3 + (lazy.sample(s) - M3) / 3, k)
+        want += [len(a & b) / len(a | b) for a, b in zip(_lists(M3, k), got, strict=True)]
+    np.testing.assert_allclose(lazy.point_reliability(n_neighbors=k, num_draws=12, spread=1 / 3),
+                               want / 12, rtol=0, atol=1e-12)
 
 
 def _lists(E, k):
