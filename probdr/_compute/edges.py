@@ -22,6 +22,7 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 
@@ -434,7 +435,8 @@ class EpochSchedule:
 
     def __init__(self, v: torch.Tensor, vmax: float, steps: int, generator=None):
         self.v, self.vmax, self.steps, self.generator = v, float(vmax), int(steps), generator
-        self.epoch = self.slots = None
+        self.epoch = self.slots = self.order = None
+        self.bounds: list[int] = []
 
     @classmethod
     def of(cls, v: torch.Tensor, vmax: float, steps: int, generator=None) -> EpochSchedule:
@@ -451,12 +453,22 @@ class EpochSchedule:
         slot = self._uniform().mul_(self.vmax * steps).div_(self.v)
         slot = slot.floor_().nan_to_num_(steps).clamp_(0, steps)
         self.slots = slot.to(torch.uint8 if steps < 255 else torch.int32)
-        self.epoch = epoch
+        self.epoch, self.order = epoch, None
 
     def _positions(self, s: int) -> torch.Tensor:
-        """The positions of slot ``s``'s edges, ascending (rows stay sorted): one comparison
-        and one ``nonzero`` per step (a third cheaper than a stable sort of the epoch's keys)."""
-        return (self.slots == s).nonzero().squeeze(1)
+        """The positions of slot ``s``'s edges, ascending (rows stay sorted). On the CPU with
+        byte slots, the epoch's positions sorted by slot once (numpy's stable sort of bytes, a
+        radix sort), each step's a slice of them: about a third of the cost of a comparison and
+        a ``nonzero`` at every step, the same positions. Elsewhere, that comparison."""
+        slots = self.slots
+        if slots.device.type != "cpu" or slots.dtype != torch.uint8 or self.steps == 1:
+            return (slots == s).nonzero().squeeze(1)
+        if self.order is None:
+            keys = slots.numpy()
+            counts = np.bincount(keys, minlength=self.steps + 1)
+            self.order = torch.from_numpy(np.argsort(keys, kind="stable"))
+            self.bounds = np.concatenate([[0], np.cumsum(counts)]).tolist()
+        return self.order[self.bounds[s]:self.bounds[s + 1]]
 
     def next(self, index: int | None = None, as_mask: bool = False) -> torch.Tensor:
         """The edges of step ``index`` (default: :func:`current_step`): their positions,

@@ -101,3 +101,15 @@ def test_umap_fit_is_repeatable_and_resumes_mid_epoch():
     assert part.n_iter_ == 10
     resumed = part.set_params(callbacks=None).optimize(14).embedding_
     assert np.array_equal(full, resumed)
+
+
+def test_positions_from_the_sorted_epoch_are_those_of_each_slot():
+    """The CPU path sorts an epoch's positions by slot once and slices them per step: each step's
+    positions are exactly the ascending positions of its slot, and every used edge is in one."""
+    v = torch.rand(50_000, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
+    sched = EpochSchedule(v, 1.0, 4, torch.Generator().manual_seed(1))
+    for i in range(8):
+        got = sched.next(i)
+        want = (sched.slots == i % 4).nonzero().squeeze(1)
+        assert torch.equal(got, want) and got.dtype == torch.int64
+    assert sum(sched.next(i).numel() for i in range(4, 8)) == int((sched.slots < 4).sum())
