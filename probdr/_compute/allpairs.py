@@ -22,7 +22,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from .._utils import one_thread
+from .._utils import fixed_sum, one_thread
 
 CACHE_BYTES = 2**30
 BLOCK_BYTES = 2**27
@@ -83,7 +83,7 @@ class _PairReduce(torch.autograd.Function):
         for s, e in blocks:
             a, dk = _block(Z, s, e, kernel, log_pi, direct)
             if mode == "softplus":
-                parts.append((torch.log1p(a) if direct else F.softplus(a)).sum())
+                parts.append(fixed_sum(torch.log1p(a) if direct else F.softplus(a)))
             elif direct:
                 parts.append(a.sum(1))
             else:
@@ -125,7 +125,9 @@ class _PairReduce(torch.autograd.Function):
                 pgrads = part if pgrads is None else [x + y for x, y in zip(pgrads, part, strict=False)]
             M = w.mul_(dk).mul_(wg)
             grad[s:e] += 2.0 * (M.sum(1, keepdim=True) * Z[s:e] - M @ Z)
-            grad += 2.0 * (M.sum(0)[:, None] * Z - M.T @ Z[s:e])
+            with one_thread():  # a transposed product's rounding follows the thread count
+                MtZ = M.T @ Z[s:e]  # (on AVX-512 CPUs)
+            grad += 2.0 * (M.sum(0)[:, None] * Z - MtZ)
         ctx.saved = None
         return (grad, None, None, None, None,
                 *(pgrads if pgrads is not None else (None,) * len(ctx.kernel.learnable())))
