@@ -31,9 +31,8 @@ import torch
 from .fft import box_grid, read_grid
 
 __all__ = ["FIELD_SPACING", "NEAR_NODES", "NEAR_PAIRS", "PAIR_SUM_SPACING", "NearFarSplit",
-           "ReferenceField",
-           "convolve", "convolve_nodes", "derivatives", "kernel_length", "near_spacing",
-           "non_edge_term", "offsets", "pair_sum"]
+           "ReferenceField", "convolve", "convolve_nodes", "derivatives", "kernel_length",
+           "near_spacing", "non_edge_term", "offsets", "pair_sum"]
 
 #: the field's grid spacing, in units of the kernel's length (:func:`kernel_length`; the grid has
 #: at most MAX_GRID nodes a side, so very large maps get a coarser one): 0.125 keeps the
