@@ -96,10 +96,7 @@ def _b_law_average(Zt, kernel, beta: int, g: torch.Generator) -> torch.Tensor:
     b = max(1, 2_000_000 // n)
     R, C, V = [], [], []
     for s in range(0, n, b):
-        e = min(n, s + b)
-        d2 = torch.cdist(Zt[s:e], Zt).square()
-        p = torch.sigmoid(kernel.log_k(d2))
-        p[torch.arange(e - s), torch.arange(s, e)] = 0.0
+        p = torch.sigmoid(_row_log_kernel(Zt, s, min(n, s + b), kernel))
         count = torch.zeros_like(p)
         for _ in range(beta):
             count += torch.bernoulli(p, generator=g)
@@ -109,11 +106,16 @@ def _b_law_average(Zt, kernel, beta: int, g: torch.Generator) -> torch.Tensor:
                                    (n, n), check_invariants=True).coalesce()
 
 
-def _row_kernel(Zt, s: int, e: int, kernel) -> torch.Tensor:
+def _row_log_kernel(Zt, s: int, e: int, kernel) -> torch.Tensor:
+    """:math:`\\log k(\\|z_i - z_j\\|^2)` of the rows ``s:e``, ``-inf`` on the diagonal."""
     d2 = torch.cdist(Zt[s:e], Zt).square()
-    K = torch.exp(kernel.log_k(d2))
-    K[torch.arange(e - s), torch.arange(s, e)] = 0.0
-    return K
+    lk = kernel.log_k(d2)
+    lk[torch.arange(e - s), torch.arange(s, e)] = float("-inf")
+    return lk
+
+
+def _row_kernel(Zt, s: int, e: int, kernel) -> torch.Tensor:
+    return torch.exp(_row_log_kernel(Zt, s, e, kernel))
 
 
 def simulate(method: str, n: int, beta: int, s: float, seed: int):

@@ -79,10 +79,24 @@ def non_edge_term(kernel):
     return phi
 
 
+#: kernel lengths of fixed kernels, by (class, numbers): a fit with ``repulsion="fft"`` asks at
+#: every step, and the bisection costs about a millisecond
+_LENGTHS: dict[tuple, float] = {}
+
+
 def kernel_length(kernel) -> float:
     r"""The kernel's length :math:`\ell`: the distance at which its odds fall to half of
     :math:`\min(k(0), 1)` (UMAP's curve with the default ``min_dist``: about 1.1; the Cauchy
-    kernel: 1), by bisection on :math:`\log d^2`."""
+    kernel: 1), by bisection on :math:`\log d^2`; remembered for a fixed kernel."""
+    if not kernel.is_fixed:
+        return _bisect_length(kernel)
+    key = (type(kernel), *(getattr(kernel, k) for k in kernel.param_names))
+    if key not in _LENGTHS:
+        _LENGTHS[key] = _bisect_length(kernel)
+    return _LENGTHS[key]
+
+
+def _bisect_length(kernel) -> float:
     def lk(x):
         return float(kernel.log_k(torch.tensor([x], dtype=torch.float64))[0])
 
