@@ -46,7 +46,7 @@ from probdr.estimators.inference import isotropic_gaussian
 from probdr.infer.draws import procrustes_align
 from probdr.infer.laplace import laplace_draws
 from probdr.infer.map import map_estimate
-from probdr.infer.posterior import fit_posterior
+from probdr.infer.posterior import SVI_OPTIONS, fit_posterior
 from probdr.kernels import get_kernel
 from probdr.laws.curvature import point_precisions
 from probdr.laws.graph import get_prior
@@ -217,7 +217,8 @@ def main() -> None:
         for name, (draws, secs) in res.items():
             row = dict(method=a.method, n=a.n, beta=a.beta, scale=a.scale, rep=rep, seed=seed,
                        approx=name, seconds=round(secs, 2), inflation=a.inflation,
-                       svi_steps=a.svi_steps, **scores(draws, Zt.numpy()))
+                       svi_steps=a.svi_steps, svi_average=SVI_OPTIONS["average"],
+                       **scores(draws, Zt.numpy()))
             with open(a.out, "a") as f:
                 f.write(json.dumps(row) + "\n")
             print(name, rep, row["cover50"], row["cover90"], round(row["sd"], 3), flush=True)
