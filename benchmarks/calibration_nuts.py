@@ -32,7 +32,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from calibration import SETUPS, fit, simulate
+from calibration import fit, simulate
 
 from probdr.estimators.coupling import CALIBRATED_INFLATION
 from probdr.estimators.inference import isotropic_gaussian
@@ -142,7 +142,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--n", type=int, default=200)
-    ap.add_argument("--method", choices=sorted(SETUPS), default="tsne")
+    ap.add_argument("--method", choices=sorted(FAMILY), default="tsne")
     ap.add_argument("--draws", type=int, default=200, help="NUTS draws after 200 warm-up")
     ap.add_argument("--out", type=Path, default=RESULTS)
     ap.add_argument("--save", type=Path, default=None, help="keep the raw NUTS draws (.npz)")
