@@ -180,12 +180,14 @@ def _negative_sampling_likelihood(law, W_X, m, gamma, n, epoch_steps: int = 1):
     weights = law.weights
     rows, cols, v, vmax = weights.observed_edges(W_X)
     gen = weights.generator
-    # the negatives' columns: uniform over the other n - 1 nodes, never the node itself
-    rows, cols, neg_rows, neg_cols, mask, neg_mask = scheduled_edges(v, vmax, rows, cols, n, m,
-                                                                     epoch_steps, gen)
+    rows, cols, neg_rows, mask, neg_mask = scheduled_edges(v, vmax, rows, cols, n, m,
+                                                           epoch_steps, gen)
     with pyro.plate("edges", rows.numel()), poutine.scale(scale=vmax):
         pyro.sample("W_Z_edges", law.edges_at(rows, cols, mask),
                     obs=torch.ones(rows.numel(), dtype=v.dtype, device=v.device))
+    # uniform over the other n - 1 nodes: never the node itself
+    neg_cols = (neg_rows + torch.randint(1, n, (neg_rows.numel(),), device=rows.device,
+                                         generator=gen)) % n
     with pyro.plate("negatives", neg_rows.numel()), poutine.scale(scale=gamma * vmax):
         pyro.sample("W_Z_negatives", law.edges_at(neg_rows, neg_cols, neg_mask),
                     obs=torch.zeros(neg_rows.numel(), dtype=v.dtype, device=v.device))

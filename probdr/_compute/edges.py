@@ -437,7 +437,6 @@ class EpochSchedule:
         self.v, self.vmax, self.steps, self.generator = v, float(vmax), int(steps), generator
         self.epoch = self.slots = self.order = None
         self.bounds: list[int] = []
-        self._stream: np.random.Generator | None = None
 
     @classmethod
     def of(cls, v: torch.Tensor, vmax: float, steps: int, generator=None) -> EpochSchedule:
@@ -449,31 +448,9 @@ class EpochSchedule:
         v = self.v
         return torch.rand(v.shape, dtype=v.dtype, device=v.device, generator=self.generator)
 
-    def partners(self, rows: torch.Tensor, n: int) -> torch.Tensor:
-        """One partner per entry of ``rows``, uniform over the other ``n - 1`` nodes (never the
-        row itself): the negatives of the edges. In a fit's step of an epoch drawn on the CPU,
-        from the epoch's numpy stream; otherwise from the torch ``generator``."""
-        if self._stream is None or current_step() is None:
-            return (rows + torch.randint(1, n, (rows.numel(),), device=rows.device,
-                                         generator=self.generator)) % n
-        cols = torch.from_numpy(self._stream.integers(0, n - 1, rows.numel()))
-        cols += cols >= rows  # 0..n-2 onto the nodes other than the row
-        return cols
-
     def _draw_epoch(self, epoch: int) -> None:
-        """The epoch's slots. On the CPU from a numpy stream (PCG64: its uniforms and bounded
-        integers cost a third of torch's Mersenne twister's) seeded by one draw of the torch
-        ``generator``, which also gives the epoch's steps their negatives: ``random_state``
-        fixes them, and a fit resumed from torch's saved stream redraws the same epochs."""
-        steps, v = self.steps, self.v
-        if v.device.type == "cpu":
-            seed = torch.randint(0, 2 ** 62, (1,), generator=self.generator).item()
-            self._stream = np.random.default_rng(seed)
-            dtype = np.float32 if v.dtype == torch.float32 else np.float64
-            u = torch.from_numpy(self._stream.random(v.shape[0], dtype=dtype)).to(v.dtype)
-        else:
-            u = self._uniform()
-        slot = u.mul_(self.vmax * steps).div_(v)
+        steps = self.steps
+        slot = self._uniform().mul_(self.vmax * steps).div_(self.v)
         slot = slot.floor_().nan_to_num_(steps).clamp_(0, steps)
         self.slots = slot.to(torch.uint8 if steps < 255 else torch.int32)
         self.epoch, self.order = epoch, None
@@ -509,8 +486,7 @@ class EpochSchedule:
 
 def scheduled_edges(v, vmax, rows, cols, n: int, m: int, steps: int, generator=None):
     """The edges the next step of an epoch of ``steps`` steps uses (:class:`EpochSchedule`),
-    and the rows and columns of ``m`` negative samples for each (columns uniform over the
-    other nodes, :meth:`EpochSchedule.partners`), as ``(rows, cols, neg_rows, neg_cols, mask,
+    and the rows of ``m`` negative samples for each, as ``(rows, cols, neg_rows, mask,
     neg_mask)``.
 
     Selected by index: the masks are ``None``, and the rows (edge lists are sorted by row) and
@@ -522,8 +498,7 @@ def scheduled_edges(v, vmax, rows, cols, n: int, m: int, steps: int, generator=N
     if sync_free_for(v.device):
         used = schedule.next(as_mask=True)
         neg_rows = tensor_cache(rows, f"_probdr_ns_neg_rows_{m}", lambda: rows.repeat_interleave(m))
-        return (rows, cols, neg_rows, schedule.partners(neg_rows, n), used,
-                used.repeat_interleave(m))
+        return rows, cols, neg_rows, used, used.repeat_interleave(m)
     sorted_rows = _segments(rows, n) is not None  # then so are the rows of any selection
     used = schedule.next()
     rows, cols = rows.index_select(0, used), cols.index_select(0, used)
@@ -533,7 +508,7 @@ def scheduled_edges(v, vmax, rows, cols, n: int, m: int, steps: int, generator=N
         lengths = torch.bincount(rows, minlength=n)
         tensor_cache(rows, f"_probdr_segments_{n}", lambda: lengths)
         tensor_cache(neg_rows, f"_probdr_segments_{n}", lambda: lengths * m)
-    return rows, cols, neg_rows, schedule.partners(neg_rows, n), None, None
+    return rows, cols, neg_rows, None, None
 
 
 class _BernoulliLogProb(torch.autograd.Function):
