@@ -185,6 +185,12 @@ INFLATIONS = (1.0, 1.5, 2.0, 2.2, 2.5, 3.0, 4.0, 6.0, 7.0, 8.0, 10.0, 12.0)
 POINTS = 5
 
 
+def map_scale(A: np.ndarray, B: np.ndarray) -> float:
+    """The least-squares factor k of ``k (A - mean A)`` onto ``B - mean B`` (maps aligned)."""
+    a, b = A - A.mean(0), B - B.mean(0)
+    return float((a * b).sum() / (a * a).sum())
+
+
 def scores(draws: np.ndarray, Zt: np.ndarray, levels=(0.5, 0.9), scaled: bool = False) -> dict:
     """Coverage of the per-point regions and SBC ranks of the aligned truth, for the draws as
     they are and with their spread around the mean multiplied by sqrt(c), c in INFLATIONS
@@ -194,9 +200,8 @@ def scores(draws: np.ndarray, Zt: np.ndarray, levels=(0.5, 0.9), scaled: bool = 
     truth = procrustes_align(Zt, mean)
     k = 1.0
     if scaled:
-        a, b = truth - truth.mean(0), mean - mean.mean(0)
-        k = float((a * b).sum() / (a * a).sum())
-        truth = mean.mean(0) + k * a
+        k = map_scale(truth, mean)
+        truth = mean.mean(0) + k * (truth - truth.mean(0))
     dev = draws - mean
     cov = np.einsum("sna,snb->nab", dev, dev) / (draws.shape[0] - 1)
     r = truth - mean

@@ -32,7 +32,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from calibration import fit, simulate
+from calibration import fit, map_scale, simulate
 
 from probdr.estimators.coupling import CALIBRATED_INFLATION
 from probdr.estimators.inference import isotropic_gaussian
@@ -108,10 +108,9 @@ def mode_offset(Zm: np.ndarray, ref: np.ndarray, sn: np.ndarray) -> dict:
     d = ref - m
     u = m - m.mean(0)
     u /= np.linalg.norm(u, axis=1, keepdims=True)
-    a, b = m - m.mean(0), ref - ref.mean(0)
     return dict(map_diff_in_sd_median=float(np.median(np.linalg.norm(d, axis=1) / sn)),
                 map_radial_in_sd_median=float(np.median((d * u).sum(1) / sn)),
-                mean_map_scale=float((a * b).sum() / (a * a).sum()))
+                mean_map_scale=map_scale(m, ref))
 
 
 def conditional_shift(Zm, W, kernel, beta, s, draws=4000, seed=1) -> float:
