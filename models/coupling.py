@@ -63,6 +63,7 @@ def graph_coupling_model(
     coupling_weight: float = 1.0,
     pair_grad_clip: float | None = None,
     epoch_steps: int = 1,
+    whole_epoch: bool = False,
     dtype: torch.dtype = torch.float32,
 ):
     """Pyro model of the graph coupling.
@@ -96,6 +97,13 @@ def graph_coupling_model(
     epoch_steps : int
         With negative sampling: optimiser steps per epoch, each using its share of the epoch's
         edges (see :func:`_negative_sampling_likelihood`).
+    whole_epoch : bool
+        With negative sampling over several steps an epoch: weight a step's edges and negatives
+        ``epoch_steps`` times more, so that each step's log-likelihood is an unbiased estimate of
+        the whole surrogate's (over an epoch), not of its ``1 / epoch_steps`` share. Posterior
+        inference needs it (the likelihood's weight against the prior and the guide's entropy
+        sets the spread); a MAP fit does not (a constant factor, which its step sizes and
+        umap-learn's per-pair clip are set for).
 
     Data-parallel (the model declares ``data_parallel = True``): in a fit sharded over the ranks
     of a process group, the latent weights and their law evaluate each rank's share of the log
@@ -117,7 +125,7 @@ def graph_coupling_model(
             if prior_z.kind != "B":
                 raise ValueError("negative sampling is defined here for the B latent prior only.")
             _negative_sampling_likelihood(law, W_X, negative_samples, negative_weight, n,
-                                          epoch_steps)
+                                          epoch_steps, whole_epoch)
         else:
             raise ValueError("repulsion must be 'exact', 'fft', 'sampled' or 'negative_sampling', "
                              f"got {repulsion!r}.")
@@ -167,7 +175,8 @@ def gaussian_precision(z_prior, shape) -> torch.Tensor | None:
 graph_coupling_model.point_precisions = coupling_point_precisions
 
 
-def _negative_sampling_likelihood(law, W_X, m, gamma, n, epoch_steps: int = 1):
+def _negative_sampling_likelihood(law, W_X, m, gamma, n, epoch_steps: int = 1,
+                                  whole_epoch: bool = False):
     """umap-learn's scheme: each epoch, edge e is used with probability v_e / max(v) (then with
     weight max(v)), and every used edge draws m uniform negatives. In expectation over the draws
     this is the objective of the module docstring; the work per epoch is O(sum(v) * m).
@@ -182,12 +191,13 @@ def _negative_sampling_likelihood(law, W_X, m, gamma, n, epoch_steps: int = 1):
     gen = weights.generator
     rows, cols, neg_rows, mask, neg_mask = scheduled_edges(v, vmax, rows, cols, n, m,
                                                            epoch_steps, gen)
-    with pyro.plate("edges", rows.numel()), poutine.scale(scale=vmax):
+    weight = vmax * epoch_steps if whole_epoch else vmax
+    with pyro.plate("edges", rows.numel()), poutine.scale(scale=weight):
         pyro.sample("W_Z_edges", law.edges_at(rows, cols, mask),
                     obs=torch.ones(rows.numel(), dtype=v.dtype, device=v.device))
     # uniform over the other n - 1 nodes: never the node itself
     neg_cols = (neg_rows + torch.randint(1, n, (neg_rows.numel(),), device=rows.device,
                                          generator=gen)) % n
-    with pyro.plate("negatives", neg_rows.numel()), poutine.scale(scale=gamma * vmax):
+    with pyro.plate("negatives", neg_rows.numel()), poutine.scale(scale=gamma * weight):
         pyro.sample("W_Z_negatives", law.edges_at(neg_rows, neg_cols, neg_mask),
                     obs=torch.zeros(neg_rows.numel(), dtype=v.dtype, device=v.device))

@@ -120,9 +120,12 @@ def spectral(graph: torch.Tensor, n_components: int, random_state: int = 0) -> t
     k = n_components + 1
     rng = np.random.default_rng(random_state)
     # a disconnected graph has the top eigenvalue 1 once per component: ARPACK returns an
-    # arbitrary, run-dependent basis of that eigenspace, so small graphs take the dense solver
+    # arbitrary, run-dependent basis of that eigenspace, so small graphs take the dense solver;
+    # so do tiny graphs, whose symmetries often make the last eigenvalue kept a repeated one
+    # (ARPACK's vector in that eigenspace then changes from run to run, the dense solver's not)
     n_parts = connected_components(A, directed=False)[0]
-    dense = n <= DENSE_SPECTRAL_MAX_N and (n_parts > 1 or k >= n - 1)
+    dense = n <= DENSE_SPECTRAL_ALWAYS_N or (
+        n <= DENSE_SPECTRAL_MAX_N and (n_parts > 1 or k >= n - 1))
     try:
         if dense:
             raise ValueError("dense")
@@ -141,6 +144,8 @@ INITS = ("random", "pca", "spectral", "ccpca")
 #: spectral initialisation of a disconnected graph (or one with fewer nodes than ARPACK needs)
 #: uses the dense eigensolver up to this many nodes
 DENSE_SPECTRAL_MAX_N = 5000
+#: and of any graph up to this many nodes (a dense eigensolver's milliseconds)
+DENSE_SPECTRAL_ALWAYS_N = 100
 
 
 def initialize(

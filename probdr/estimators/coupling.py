@@ -539,8 +539,9 @@ class GraphCoupling(InputKindsMixin, ContinueMixin, NewPointsMixin, PosteriorInf
         if self.learned_kernel_params_:
             self.coupling_weight_ = self._resolve_coupling_weight(self.model_kwargs_["W_X"])
             self.model_kwargs_["coupling_weight"] = self.coupling_weight_
-        return self._posterior(graph_coupling_model, {**self.model_kwargs_, "kernel": self.kernel_},
-                               res.Z, gen, prior=prior)
+        # the posterior weighs each step's share of a negative-sampling epoch as the whole epoch
+        return self._posterior(graph_coupling_model, {**self.model_kwargs_, "kernel": self.kernel_,
+                                                      "whole_epoch": True}, res.Z, gen, prior=prior)
 
     def _inference_options(self) -> dict:
         """``inference_params``, with the calibrated variance inflation

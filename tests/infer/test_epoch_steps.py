@@ -65,3 +65,56 @@ def test_steps_count_and_validation():
     for bad in (0, -1, 1.5, True, "many"):
         with pytest.raises(ValueError, match="epoch_steps"):
             probdr.UMAP(epoch_steps=bad).fit(X[:300])
+
+
+def _log_likelihood(W, Z, steps, whole_epoch, seed):
+    torch.manual_seed(seed)
+    tr = poutine.trace(poutine.condition(graph_coupling_model, data={"Z": Z})).get_trace(
+        W, get_prior("B"), get_kernel("umap_odds", a=1.6, b=0.9), 2,
+        repulsion="negative_sampling", epoch_steps=steps, whole_epoch=whole_epoch)
+    tr.compute_log_prob()
+    return sum(float(tr.nodes[s]["log_prob_sum"]) for s in ("W_Z_edges", "W_Z_negatives"))
+
+
+def test_whole_epoch_steps_estimate_the_whole_surrogate():
+    """A step of an epoch of 4 estimates a quarter of the surrogate's log-likelihood (the MAP
+    fit's scale); with ``whole_epoch`` (posterior inference), the whole of it: the mean over
+    draws equals that of one-step epochs, within Monte Carlo error."""
+    n, k = 300, 10
+    g = torch.Generator().manual_seed(0)
+    rows = torch.arange(n).repeat_interleave(k)
+    cols = (rows + torch.randint(1, n, (n * k,), generator=g)) % n
+    v = torch.rand(n * k, generator=g, dtype=torch.float64)
+    W = torch.sparse_coo_tensor(torch.stack([rows, cols]), v, (n, n)).coalesce()
+    Z = torch.randn(n, 2, generator=g, dtype=torch.float64)
+    draws = 200
+    one = np.array([_log_likelihood(W, Z, 1, False, s) for s in range(draws)])
+    whole = np.array([_log_likelihood(W, Z, 4, True, s) for s in range(draws)])
+    share = np.array([_log_likelihood(W, Z, 4, False, s) for s in range(draws)])
+    se = np.sqrt(one.var() / draws + whole.var() / draws)
+    assert abs(whole.mean() - one.mean()) < 4 * se
+    assert abs(4 * share.mean() - one.mean()) < 4 * np.sqrt(one.var() / draws
+                                                             + 16 * share.var() / draws)
+    # and the two differ (the test can fail): a quarter is far from the whole
+    assert abs(share.mean() - one.mean()) > 20 * se
+    # with one step an epoch, whole_epoch changes nothing, draw for draw
+    assert _log_likelihood(W, Z, 1, True, 3) == _log_likelihood(W, Z, 1, False, 3)
+
+
+def test_umap_posterior_weighs_the_whole_epoch(monkeypatch):
+    """A UMAP fit with several steps an epoch runs its posterior on the whole epoch's weight
+    (its MAP on the steps' shares)."""
+    import probdr.estimators.inference as inference
+
+    seen = {}
+    real = inference.fit_posterior
+
+    def spy(model, kwargs, *a, **kw):
+        seen.update(kwargs)
+        return real(model, kwargs, *a, **kw)
+    monkeypatch.setattr(inference, "fit_posterior", spy)
+    X, _ = probdr.datasets.load("digits", n_samples=300)
+    est = probdr.UMAP(n_epochs=4, epoch_steps=2, random_state=0, inference="svi",
+                      inference_params={"num_steps": 20}).fit(X)
+    assert seen["whole_epoch"] is True and seen["epoch_steps"] == 2
+    assert "whole_epoch" not in est.model_kwargs_  # the MAP's kwargs: the steps' shares
