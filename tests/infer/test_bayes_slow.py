@@ -42,16 +42,17 @@ def test_nuts_50_points_two_chains_rhat():
     X, _ = make_blobs(50, n_features=5, centers=3, random_state=0)
     est = probdr.TSNE(perplexity=10, n_iter=300, early_exaggeration_iter=100, random_state=0,
                       dtype="float64", inference="mcmc",
-                      inference_params={"num_chains": 2, "warmup": 200, "num_samples": 200})
+                      inference_params={"num_chains": 2, "warmup": 300, "num_samples": 400})
     est.fit(X)
     post = est.posterior_
-    assert post.chains.shape == (2, 200, 50, 2)
+    assert post.chains.shape == (2, 400, 50, 2)
     s = az.summary(diagnostics.to_arviz(est))
     print("NUTS 50 points: arviz r_hat max", s["r_hat"].max(), "ess_bulk min",
           s["ess_bulk"].min(), "divergences", post.diagnostics["divergences"],
           "pyro split r_hat max", post.diagnostics["r_hat_max"], "seconds",
           post.diagnostics["seconds"])
-    # 100 coordinates, 200 draws a chain: each R-hat carries Monte Carlo noise of a few
+    # 100 coordinates, 400 draws a chain (200 left the 90th percentile at 1.06 on an Intel
+    # Xeon, max 1.12, min ESS 18, no divergences): each R-hat carries Monte Carlo noise of a few
     # hundredths, so their maximum sits above their typical value even when the chains agree;
     # chains stuck in different arrangements give R-hats of 1.5 and more
     r_hat = s["r_hat"]
