@@ -38,17 +38,22 @@ def _sites_used(node) -> int:
     return node["value"].numel()
 
 
+def _random_graph(n=300, k=10):
+    """A sparse graph of n nodes, k random out-edges each with uniform values, and the
+    generator that drew it (seed 0), to draw more from."""
+    g = torch.Generator().manual_seed(0)
+    rows = torch.arange(n).repeat_interleave(k)
+    cols = (rows + torch.randint(1, n, (n * k,), generator=g)) % n
+    v = torch.rand(n * k, generator=g, dtype=torch.float64)
+    return torch.sparse_coo_tensor(torch.stack([rows, cols]), v, (n, n)).coalesce(), g
+
+
 @pytest.mark.parametrize("sync_free", [False, True])
 def test_each_step_uses_its_share_of_the_edges(sync_free, monkeypatch):
     """The edges of a step are drawn with probability v / (max v * steps): selected on the CPU,
     weighted 0/1 at fixed shapes in sync-free mode (accelerators); the same law in both."""
     monkeypatch.setattr(probdr.config, "_sync_free", sync_free)
-    n, k = 300, 10
-    g = torch.Generator().manual_seed(0)
-    rows = torch.arange(n).repeat_interleave(k)
-    cols = (rows + torch.randint(1, n, (n * k,), generator=g)) % n
-    v = torch.rand(n * k, generator=g, dtype=torch.float64)
-    W = torch.sparse_coo_tensor(torch.stack([rows, cols]), v, (n, n)).coalesce()
+    W, _ = _random_graph()
     vals = W.values()
     expected = float(vals.sum() / vals.max())  # edges used per epoch, on average
     for steps in (1, 4):
@@ -80,12 +85,8 @@ def test_whole_epoch_steps_estimate_the_whole_surrogate():
     """A step of an epoch of 4 estimates a quarter of the surrogate's log-likelihood (the MAP
     fit's scale); with ``whole_epoch`` (posterior inference), the whole of it: the mean over
     draws equals that of one-step epochs, within Monte Carlo error."""
-    n, k = 300, 10
-    g = torch.Generator().manual_seed(0)
-    rows = torch.arange(n).repeat_interleave(k)
-    cols = (rows + torch.randint(1, n, (n * k,), generator=g)) % n
-    v = torch.rand(n * k, generator=g, dtype=torch.float64)
-    W = torch.sparse_coo_tensor(torch.stack([rows, cols]), v, (n, n)).coalesce()
+    W, g = _random_graph()
+    n = W.shape[0]
     Z = torch.randn(n, 2, generator=g, dtype=torch.float64)
     draws = 200
     one = np.array([_log_likelihood(W, Z, 1, False, s) for s in range(draws)])
