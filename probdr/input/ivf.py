@@ -129,6 +129,18 @@ def _probes(X32: torch.Tensor, F: torch.Tensor, first: torch.Tensor, n_probe: in
     return probe
 
 
+def _unique_codes(codes: torch.Tensor, size: int, mark_max: int = 2**26) -> torch.Tensor:
+    """The distinct values of ``codes`` (integers in ``[0, size)``), ascending: ``torch.unique``,
+    or, for up to ``mark_max`` possible values, one flag per value set and read back in order
+    (the same numbers, without sorting every code: 0.03 s against 0.22 s for 70,000 points'
+    48 probes)."""
+    if size > mark_max:
+        return torch.unique(codes)
+    mark = torch.zeros(size, dtype=torch.bool, device=codes.device)
+    mark[codes.reshape(-1)] = True
+    return mark.nonzero().squeeze(1)
+
+
 def _search(X32: torch.Tensor, F: torch.Tensor, probe: torch.Tensor, kk: int,
             workers: int = 1):
     """The ``kk`` nearest candidates of every point (float32, unsorted), the queries grouped by
@@ -143,7 +155,7 @@ def _search(X32: torch.Tensor, F: torch.Tensor, probe: torch.Tensor, kk: int,
     counts = torch.bincount(cell, minlength=n_fine)
     start = torch.cumsum(counts, 0) - counts
     # the cells probed by the queries of each cell: sorted pairs (cell, probed), no repeats
-    pairs = torch.unique(cell[:, None] * n_fine + probe)
+    pairs = _unique_codes(cell[:, None] * n_fine + probe, n_fine * n_fine)
     pa, pb = pairs // n_fine, pairs % n_fine
     keep = pa != pb
     pa, pb = pa[keep], pb[keep]

@@ -187,3 +187,12 @@ def test_other_metrics_fall_back_to_brute_force_with_a_warning(monkeypatch):
     torch.testing.assert_close(d, ref.values)
     with pytest.raises(ImportError):
         distances.knn_metric(X, 7, "manhattan", method="approximate")
+
+
+@pytest.mark.parametrize("mark_max", [2**26, 10])
+def test_unique_codes_are_torch_unique(mark_max):
+    """The probe pairs' distinct codes, by flags or by sorting: torch.unique's, ascending."""
+    from probdr.input.ivf import _unique_codes
+
+    codes = torch.randint(0, 5000, (300, 7), generator=torch.Generator().manual_seed(0))
+    assert torch.equal(_unique_codes(codes, 5000, mark_max), torch.unique(codes))
