@@ -1,14 +1,16 @@
-"""UMAP's convergence per epoch at scale: probdr with one optimiser step per epoch (every used
-edge in one full-batch step) against ``epoch_steps`` steps per epoch, beside umap-learn, all on
-the same neighbours (pynndescent, 16 with the point itself, given as ``precomputed_knn`` to both
-libraries), so that only the optimisation differs.
+"""UMAP's schedule at scale: probdr's epochs and optimiser steps per epoch (``steps4``: 200
+epochs of 4 steps; ``e60s12``: 60 epochs of 12; ``default``: the size's default), beside
+umap-learn, all on the same neighbours (pynndescent, 16 with the point itself, given as
+``precomputed_knn`` to both libraries), so that only the optimisation differs.
 
     python benchmarks/umap_epoch_steps.py --n 70000 --variants steps1 steps2 steps4 steps8 umap-learn
+    python benchmarks/umap_epoch_steps.py --n 70000 --seeds 0 1 2 \
+        --variants steps4 e100s8 e60s12 umap-learn
 
-Each variant runs in its own process (2 threads); trustworthiness@15 on a 3,000-point sample,
-leave-one-out 5-NN accuracy on all points. ``--record`` appends the results to
+Each variant and seed runs in its own process (2 threads); trustworthiness@15 on a 3,000-point
+sample, leave-one-out 5-NN accuracy on all points. ``--record`` appends the results to
 ``benchmarks/results/umap_epoch_steps.jsonl``, from which ``suite.py`` writes the table of
-docs/benchmarks.md.
+docs/benchmarks.md (the mean over the seeds of each variant's latest results).
 """
 
 from __future__ import annotations
@@ -44,24 +46,35 @@ def prepare(n: int):
     return [np.load(f"{base}_{name}.npy") for name in ("X", "y", "knn_i", "knn_d")]
 
 
-def child(n: int, variant: str) -> None:
+def schedule(variant: str) -> dict:
+    """probdr's UMAP parameters of a variant: ``stepsS`` (200 epochs of S steps), ``eEsS`` (E
+    epochs of S steps) or ``default``."""
+    if variant == "default":
+        return {}
+    if variant.startswith("steps"):
+        return {"n_epochs": 200, "epoch_steps": int(variant.removeprefix("steps"))}
+    epochs, steps = variant.removeprefix("e").split("s")
+    return {"n_epochs": int(epochs), "epoch_steps": int(steps)}
+
+
+def child(n: int, variant: str, seed: int) -> None:
     X, y, ki, kd = prepare(n)
     t0 = time.perf_counter()
-    if variant == "umap-learn":
+    if variant == "umap-learn":  # no random_state: umap-learn's parallel epochs
         import umap
 
         Z = umap.UMAP(n_jobs=2, precomputed_knn=(ki[:, :15], kd[:, :15], None)).fit_transform(X)
     else:
         import probdr
 
-        Z = probdr.UMAP(random_state=0, precomputed_knn=(ki, kd),
-                        epoch_steps=int(variant.removeprefix("steps"))).fit_transform(X)
+        Z = probdr.UMAP(random_state=seed, precomputed_knn=(ki, kd),
+                        **schedule(variant)).fit_transform(X)
     wall = time.perf_counter() - t0
     from probdr import metrics
 
     sub = np.random.default_rng(0).choice(n, min(n, 3000), replace=False)
     print("RESULT " + json.dumps({
-        "variant": variant, "n": n, "wall_s": round(wall, 1),
+        "variant": variant, "n": n, "seed": seed, "wall_s": round(wall, 1),
         "trust15": round(metrics.trustworthiness(X[sub], Z[sub], 15), 4),
         "knn5": round(metrics.knn_accuracy(Z, y, 5), 4)}), flush=True)
 
@@ -70,18 +83,20 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--n", type=int, default=300_000)
     ap.add_argument("--variants", nargs="+", default=["steps1", "steps4", "umap-learn"])
+    ap.add_argument("--seeds", nargs="+", type=int, default=[0])
     ap.add_argument("--child", default=None)
+    ap.add_argument("--seed", type=int, default=0, help=argparse.SUPPRESS)
     ap.add_argument("--record", action="store_true", help=f"append the results to {RESULTS}")
     a = ap.parse_args()
     if a.child:
-        child(a.n, a.child)
+        child(a.n, a.child, a.seed)
         return
     prepare(a.n)
     env = dict(os.environ, OMP_NUM_THREADS="2", NUMBA_NUM_THREADS="2", PYTHONWARNINGS="ignore")
     load = os.getloadavg()[0]
-    for v in a.variants:
-        p = subprocess.run([sys.executable, __file__, "--n", str(a.n), "--child", v],
-                           capture_output=True, text=True, env=env)
+    for v, seed in ((v, seed) for seed in a.seeds for v in a.variants):
+        p = subprocess.run([sys.executable, __file__, "--n", str(a.n), "--child", v,
+                            "--seed", str(seed)], capture_output=True, text=True, env=env)
         lines = [ln for ln in p.stdout.splitlines() if ln.startswith("RESULT ")]
         print(lines[-1][7:] if lines else f"{v} failed: {p.stderr[-2000:]}", flush=True)
         if lines and a.record:

@@ -14,10 +14,16 @@ from probdr.laws.graph import get_prior
 from probdr.models.coupling import graph_coupling_model
 
 
-@pytest.mark.parametrize(("n", "steps"), [(400, 1), (10_000, 1), (10_001, 4), (70_000, 4),
-                                          (300_000, 4), (1_000_000, 4)])
-def test_auto_rule(n, steps):
-    assert probdr.UMAP()._epoch_steps(n) == steps
+@pytest.mark.parametrize(("n", "epochs", "steps"), [
+    (400, 500, 1), (10_000, 500, 1), (10_001, 60, 12), (70_000, 60, 12), (100_000, 60, 12),
+    (100_001, 100, 8), (1_000_000, 100, 8)])
+def test_auto_rule(n, epochs, steps):
+    """The default epochs and steps per epoch follow the data's size (UMAP_SCHEDULE); a given
+    ``n_epochs`` or ``epoch_steps`` replaces only its own part."""
+    est = probdr.UMAP()
+    assert est._epoch_steps(n) == steps and est._n_iter(n) == epochs * steps
+    assert probdr.UMAP(n_epochs=7)._n_iter(n) == 7 * steps
+    assert probdr.UMAP(epoch_steps=3)._n_iter(n) == epochs * 3
 
 
 def _used_edges(W, steps, seed):
@@ -102,9 +108,10 @@ def test_whole_epoch_steps_estimate_the_whole_surrogate():
     assert _log_likelihood(W, Z, 1, True, 3) == _log_likelihood(W, Z, 1, False, 3)
 
 
-def test_umap_posterior_weighs_the_whole_epoch(monkeypatch):
+@pytest.mark.parametrize("steps, posterior_steps", [(2, 2), (12, 4)])
+def test_umap_posterior_weighs_the_whole_epoch(monkeypatch, steps, posterior_steps):
     """A UMAP fit with several steps an epoch runs its posterior on the whole epoch's weight
-    (its MAP on the steps' shares)."""
+    (its MAP on the steps' shares), the epoch cut into at most POSTERIOR_EPOCH_STEPS steps."""
     import probdr.estimators.inference as inference
 
     seen = {}
@@ -115,7 +122,8 @@ def test_umap_posterior_weighs_the_whole_epoch(monkeypatch):
         return real(model, kwargs, *a, **kw)
     monkeypatch.setattr(inference, "fit_posterior", spy)
     X, _ = probdr.datasets.load("digits", n_samples=300)
-    est = probdr.UMAP(n_epochs=4, epoch_steps=2, random_state=0, inference="svi",
+    est = probdr.UMAP(n_epochs=4, epoch_steps=steps, random_state=0, inference="svi",
                       inference_params={"num_steps": 20}).fit(X)
-    assert seen["whole_epoch"] is True and seen["epoch_steps"] == 2
+    assert seen["whole_epoch"] is True and seen["epoch_steps"] == posterior_steps
+    assert est.model_kwargs_["epoch_steps"] == steps
     assert "whole_epoch" not in est.model_kwargs_  # the MAP's kwargs: the steps' shares
