@@ -15,10 +15,11 @@ EPOCH_STEPS = Path(__file__).resolve().parent / "results" / "umap_epoch_steps.js
 
 
 def latest(results: list[dict]) -> dict:
-    """The last result of each (data set, method) on the machine of the last run on record
-    (results of other machines stay in the file but never meet in one table)."""
-    here = results[-1]["machine"] if results else None
-    return {(r["data"], r["method"]): r for r in results if r["machine"] == here}
+    """The last result of each (data set, method) on the machine that last ran that data set
+    (each table is one machine's: results of other machines stay in the file but never meet in
+    one table)."""
+    here = {r["data"]: r["machine"] for r in results}
+    return {(r["data"], r["method"]): r for r in results if r["machine"] == here[r["data"]]}
 
 
 def _failed(r: dict) -> str:
@@ -255,20 +256,26 @@ about 35 minutes, past the default limit): `--data mnistdef1m --timeout 2400`.
 """
 
 
-def measured(results: list[dict]) -> str:
-    """The machine, versions and date of the runs on record (the latest run's)."""
+def measured(results: list[dict], rows: dict) -> str:
+    """The machines, versions and dates of the results on the page (the latest run's
+    versions)."""
     if not results:
         return ""
     last = results[-1]
     vers = ", ".join(f"{k} {v}" for k, v in last["versions"].items() if v)
-    dates = sorted({r["date"] for r in results if r["machine"] == last["machine"]})
-    when = f"on {dates[0]}" if len(dates) == 1 else f"from {dates[0]} to {dates[-1]}"
-    return f"Measured {when} on {last['machine']}, with {vers}."
+    parts = []
+    for machine in dict.fromkeys(r["machine"] for r in rows.values()):
+        mine = [r for r in rows.values() if r["machine"] == machine]
+        dates = sorted({r["date"] for r in mine})
+        when = f"on {dates[0]}" if len(dates) == 1 else f"from {dates[0]} to {dates[-1]}"
+        data = ", ".join(dict.fromkeys(r["data"] for r in mine))
+        parts.append(f"{data} {when} on {machine}")
+    return f"Measured: {'; '.join(parts)}; with {vers}."
 
 
 def write_page(results: list[dict], page: Path, fig: Path, datasets: dict, methods: dict):
     rows = latest(results)
-    text = [INTRO.format(summary=summary(rows, methods), measured=measured(results))]
+    text = [INTRO.format(summary=summary(rows, methods), measured=measured(results, rows))]
     for d, (desc, _) in datasets.items():
         if any(k[0] == d for k in rows):
             text += [f"## {d}", "", desc + ".", "", *table(rows, d, methods), ""]
