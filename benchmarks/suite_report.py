@@ -161,16 +161,23 @@ def device_section() -> list[str]:
               f"{c['procrustes']:.4f} |" for c in dev.get("cpu_vs_gpu", [])]
     return lines + ["", *dev.get("notes", []), ""]
 
-def _schedule_name(variant: str) -> str:
-    """A row name of the schedule table: ``steps4`` (200 epochs of 4), ``e60s12``, ``default``."""
-    if variant == "umap-learn":
-        return "umap-learn"
+def _schedule(variant: str) -> tuple[int, int]:
+    """A variant's ``(epochs, steps per epoch)``: ``steps4`` is 200 epochs of 4, ``e60s12`` 60
+    of 12; ``(0, 0)`` for umap-learn and the default (named, not counted)."""
     if variant.startswith("steps"):
-        return f"probdr, 200 epochs × {variant.removeprefix('steps')} steps"
-    if variant == "default":
-        return "probdr, default"
-    epochs, steps = variant.removeprefix("e").split("s")
-    return f"probdr, {epochs} epochs × {steps} steps"
+        return 200, int(variant.removeprefix("steps"))
+    if variant.startswith("e") and "s" in variant:
+        epochs, steps = variant.removeprefix("e").split("s")
+        return int(epochs), int(steps)
+    return 0, 0
+
+
+def _schedule_name(variant: str) -> str:
+    """A row name of the schedule table."""
+    if variant in ("umap-learn", "default"):
+        return variant if variant == "umap-learn" else "probdr, default"
+    epochs, steps = _schedule(variant)
+    return f"probdr, {epochs} epochs × {steps} step{'s' if steps > 1 else ''}"
 
 
 def epoch_steps_section(path: Path = EPOCH_STEPS) -> list[str]:
@@ -202,7 +209,7 @@ def epoch_steps_section(path: Path = EPOCH_STEPS) -> list[str]:
              "--variants steps4 e100s8 e60s12 umap-learn", "",
              "| n | fit | seeds | time (s) | trust@15 | 5-NN acc | date |",
              "|---|---|---|---|---|---|---|"]
-    order = lambda k: (k[0], k[1] == "umap-learn", _schedule_name(k[1]))  # noqa: E731
+    order = lambda k: (k[0], k[1] == "umap-learn", _schedule(k[1]))  # noqa: E731
     for key in sorted(groups, key=order):
         rs = groups[key]
         mean = {f: sum(r[f] for r in rs) / len(rs) for f in ("wall_s", "trust15", "knn5")}
