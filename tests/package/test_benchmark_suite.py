@@ -37,7 +37,7 @@ def test_page_states_the_comparison_first_and_every_fit(tmp_path):
     assert first.startswith("**At the defaults, on 70,000 points") and "**0.50×** openTSNE" in first
     assert "| probdr TSNE (vs openTSNE) | 5.0 | 0.50× |" in text
     assert "| scikit-learn TSNE | stopped at 600 s |" in text
-    assert "Measured on 2026-01-02 on m1" in text
+    assert "Measured: digits, mnistdef70k on 2026-01-02 on m1;" in text
     assert (tmp_path / "_static" / "fig.svg").stat().st_size > 1000
 
 
@@ -54,10 +54,13 @@ def test_summary_states_every_large_data_set_then_the_range_of_the_others():
 
 
 def test_only_the_latest_machine_meets_in_a_table(tmp_path):
-    results = [_result("digits", "opentsne", 10.0, machine="old"),
+    """A data set's table holds the results of the machine that last ran it; another data
+    set's table keeps its own machine's."""
+    results = [_result("mnist5k", "opentsne", 10.0, machine="old"),
+               _result("digits", "opentsne", 10.0, machine="old"),
                _result("digits", "probdr-tsne", 5.0, machine="new")]
     rows = report.latest(results)
-    assert list(rows) == [("digits", "probdr-tsne")]
+    assert list(rows) == [("mnist5k", "opentsne"), ("digits", "probdr-tsne")]
     assert "time ratio" in "\n".join(report.table(rows, "digits", suite.METHODS))
     assert "0.50×" not in "\n".join(report.table(rows, "digits", suite.METHODS))
 
@@ -89,11 +92,17 @@ def test_epoch_steps_table_keeps_the_latest_result_of_each_fit(tmp_path):
             dict(variant="umap-learn", n=70000, wall_s=8.0, trust15=0.85, knn5=0.9,
                  date="2026-01-02", load_before=0.7),
             dict(variant="steps4", n=70000, wall_s=10.0, trust15=0.9, knn5=0.95,
+                 date="2026-01-02", load_before=0.7),
+            dict(variant="e60s12", n=70000, seed=1, wall_s=4.0, trust15=0.8, knn5=0.9,
+                 date="2026-01-02", load_before=0.7),
+            dict(variant="e60s12", n=70000, seed=2, wall_s=6.0, trust15=0.9, knn5=0.8,
                  date="2026-01-02", load_before=0.7)]
     path = tmp_path / "steps.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     lines = report.epoch_steps_section(path)
     table = [ln for ln in lines if ln.startswith("| 70,000")]
-    assert table == ["| 70,000 | probdr, 4 per epoch | 10.0 | 0.9000 | 0.9500 |",
-                     "| 70,000 | umap-learn | 8.0 | 0.8500 | 0.9000 |"]
+    assert table == [  # the latest of each seed, the mean over seeds, by epochs and steps
+        "| 70,000 | probdr, 60 epochs × 12 steps | 2 | 5.0 | 0.8500 | 0.8500 | 2026-01-02 |",
+        "| 70,000 | probdr, 200 epochs × 4 steps | 1 | 10.0 | 0.9000 | 0.9500 | 2026-01-02 |",
+        "| 70,000 | umap-learn | 1 | 8.0 | 0.8500 | 0.9000 | 2026-01-02 |"]
     assert report.epoch_steps_section(tmp_path / "none.jsonl") == []
