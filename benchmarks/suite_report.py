@@ -202,7 +202,8 @@ def epoch_steps_section(path: Path = EPOCH_STEPS) -> list[str]:
              "(pynndescent, `precomputed_knn`), so that only the optimisation differs; each fit "
              "in its own process on 2 threads, deformed MNIST (50 PCs); means over the seeds. "
              "The defaults: 500 epochs of one step up to 10,000 points, 60 of 12 up to 100,000, "
-             "100 of 8 above.", "",
+             "100 of 8 above. The suite's UMAP rows above 10,000 points dated before 2026-11-29 "
+             "(the million-point table) ran the earlier default, 200 epochs of 4 steps.", "",
              "    python benchmarks/umap_epoch_steps.py --n 70000 --record "
              "--variants steps1 steps2 steps4 steps8 umap-learn",
              "    python benchmarks/umap_epoch_steps.py --n 70000 --record --seeds 0 1 2 "
