@@ -155,7 +155,8 @@ def main() -> None:
     t = time.perf_counter()
     post = cls(random_state=0, inference=a.inference).fit(X)
     secs = time.perf_counter() - t
-    own = [post.map_embedding_] + [cached(f"{a.data}-{a.method}-probdr-{s}",
+    # keyed by the fit's step count too, so that a change of the default schedule refits them
+    own = [post.map_embedding_] + [cached(f"{a.data}-{a.method}-probdr-{post.n_iter_}-{s}",
                                           lambda s=s: cls(random_state=s).fit_transform(X))
                                    for s in range(1, a.seeds)]
     peer = [cached(f"{a.data}-{a.method}-peer-{s}", lambda s=s: peer_fit(a.method, X, s))
