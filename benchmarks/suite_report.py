@@ -191,9 +191,13 @@ def epoch_steps_section(path: Path = EPOCH_STEPS) -> list[str]:
         if line.strip():
             r = json.loads(line)
             latest[(r["n"], r["variant"], r.get("seed", 0))] = r
+    last_run = {}  # each size's latest date: the rows of one run, whose times compare
+    for (n, _, _), r in latest.items():
+        last_run[n] = max(last_run.get(n, ""), r["date"])
     groups: dict = {}
     for (n, variant, _), r in latest.items():
-        groups.setdefault((n, variant), []).append(r)
+        if r["date"] == last_run[n]:
+            groups.setdefault((n, variant), []).append(r)
     lines = ["## UMAP: epochs and optimiser steps per epoch", "",
              "probdr's UMAP cuts each epoch into `epoch_steps` optimiser steps, each using its "
              "share of the epoch's edges (an edge acts at most once per epoch). More steps do "
@@ -202,24 +206,23 @@ def epoch_steps_section(path: Path = EPOCH_STEPS) -> list[str]:
              "(pynndescent, `precomputed_knn`), so that only the optimisation differs; each fit "
              "in its own process on 2 threads, deformed MNIST (50 PCs); means over the seeds. "
              "The defaults: 500 epochs of one step up to 10,000 points, 60 of 12 up to 100,000, "
-             "100 of 8 above. The suite's UMAP rows above 10,000 points dated before 2026-11-29 "
-             "(the million-point table) ran the earlier default, 200 epochs of 4 steps.", "",
+             "100 of 8 above. The million-point UMAP row above ran the earlier default, 200 "
+             "epochs of 4 steps. Each size's rows come from its latest run, so that their times "
+             "compare.", "",
              "    python benchmarks/umap_epoch_steps.py --n 70000 --record "
              "--variants steps1 steps2 steps4 steps8 umap-learn",
              "    python benchmarks/umap_epoch_steps.py --n 70000 --record --seeds 0 1 2 "
              "--variants steps4 e100s8 e60s12 umap-learn", "",
-             "| n | fit | seeds | time (s) | trust@15 | 5-NN acc | date |",
-             "|---|---|---|---|---|---|---|"]
+             "| n | fit | seeds | time (s) | trust@15 | 5-NN acc |", "|---|---|---|---|---|---|"]
     order = lambda k: (k[0], k[1] == "umap-learn", _schedule(k[1]))  # noqa: E731
     for key in sorted(groups, key=order):
         rs = groups[key]
         mean = {f: sum(r[f] for r in rs) / len(rs) for f in ("wall_s", "trust15", "knn5")}
         lines.append(f"| {key[0]:,} | {_schedule_name(key[1])} | {len(rs)} | "
-                     f"{mean['wall_s']:.1f} | {mean['trust15']:.4f} | {mean['knn5']:.4f} | "
-                     f"{max(r['date'] for r in rs)} |")
+                     f"{mean['wall_s']:.1f} | {mean['trust15']:.4f} | {mean['knn5']:.4f} |")
     return lines + ["", "Measured on an idle machine (load below 1.5); times include umap-learn's "
-                    "just-in-time compilation (each fit is a fresh process). Compare times within "
-                    "a date: this machine's speed drifts 2-3× from day to day.", ""]
+                    "just-in-time compilation (each fit is a fresh process). Times compare within "
+                    "a size, not across: this machine's speed drifts 2-3× from day to day.", ""]
 
 
 INTRO = """# Benchmarks
@@ -271,14 +274,13 @@ def measured(results: list[dict], rows: dict) -> str:
         return ""
     last = results[-1]
     vers = ", ".join(f"{k} {v}" for k, v in last["versions"].items() if v)
+    dates = sorted({r["date"] for r in rows.values()})
+    when = f"on {dates[0]}" if len(dates) == 1 else f"from {dates[0]} to {dates[-1]}"
     parts = []
     for machine in dict.fromkeys(r["machine"] for r in rows.values()):
-        mine = [r for r in rows.values() if r["machine"] == machine]
-        dates = sorted({r["date"] for r in mine})
-        when = f"on {dates[0]}" if len(dates) == 1 else f"from {dates[0]} to {dates[-1]}"
-        data = ", ".join(dict.fromkeys(r["data"] for r in mine))
-        parts.append(f"{data} {when} on {machine}")
-    return f"Measured: {'; '.join(parts)}; with {vers}."
+        data = ", ".join(dict.fromkeys(r["data"] for r in rows.values() if r["machine"] == machine))
+        parts.append(f"{data} on {machine}")
+    return f"Measured {when}: {'; '.join(parts)}; with {vers}."
 
 
 def write_page(results: list[dict], page: Path, fig: Path, datasets: dict, methods: dict):

@@ -428,7 +428,7 @@ class UMAP(_SGDPreset):
         steps do more per epoch: on 70,000 deformed MNIST digits at 200 epochs, 5-NN accuracy
         is 0.918, 0.923, 0.933 and 0.943 with 1, 2, 4 and 8 steps (umap-learn 0.934), and 60
         epochs of 12 steps match umap-learn's trustworthiness and 5-NN accuracy in half its
-        time (docs/benchmarks.md).
+        time (docs/benchmarks.md; benchmarks/results/umap_epoch_steps.jsonl).
     learning_rate : float or "auto"
         Step size of SGD, decaying linearly to 0 over the fit; "auto": 1 (umap-learn's).
 
