@@ -51,7 +51,7 @@ CALIBRATED_INFLATION = {("svi", "E", "cauchy"): 2.2, ("laplace", "E", "cauchy"):
 #: the most optimiser steps a negative-sampling epoch is cut into for SVI, whatever the MAP fit's
 #: ``epoch_steps``: each SVI step weighs its share of the epoch as the whole epoch, so its
 #: gradient's noise grows with the steps, and the guide's spreads with it. On 70,000 deformed
-#: MNIST digits (UMAP), SVI's median spread was 2.8 times Laplace's with 12 steps an epoch, 1.25
+#: MNIST digits (UMAP), SVI's median spread was 2.8 times Laplace's with 12 steps an epoch, 1.26
 #: times with 4.
 POSTERIOR_EPOCH_STEPS = 4
 
