@@ -50,20 +50,21 @@ def procrustes_align(draws, reference, *, reflection: bool = True,
         raise ValueError("draws or reference contain NaN or inf.")
     lead = A.shape[:-2]
     A = A.reshape(-1, *B.shape)
-    if translation:
-        muA = A.mean(1, keepdims=True)
+    if translation:  # the means as a matrix-vector product: a reduction over the middle
+        muA = np.matmul(np.full(A.shape[1], 1.0 / A.shape[1]), A)[:, None]  # axis is slow
         muB = B.mean(0, keepdims=True)
     else:
         muA = np.zeros((A.shape[0], 1, B.shape[1]))
         muB = np.zeros((1, B.shape[1]))
     Ac, Bc = A - muA, B - muB
-    M = np.einsum("sni,nj->sij", Ac, Bc)
+    M = np.matmul(Ac.transpose(0, 2, 1), Bc)  # A^T B per draw, (s, q, q): one BLAS call each
     U, _, Vt = np.linalg.svd(M)
     if not reflection:
         d = np.sign(np.linalg.det(U @ Vt))
         U[:, :, -1] *= d[:, None]
     R = U @ Vt
-    out = Ac @ R + muB
+    out = Ac @ R
+    out += muB
     return out.reshape(*lead, *B.shape)
 
 
@@ -103,6 +104,33 @@ def chain_statistics(chains) -> tuple[np.ndarray, np.ndarray]:
     t = torch.as_tensor(x)
     return (split_gelman_rubin(t, chain_dim=0, sample_dim=1).numpy(),
             effective_sample_size(t, chain_dim=0, sample_dim=1).numpy())
+
+
+def _cross_products(D: np.ndarray) -> np.ndarray:
+    r""":math:`\sum_s D_{sni} D_{snj}`, ``(n, q, q)``, of deviations ``D (s, n, q)``: one
+    contraction per coordinate pair (the same sums as ``einsum("sni,snj->nij")``, several
+    times faster for the small q of an embedding)."""
+    q = D.shape[-1]
+    out = np.empty((D.shape[1], q, q))
+    for i in range(q):
+        for j in range(i, q):
+            out[:, i, j] = out[:, j, i] = np.einsum("sn,sn->n", D[..., i], D[..., j])
+    return out
+
+
+def _drop_self(idx: np.ndarray) -> np.ndarray:
+    """Each point's ``k + 1`` nearest (``idx (n, k + 1)``, the point itself usually first)
+    without the point itself, ``(n, k)``; where a duplicate at distance 0 hid the point from
+    its ``k + 1`` nearest, the farthest is dropped instead."""
+    me = np.arange(len(idx))
+    out = idx[:, 1:].copy()
+    odd = np.flatnonzero(idx[:, 0] != me)  # a duplicate came first, or the point is missing
+    if len(odd):
+        sub = idx[odd]
+        own = sub == me[odd, None]
+        own[~own.any(1), -1] = True
+        out[odd] = sub[~own].reshape(len(odd), -1)
+    return out
 
 
 # --------------------------------------------------------------------------------------------
@@ -285,15 +313,14 @@ class Posterior:
             M = self.samples.mean(0, dtype=np.float64)
             cov = np.zeros((n, q, q))
             for _, _, B in self.sample_blocks():
-                D = B.astype(np.float64) - M
-                cov += np.einsum("sni,snj->nij", D, D)
+                cov += _cross_products(B.astype(np.float64) - M)
         else:
             ref = np.asarray(self.reference, dtype=np.float64)
             first, cross = np.zeros((n, q)), np.zeros((n, q, q))
             for _, _, B in self.sample_blocks():
                 D = B.astype(np.float64) - ref
                 first += D.sum(0)
-                cross += np.einsum("sni,snj->nij", D, D)
+                cross += _cross_products(D)
             d = first / total
             M = ref + d
             cov = cross - total * np.einsum("ni,nj->nij", d, d)
@@ -394,22 +421,21 @@ class Posterior:
             order = tree.indices
             idx = np.empty((len(E), k + 1), dtype=np.intp)
             idx[order] = tree.query(E[order], k=k + 1, workers=threads)[1]
-            own = idx == np.arange(len(E))[:, None]  # each point itself; where a duplicate
-            own[~own.any(1), -1] = True  # hid it from its k + 1 nearest, drop the farthest
-            return idx[~own].reshape(len(E), k)
+            return _drop_self(idx)
 
         n = M.shape[0]
-        ref = knn(M)
+        ref = knn(M).astype(np.int32)
         count = self.num_chains * self.num_draws
         picks = np.unique(np.linspace(0, count - 1, min(int(num_draws), count)).astype(int))
         total = np.zeros(n)
-        block = max(1, 2**22 // (k * k))
         for s in picks:
             draw = self.sample(s)
             got = knn(draw if spread == 1.0 else M + spread * (draw - M))
-            shared = np.concatenate([  # |A ∩ B| per point, the lists compared in blocks
-                (got[b:b + block, :, None] == ref[b:b + block, None, :]).any(2).sum(1)
-                for b in range(0, n, block)])
+            # |A ∩ B| per point: the two lists (no repeats within either) side by side,
+            # sorted; each shared neighbour is one pair of equal neighbours in the row
+            both = np.concatenate([got.astype(np.int32), ref], axis=1)
+            both.sort(axis=1)
+            shared = np.count_nonzero(both[:, 1:] == both[:, :-1], axis=1)
             total += shared / (2 * k - shared)
         return total / len(picks)
 

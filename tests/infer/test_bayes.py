@@ -286,6 +286,22 @@ def test_procrustes_recovers_rotation_reflection_translation():
         procrustes_align(np.full((30, 2), np.nan), B)
 
 
+def test_procrustes_matches_scipy_on_noisy_draws():
+    """Each draw's rotation is scipy's orthogonal Procrustes of the centred draw on the centred
+    reference (3-D, noisy, so no rotation makes them equal)."""
+    from scipy.linalg import orthogonal_procrustes
+
+    rng = np.random.default_rng(1)
+    B = rng.normal(size=(50, 3)) + 2.0
+    draws = rng.normal(size=(4, 50, 3)) + B @ np.linalg.qr(rng.normal(size=(3, 3)))[0]
+    out = procrustes_align(draws, B)
+    Bc = B - B.mean(0)
+    for A, got in zip(draws, out, strict=True):
+        Ac = A - A.mean(0)
+        R, _ = orthogonal_procrustes(Ac, Bc)
+        np.testing.assert_allclose(got, Ac @ R + B.mean(0), rtol=0, atol=1e-12)
+
+
 # ------------------------------------------------------------------------------------------
 # SVI against a known Gaussian posterior (see the module docstring)
 # ------------------------------------------------------------------------------------------
