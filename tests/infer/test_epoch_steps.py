@@ -127,3 +127,32 @@ def test_umap_posterior_weighs_the_whole_epoch(monkeypatch, steps, posterior_ste
     assert seen["whole_epoch"] is True and seen["epoch_steps"] == posterior_steps
     assert est.model_kwargs_["epoch_steps"] == steps
     assert "whole_epoch" not in est.model_kwargs_  # the MAP's kwargs: the steps' shares
+
+
+class _Stop(Exception):
+    pass
+
+
+@pytest.mark.parametrize("steps, params, expected", [
+    (12, None, "split"), (1, None, 1000), (12, {"num_steps": 30}, 30)])
+def test_svi_steps_where_the_epoch_is_split(monkeypatch, steps, params, expected):
+    """SVI's default num_steps is SPLIT_EPOCH_SVI_STEPS where the posterior's epoch is cut into
+    several steps, SVI_OPTIONS' otherwise; a given num_steps wins."""
+    import probdr.estimators.inference as inference
+    from probdr.estimators.coupling import SPLIT_EPOCH_SVI_STEPS
+    from probdr.infer.posterior import SVI_OPTIONS
+
+    seen = {}
+
+    def spy(model, kwargs, *a, **kw):
+        seen.update(kw)
+        raise _Stop
+    monkeypatch.setattr(inference, "fit_posterior", spy)
+    X, _ = probdr.datasets.load("digits", n_samples=200)
+    with pytest.raises(_Stop):
+        probdr.UMAP(n_epochs=2, epoch_steps=steps, random_state=0, inference="svi",
+                    inference_params=params).fit(X)
+    want = {"split": SPLIT_EPOCH_SVI_STEPS, 1000: SVI_OPTIONS["num_steps"]}.get(expected,
+                                                                                 expected)
+    assert seen.get("num_steps", SVI_OPTIONS["num_steps"]) == want
+    assert SPLIT_EPOCH_SVI_STEPS < SVI_OPTIONS["num_steps"]
