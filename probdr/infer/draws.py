@@ -46,26 +46,36 @@ def procrustes_align(draws, reference, *, reflection: bool = True,
     if B.ndim != 2 or A.shape[-2:] != B.shape:
         raise ValueError(f"draws (..., n, q) and reference (n, q) must match, got {A.shape} and "
                          f"{B.shape}.")
-    if not (np.all(np.isfinite(A)) and np.all(np.isfinite(B))):
+    if not np.all(np.isfinite(B)):
         raise ValueError("draws or reference contain NaN or inf.")
     lead = A.shape[:-2]
     A = A.reshape(-1, *B.shape)
-    if translation:  # the means as a matrix-vector product: a reduction over the middle
-        muA = np.matmul(np.full(A.shape[1], 1.0 / A.shape[1]), A)[:, None]  # axis is slow
-        muB = B.mean(0, keepdims=True)
-    else:
-        muA = np.zeros((A.shape[0], 1, B.shape[1]))
-        muB = np.zeros((1, B.shape[1]))
-    Ac, Bc = A - muA, B - muB
-    M = np.matmul(Ac.transpose(0, 2, 1), Bc)  # A^T B per draw, (s, q, q): one BLAS call each
+    muB = B.mean(0, keepdims=True) if translation else np.zeros((1, B.shape[1]))
+    Bc = B - muB
+    out = np.empty_like(A)
+    for s0, s1 in draw_blocks(len(A), B.size):  # blocks of draws: the temporaries stay small
+        _align_block(A[s0:s1], Bc, muB, reflection, translation, out[s0:s1])
+    return out.reshape(*lead, *B.shape)
+
+
+def _align_block(A, Bc, muB, reflection: bool, translation: bool, out) -> None:
+    """:func:`procrustes_align` of draws ``A (s, n, q)`` to the centred reference ``Bc``, into
+    ``out``: :math:`A R + (\bar B - \bar A R)`, the cross-products :math:`A^\top B_c` (equal to
+    the centred draws' as :math:`B_c` sums to 0) and the means as BLAS products."""
+    if not np.all(np.isfinite(A)):
+        raise ValueError("draws or reference contain NaN or inf.")
+    M = np.matmul(A.transpose(0, 2, 1), Bc)  # (s, q, q)
     U, _, Vt = np.linalg.svd(M)
     if not reflection:
         d = np.sign(np.linalg.det(U @ Vt))
         U[:, :, -1] *= d[:, None]
     R = U @ Vt
-    out = Ac @ R
-    out += muB
-    return out.reshape(*lead, *B.shape)
+    np.matmul(A, R, out=out)
+    if translation:
+        muA = np.matmul(np.full(A.shape[1], 1.0 / A.shape[1]), A)[:, None]  # (s, 1, q)
+        out += muB - muA @ R
+    else:
+        out += muB
 
 
 #: draws are generated, aligned and summed in blocks of about this many numbers (32 MB in
