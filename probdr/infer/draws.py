@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 __all__ = ["Posterior", "GaussianDraws", "procrustes_align", "chain_statistics", "PointSummary",
-           "point_summary"]
+           "point_summary", "reliability_draws", "RELIABILITY_QUERIES"]
 
 
 # --------------------------------------------------------------------------------------------
@@ -126,6 +126,22 @@ def _cross_products(D: np.ndarray) -> np.ndarray:
         for j in range(i, q):
             out[:, i, j] = out[:, j, i] = np.einsum("sn,sn->n", D[..., i], D[..., j])
     return out
+
+
+#: neighbour queries (points times draws) the default reliability spends: all the draws (200
+#: by default) up to 7,000 points, 20 from 70,000. With more draws its Monte Carlo error is
+#: smaller and it ranks points better: on MNIST-5k (UMAP, SVI) Spearman 0.58 with probdr's own
+#: seeds' neighbourhood change from 20 draws, 0.61 from 50, 0.62 from 200
+RELIABILITY_QUERIES = 1_400_000
+#: the fewest draws of the default reliability
+RELIABILITY_MIN_DRAWS = 20
+
+
+def reliability_draws(n: int, available: int) -> int:
+    """The default number of draws of :meth:`Posterior.point_reliability` for ``n`` points and
+    ``available`` draws: :data:`RELIABILITY_QUERIES` ``// n``, at least
+    :data:`RELIABILITY_MIN_DRAWS`, at most ``available``."""
+    return int(min(available, max(RELIABILITY_MIN_DRAWS, RELIABILITY_QUERIES // max(n, 1))))
 
 
 def _drop_self(idx: np.ndarray) -> np.ndarray:
@@ -401,16 +417,18 @@ class Posterior:
         C = self._point_moments()[1]
         return np.sqrt(np.trace(C, axis1=1, axis2=2) / C.shape[-1])
 
-    def point_reliability(self, n_neighbors: int = 15, num_draws: int = 20,
+    def point_reliability(self, n_neighbors: int = 15, num_draws: int | None = None,
                           spread: float = 1.0) -> np.ndarray:
         r"""Per-point reliability in [0, 1]: the share of its neighbourhood that the posterior
         keeps. For each of ``num_draws`` draws (evenly spaced), the Jaccard similarity
         :math:`|A \cap B| / |A \cup B|` of the point's ``n_neighbors`` nearest neighbours in the
         draw (:math:`B`) and in the posterior mean (:math:`A`), averaged over the draws. 1: the
         data pin the point among the same neighbours; near 0: its neighbours in the map are
-        not determined by the data. ``spread`` scales each draw's deviation from the mean (1:
-        the posterior's draws; less: a local score that does not saturate where the spreads
-        exceed the neighbours' distances, see the docs' "How sure is the map?")."""
+        not determined by the data. ``num_draws`` (default: :func:`reliability_draws`, all the
+        draws on small maps, 20 on large ones) sets the Monte Carlo error of the average.
+        ``spread`` scales each draw's deviation from the mean (1: the posterior's draws; less:
+        a local score that does not saturate where the spreads exceed the neighbours'
+        distances, see the docs' "How sure is the map?")."""
         from scipy.spatial import cKDTree
 
         M = self.mean
@@ -436,6 +454,10 @@ class Posterior:
         n = M.shape[0]
         ref = knn(M).astype(np.int32)
         count = self.num_chains * self.num_draws
+        if num_draws is None:
+            num_draws = reliability_draws(n, count)
+        elif isinstance(num_draws, bool) or not float(num_draws).is_integer() or num_draws < 1:
+            raise ValueError(f"num_draws must be a positive integer, got {num_draws!r}.")
         picks = np.unique(np.linspace(0, count - 1, min(int(num_draws), count)).astype(int))
         total = np.zeros(n)
         for s in picks:

@@ -272,6 +272,27 @@ def test_point_reliability_is_the_share_of_neighbours_kept():
         post.point_reliability(n_neighbors=2, spread=0.0)
 
 
+def test_reliability_draws_default_spends_a_budget_of_queries():
+    """All the draws on small maps, RELIABILITY_QUERIES / n in between, at least 20; the
+    default of point_reliability is that many evenly spaced draws."""
+    from probdr.infer.draws import RELIABILITY_QUERIES, Posterior, reliability_draws
+
+    assert reliability_draws(1_797, 200) == 200
+    assert reliability_draws(70_000, 200) == 20
+    assert reliability_draws(1_000_000, 200) == 20
+    assert reliability_draws(10_000, 200) == RELIABILITY_QUERIES // 10_000 == 140
+    assert reliability_draws(10_000, 30) == 30
+    rng = np.random.default_rng(0)
+    M = rng.normal(size=(60, 2))
+    post = Posterior("svi", (M + rng.normal(size=(37, 60, 2)))[None], M)
+    np.testing.assert_array_equal(post.point_reliability(),
+                                  post.point_reliability(num_draws=37))
+    assert not np.array_equal(post.point_reliability(), post.point_reliability(num_draws=20))
+    for bad in (0, -3, 2.5, True):
+        with pytest.raises(ValueError, match="num_draws"):
+            post.point_reliability(num_draws=bad)
+
+
 def test_point_reliability_matches_brute_force_neighbour_lists():
     """The k-d tree lists against all-pairs distances, on draws made on demand, with a
     duplicated point (its twin, not itself, may come first)."""
