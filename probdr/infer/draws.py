@@ -456,7 +456,8 @@ class Posterior:
         count = self.num_chains * self.num_draws
         if num_draws is None:
             num_draws = reliability_draws(n, count)
-        elif isinstance(num_draws, bool) or not float(num_draws).is_integer() or num_draws < 1:
+        elif (isinstance(num_draws, bool) or not isinstance(num_draws, (int, np.integer))
+              or num_draws < 1):
             raise ValueError(f"num_draws must be a positive integer, got {num_draws!r}.")
         picks = np.unique(np.linspace(0, count - 1, min(int(num_draws), count)).astype(int))
         total = np.zeros(n)

@@ -288,7 +288,7 @@ def test_reliability_draws_default_spends_a_budget_of_queries():
     np.testing.assert_array_equal(post.point_reliability(),
                                   post.point_reliability(num_draws=37))
     assert not np.array_equal(post.point_reliability(), post.point_reliability(num_draws=20))
-    for bad in (0, -3, 2.5, True):
+    for bad in (0, -3, 2.5, True, "20"):
         with pytest.raises(ValueError, match="num_draws"):
             post.point_reliability(num_draws=bad)
 
