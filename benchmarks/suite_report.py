@@ -14,12 +14,36 @@ DEVICE = Path(__file__).resolve().parent / "results" / "device.json"
 EPOCH_STEPS = Path(__file__).resolve().parent / "results" / "umap_epoch_steps.jsonl"
 
 
-def latest(results: list[dict]) -> dict:
-    """The last result of each (data set, method) on the machine that last ran that data set
-    (each table is one machine's: results of other machines stay in the file but never meet in
-    one table)."""
-    here = {r["data"]: r["machine"] for r in results}
-    return {(r["data"], r["method"]): r for r in results if r["machine"] == here[r["data"]]}
+def _pair(method: str, methods: dict | None) -> str:
+    """The comparison a method belongs to: probdr's method with its reference library (named
+    by the reference), any other method alone."""
+    ref = (methods or {}).get(method, (None, None, None))[2]
+    return ref or method
+
+
+def latest(results: list[dict], methods: dict | None = None) -> dict:
+    """The last result of each (data set, method) on the machine that last ran its comparison
+    (probdr's method and its reference; with ``methods=None`` the whole data set): a ratio
+    never divides one machine's time by another's. Results of other machines stay in the file
+    but never meet in one comparison."""
+    def key(r):
+        return (r["data"], _pair(r["method"], methods) if methods else None)
+    here = {key(r): r["machine"] for r in results}
+    return {(r["data"], r["method"]): r for r in results if r["machine"] == here[key(r)]}
+
+
+def machines_note(rows: dict, data: str, methods: dict) -> list[str]:
+    """A line under a table whose comparisons ran on different machines: which rows ran
+    where (their times compare within a comparison only)."""
+    where: dict[str, list[str]] = {}
+    for (d, m), r in rows.items():
+        if d == data:
+            where.setdefault(r["machine"], []).append(methods[m][0] if m in methods else m)
+    if len(where) < 2:
+        return []
+    parts = [f"{', '.join(names)} on {machine}" for machine, names in where.items()]
+    return ["", f"Rows from {len(where)} machines ({'; '.join(parts)}): times compare within "
+            "a comparison, not across."]
 
 
 def _failed(r: dict) -> str:
@@ -65,6 +89,12 @@ def _ratios(rows: dict, methods: dict, data: str) -> list[str]:
                 f"{methods[m][0]} takes **{r['wall_s'] / ref['wall_s']:.2f}×** "
                 f"{methods[ref_m][0]}'s time (trustworthiness@15 {r['trust15']:.3f} vs "
                 f"{ref['trust15']:.3f}, 5-NN accuracy {r['knn5']:.3f} vs {ref['knn5']:.3f})")
+        elif r and ref and r["status"] == "ok" and ref["status"] == "timeout":
+            parts.append(  # the reference did not finish: at most this share of its time
+                f"{methods[m][0]} takes {r['wall_s']:.0f} s, **under "
+                f"{r['wall_s'] / ref['limit_s']:.2f}×** {methods[ref_m][0]}'s time, which was "
+                f"stopped at {ref['limit_s']:.0f} s (trustworthiness@15 {r['trust15']:.3f}, "
+                f"5-NN accuracy {r['knn5']:.3f})")
     return parts
 
 
@@ -206,8 +236,7 @@ def epoch_steps_section(path: Path = EPOCH_STEPS) -> list[str]:
              "(pynndescent, `precomputed_knn`), so that only the optimisation differs; each fit "
              "in its own process on 2 threads, deformed MNIST (50 PCs); means over the seeds. "
              "The defaults: 500 epochs of one step up to 10,000 points, 60 of 12 up to 100,000, "
-             "100 of 8 above. The million-point UMAP row above ran the earlier default, 200 "
-             "epochs of 4 steps. Each size's rows come from its latest run, so that their times "
+             "100 of 8 above. Each size's rows come from its latest run, so that their times "
              "compare.", "",
              "    python benchmarks/umap_epoch_steps.py --n 70000 --record "
              "--variants steps1 steps2 steps4 steps8 umap-learn",
@@ -277,18 +306,28 @@ def measured(results: list[dict], rows: dict) -> str:
     dates = sorted({r["date"] for r in rows.values()})
     when = f"on {dates[0]}" if len(dates) == 1 else f"from {dates[0]} to {dates[-1]}"
     parts = []
+    machines_of = {}
+    for r in rows.values():
+        machines_of.setdefault(r["data"], set()).add(r["machine"])
     for machine in dict.fromkeys(r["machine"] for r in rows.values()):
-        data = ", ".join(dict.fromkeys(r["data"] for r in rows.values() if r["machine"] == machine))
-        parts.append(f"{data} on {machine}")
+        names = []
+        for d in dict.fromkeys(r["data"] for r in rows.values() if r["machine"] == machine):
+            if len(machines_of[d]) == 1:
+                names.append(d)
+            else:  # the data set's comparisons ran on several machines: name this one's rows
+                these = [m for (dd, m), r in rows.items() if dd == d and r["machine"] == machine]
+                names.append(f"{d} ({', '.join(these)})")
+        parts.append(f"{', '.join(names)} on {machine}")
     return f"Measured {when}: {'; '.join(parts)}; with {vers}."
 
 
 def write_page(results: list[dict], page: Path, fig: Path, datasets: dict, methods: dict):
-    rows = latest(results)
+    rows = latest(results, methods)
     text = [INTRO.format(summary=summary(rows, methods), measured=measured(results, rows))]
     for d, (desc, _) in datasets.items():
         if any(k[0] == d for k in rows):
-            text += [f"## {d}", "", desc + ".", "", *table(rows, d, methods), ""]
+            text += [f"## {d}", "", desc + ".", "", *table(rows, d, methods),
+                     *machines_note(rows, d, methods), ""]
     text += epoch_steps_section()
     text += device_section()
     if not figure(rows, datasets, methods, fig):

@@ -65,6 +65,34 @@ def test_only_the_latest_machine_meets_in_a_table(tmp_path):
     assert "0.50×" not in "\n".join(report.table(rows, "digits", suite.METHODS))
 
 
+def test_each_comparison_keeps_the_machine_that_last_ran_it(tmp_path):
+    """probdr's UMAP and umap-learn re-run on a new machine replace their pair only; the
+    t-SNE pair of the old machine stays, and the page says which rows ran where."""
+    results = [_result("mnistdef1m", "opentsne", 400.0, machine="old", n=10**6),
+               _result("mnistdef1m", "probdr-tsne", 100.0, machine="old", n=10**6),
+               _result("mnistdef1m", "umap-learn", 300.0, machine="old", n=10**6),
+               _result("mnistdef1m", "probdr-umap", 150.0, machine="old", n=10**6),
+               _result("mnistdef1m", "probdr-umap", 80.0, machine="new", n=10**6),
+               _result("mnistdef1m", "umap-learn", 200.0, machine="new", n=10**6)]
+    rows = report.latest(results, suite.METHODS)
+    assert {m: r["machine"] for (_, m), r in rows.items()} == {
+        "opentsne": "old", "probdr-tsne": "old", "probdr-umap": "new", "umap-learn": "new"}
+    text = "\n".join(report.table(rows, "mnistdef1m", suite.METHODS))
+    assert "| probdr UMAP (vs umap-learn) | 80.0 | 0.40× |" in text
+    assert "| probdr TSNE (vs openTSNE) | 100.0 | 0.25× |" in text
+    note = report.machines_note(rows, "mnistdef1m", suite.METHODS)
+    assert "openTSNE, probdr TSNE on old" in note[-1] and "on new" in note[-1]
+    assert "mnistdef1m (opentsne, probdr-tsne) on old" in report.measured(results, rows)
+    # a reference stopped at its time limit: probdr's time bounds the ratio
+    results.append(_result("mnistdef1m", "umap-learn", 0, machine="new", status="timeout",
+                           n=10**6))
+    text = report.summary(report.latest(results, suite.METHODS), suite.METHODS)
+    assert "probdr UMAP takes 80 s, **under 0.13×** umap-learn's time, which was stopped at " \
+        "600 s" in text
+    # without the methods, the data set's last machine holds the whole table
+    assert {r["machine"] for r in report.latest(results).values()} == {"new"}
+
+
 def test_leave_one_out_knn_accuracy_matches_scikit_learn():
     from sklearn.model_selection import LeaveOneOut, cross_val_score
     from sklearn.neighbors import KNeighborsClassifier
