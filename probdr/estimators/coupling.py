@@ -555,10 +555,16 @@ class GraphCoupling(InputKindsMixin, ContinueMixin, NewPointsMixin, PosteriorInf
             self.model_kwargs_["coupling_weight"] = self.coupling_weight_
         # the posterior weighs each step's share of a negative-sampling epoch as the whole epoch,
         # an epoch cut into at most POSTERIOR_EPOCH_STEPS steps
-        steps = min(int(self.model_kwargs_["epoch_steps"]), POSTERIOR_EPOCH_STEPS)
+        steps = self._posterior_epoch_steps()
         return self._posterior(graph_coupling_model, {**self.model_kwargs_, "kernel": self.kernel_,
                                                       "whole_epoch": True, "epoch_steps": steps},
                                res.Z, gen, prior=prior)
+
+    def _posterior_epoch_steps(self) -> int:
+        """The optimiser steps a negative-sampling epoch is cut into for the posterior: the
+        fit's ``epoch_steps``, at most :data:`POSTERIOR_EPOCH_STEPS` (1 before a fit)."""
+        steps = int(getattr(self, "model_kwargs_", {}).get("epoch_steps", 1))
+        return min(steps, POSTERIOR_EPOCH_STEPS)
 
     def _inference_options(self) -> dict:
         """``inference_params``, with the calibrated variance inflation
@@ -567,9 +573,7 @@ class GraphCoupling(InputKindsMixin, ContinueMixin, NewPointsMixin, PosteriorInf
         E law and Cauchy kernel or UMAP's B law and curve; and SVI's default ``num_steps``
         :data:`SPLIT_EPOCH_SVI_STEPS` where an epoch is cut into several steps."""
         opts = dict(self.inference_params or {})
-        split = min(int(getattr(self, "model_kwargs_", {}).get("epoch_steps", 1)),
-                    POSTERIOR_EPOCH_STEPS)
-        if self.inference == "svi" and split > 1:
+        if self.inference == "svi" and self._posterior_epoch_steps() > 1:
             opts.setdefault("num_steps", SPLIT_EPOCH_SVI_STEPS)
         if "inflation" in opts or opts.get("guide", "normal") != "normal":
             return opts
