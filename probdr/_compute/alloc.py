@@ -5,8 +5,9 @@ serves each one above its mmap threshold (128 KiB, adjusted dynamically up to 32
 fresh ``mmap``, so every step pays for zero-filling new pages, and element-wise passes over
 large edge lists run several times slower than on reused memory (``docs/benchmarks.md``).
 :func:`heap_reuse` raises the mmap and trim thresholds for the duration of a loop, so freed
-blocks stay on the heap and are reused by the next step, then restores glibc's defaults and
-returns the free memory to the system (``malloc_trim``). Elsewhere (macOS, Windows, musl) it
+blocks stay on the heap and are reused by the next step, then lowers them to where glibc's own
+dynamic rule takes them (which setting them turns off: :data:`_AFTER_MMAP`) and returns the free
+memory to the system (``malloc_trim``). Elsewhere (macOS, Windows, musl) it
 does nothing. ``probdr.config.set_heap_reuse(False)`` or ``PROBDR_HEAP_REUSE=0`` turn it off.
 
 Freed blocks of different sizes still fragment the heap, which then grows by fresh pages now and
@@ -29,7 +30,15 @@ import torch
 from .. import config
 
 _M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3
-_DEFAULT = 128 * 1024
+#: where a block leaves glibc's thresholds. glibc starts with a dynamic mmap threshold (128 KiB,
+#: raised to the size of every mmapped block freed, up to 32 MiB on 64-bit systems; the trim
+#: threshold twice it), and setting either threshold turns that rule off for good: leaving them
+#: at 128 KiB made every later temporary above it a fresh mmap, zero-filled page by page (the
+#: neighbour search of 70,000 points after a first fit in the process: 5.0 s against 2.7 s).
+#: So a block leaves them where the dynamic rule takes them in any process that frees large
+#: tensors: the largest mmap threshold it reaches, and twice that for the trim threshold.
+_AFTER_MMAP = 32 * 1024 * 1024
+_AFTER_TRIM = 2 * _AFTER_MMAP
 _depth = 0
 #: whether an open :func:`heap_reuse` raised glibc's thresholds
 _raised = False
@@ -74,8 +83,8 @@ def heap_reuse(threshold: int = 1 << 30):
     finally:
         _depth -= 1
         _raised = False
-        lib.mallopt(_M_MMAP_THRESHOLD, _DEFAULT)
-        lib.mallopt(_M_TRIM_THRESHOLD, _DEFAULT)
+        lib.mallopt(_M_MMAP_THRESHOLD, _AFTER_MMAP)
+        lib.mallopt(_M_TRIM_THRESHOLD, _AFTER_TRIM)
         release_free()
 
 

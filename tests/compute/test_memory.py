@@ -212,3 +212,46 @@ def test_blocked_log_combinatorial_sum_is_the_one_pass_sum(dtype):
     v = torch.rand((1 << 22) + 17, generator=torch.Generator().manual_seed(5), dtype=torch.float64)
     v = (v * 4).to(dtype)
     assert torch.equal(sum_lgamma1(v), torch.lgamma(v.to(torch.float64) + 1).sum())
+
+
+def _mmapped_bytes_of_a_malloc(nbytes: int) -> int:
+    """How many more bytes glibc holds in mmapped chunks while a ``malloc(nbytes)`` is live
+    (``mallinfo2().hblkhd``): ``nbytes`` and a page when the block is served by mmap, 0 when
+    it comes from the heap."""
+    import ctypes
+
+    class MallInfo2(ctypes.Structure):
+        _fields_ = [(name, ctypes.c_size_t) for name in (
+            "arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks",
+            "fordblks", "keepcost")]
+
+    lib = ctypes.CDLL("libc.so.6")
+    lib.mallinfo2.restype = MallInfo2
+    lib.malloc.restype, lib.malloc.argtypes = ctypes.c_void_p, [ctypes.c_size_t]
+    lib.free.argtypes = [ctypes.c_void_p]
+    before = lib.mallinfo2().hblkhd
+    p = lib.malloc(nbytes)
+    during = lib.mallinfo2().hblkhd
+    lib.free(p)
+    return during - before
+
+
+@pytest.mark.skipif(not alloc._glibc(), reason="glibc heap only")
+def test_heap_reuse_leaves_the_mmap_threshold_where_glibcs_rule_takes_it():
+    """Setting glibc's thresholds turns its dynamic mmap threshold off for the process. After a
+    heap-reuse block, a 4 MiB temporary (a neighbour-search group's distances) must still come
+    from the heap, not from a fresh mmap (left at 128 KiB, every such temporary was mapped and
+    zero-filled anew: the 70,000-point search after a first fit took twice as long); blocks
+    above 32 MiB are still mapped and given back when freed."""
+    import ctypes
+
+    try:
+        ctypes.CDLL("libc.so.6").mallinfo2
+    except AttributeError:
+        pytest.skip("glibc before 2.33 (no mallinfo2)")
+    if not probdr.config.get_heap_reuse():
+        pytest.skip("heap reuse turned off")
+    with alloc.heap_reuse():
+        pass
+    assert _mmapped_bytes_of_a_malloc(4 << 20) == 0
+    assert _mmapped_bytes_of_a_malloc(64 << 20) >= 64 << 20

@@ -196,3 +196,40 @@ def test_unique_codes_are_torch_unique(mark_max):
 
     codes = torch.randint(0, 5000, (300, 7), generator=torch.Generator().manual_seed(0))
     assert torch.equal(_unique_codes(codes, 5000, mark_max), torch.unique(codes))
+
+
+@pytest.mark.parametrize("rows,m,k", [(47, 64 * 170, 19), (5, 64 * 80, 20), (3, 64 * 4 * 19, 19),
+                                      (9, 1000, 19), (4, 64 * 75, 19)])
+def test_two_stage_selection_keeps_topks_entries(rows, m, k):
+    """``smallest`` (the search's selection: block minima first, where the rows are long and a
+    multiple of the block) keeps exactly the entries ``topk`` keeps, on rows with repeated
+    values, infinities (the padding) and the minima bunched in one block or spread."""
+    from probdr.input.ivf import smallest
+
+    g = torch.Generator().manual_seed(rows + m)
+    d = torch.rand(rows, m, generator=g)
+    d[0, :k] = -1.0 - torch.rand(k, generator=g)      # the k smallest in one block
+    d[1, ::m // k][:k] = -2.0 - torch.rand(k, generator=g)  # one in each of k blocks
+    d[2, -7:] = float("inf")
+    d[-1] = torch.randint(0, 50, (m,), generator=g).float()  # ties everywhere
+    d[-1, 3:3 + k] = -1.0 - torch.arange(k).float()  # distinct smallest k
+    got = smallest(d, k)
+    want = torch.topk(d, k, dim=1, largest=False).indices
+    assert got.shape == (rows, k)
+    assert torch.equal(torch.sort(d.gather(1, got), 1).values,
+                       torch.sort(d.gather(1, want), 1).values)
+    for r in range(rows - 1):  # distinct values: the same columns
+        assert set(got[r].tolist()) == set(want[r].tolist())
+
+
+def test_search_is_the_same_with_one_stage(mnist, monkeypatch):
+    """The two-stage selection changes no neighbour of the search (5,000 MNIST digits, every
+    group of more than 1,216 candidates in two stages): the lists equal those of one ``topk``
+    per group."""
+    from probdr.input import ivf
+
+    monkeypatch.setattr(ivf, "BLOCK_MIN", 1)  # every group of 1,216 candidates or more
+    two = knn_ivf(mnist, 15, random_state=0)
+    monkeypatch.setattr(ivf, "BLOCK_MIN", 10**9)  # every row takes one topk
+    one = knn_ivf(mnist, 15, random_state=0)
+    assert torch.equal(two[0], one[0]) and torch.equal(two[1], one[1])
