@@ -245,9 +245,7 @@ def test_heap_reuse_leaves_the_mmap_threshold_where_glibcs_rule_takes_it():
     above 32 MiB are still mapped and given back when freed."""
     import ctypes
 
-    try:
-        ctypes.CDLL("libc.so.6").mallinfo2
-    except AttributeError:
+    if not hasattr(ctypes.CDLL("libc.so.6"), "mallinfo2"):
         pytest.skip("glibc before 2.33 (no mallinfo2)")
     if not probdr.config.get_heap_reuse():
         pytest.skip("heap reuse turned off")
