@@ -48,6 +48,7 @@ from .schedule import (
     fit_callbacks,
     latent_share,
     make_optimizer,
+    point_mass_loss,
     random_stream,
     reparam_guide,
     rescue_collapsed_columns,
@@ -228,6 +229,9 @@ class MAPFit:
         # run of the model and the guide)
         elbo = SyncFreeELBO if self.sync_free else Trace_ELBO
         self._elbo = elbo(num_particles=int(num_particles))
+        #: the guide is a point mass (AutoDelta or a change of variables' Delta), one particle:
+        #: the loss is -log p(x, z) at its values (point_mass_loss), the guide left unscored
+        self._point_mass = guide is None and int(num_particles) == 1
         self._stack: ExitStack | None = None
         self._bar = None
         default_cb, default_every = fit_callback()
@@ -340,6 +344,8 @@ class MAPFit:
 
     # -- steps ----------------------------------------------------------------------------
     def _loss(self, kwargs) -> torch.Tensor:
+        if self._point_mass:
+            return point_mass_loss(self._model, self.guide, **kwargs)
         return self._elbo.differentiable_loss(self._model, self.guide, **kwargs)
 
     def _gradient_step(self, kwargs) -> torch.Tensor:

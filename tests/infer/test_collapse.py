@@ -85,3 +85,26 @@ def test_tsne_at_perplexity_300_matches_opentsne():
     Zr = np.asarray(openTSNE.TSNE(perplexity=300, random_state=0, n_jobs=1).fit(X))
     assert silhouette_score(Z, y) > silhouette_score(Zr, y) - 0.05
     assert trustworthiness(X, Z, n_neighbors=5) > trustworthiness(X, Zr, n_neighbors=5) - 0.005
+
+
+@pytest.mark.parametrize("spread", [5e-9, 1.5e-8, 3e-8, 1.0])
+def test_the_rescues_quick_check_keeps_the_exact_rule(spread):
+    """The rescue first checks every column's spread against twice the floor in one pass; the
+    columns it lets through are judged by the exact spread, so a column just above the floor
+    (1.5e-8) is left alone and one below (5e-9) rescued, as before."""
+    from probdr.infer.schedule import COLLAPSE_FLOOR, rescue_collapsed_columns
+    from probdr.optim import GainsMomentum
+
+    g = torch.Generator().manual_seed(1)
+    Z = torch.randn(500, 2, generator=g, dtype=torch.float64)
+    Z[:, 1] = 3.0 + spread * (Z[:, 1] - Z[:, 1].mean()) / _spread(Z)[1]
+    Z.requires_grad_()
+    opt = GainsMomentum([Z], lr=1.0)
+    before = Z.detach().clone()
+    n = rescue_collapsed_columns(Z, opt, COLLAPSE_FLOOR)
+    assert n == (1 if spread < COLLAPSE_FLOOR else 0)
+    if n:
+        assert float(_spread(Z.detach())[1]) == pytest.approx(1e-4, rel=1e-6)
+        assert torch.equal(Z.detach()[:, 0], before[:, 0])
+    else:
+        assert torch.equal(Z.detach(), before)

@@ -400,3 +400,53 @@ def test_loss_every_setting_and_its_default_by_size():
         assert config.loss_every_for(10) == 3
     finally:
         config.set_loss_every(None)
+
+
+def _coupling_kwargs(n=120, seed=0):
+    """The model arguments of a TSNE fit on ``n`` digits (exact E law, Student kernel), with
+    its kernel's tail learned (a constrained latent site beside Z)."""
+    from probdr.kernels import Learn, StudentKernel
+
+    X, _ = probdr.datasets.load("digits")
+    est = probdr.TSNE(random_state=seed, n_iter=1, early_exaggeration_iter=1).fit(X[:n])
+    kw = dict(est.model_kwargs_)
+    kw["kernel"] = StudentKernel(dof=Learn(1.5))
+    return kw, torch.as_tensor(est.embedding_, dtype=torch.float32)
+
+
+def test_point_mass_loss_is_the_elbo_of_a_delta_guide():
+    """For a point-mass guide the MAP driver's loss (point_mass_loss, the guide left unscored)
+    has Trace_ELBO's gradient, number for number, and its value to float32 rounding."""
+    from probdr.infer.schedule import point_mass_loss
+    from probdr.models.coupling import graph_coupling_model
+
+    kw, Z = _coupling_kwargs()
+    grads, values = [], []
+    for loss_of in (point_mass_loss, Trace_ELBO().differentiable_loss):
+        with pyro.get_param_store().scope():
+            start = {"Z": Z.clone(), "dof": torch.tensor(1.5)}
+            guide = AutoDelta(graph_coupling_model, init_loc_fn=init_to_value(values=start))
+            guide(**kw)
+            params = [pyro.get_param_store()[k].unconstrained()
+                      for k in sorted(pyro.get_param_store().keys())]
+            loss = loss_of(graph_coupling_model, guide, **kw)
+            grads.append(torch.autograd.grad(loss, params))
+            values.append(float(loss))
+    assert len(grads[0]) == 2  # Z and the learned tail
+    assert all(torch.equal(a, b) for a, b in zip(*grads, strict=True))
+    assert math.isclose(values[0], values[1], rel_tol=1e-6)
+
+
+@pytest.mark.parametrize("make", [
+    lambda: probdr.TSNE(random_state=0, n_iter=150, early_exaggeration_iter=50),
+    lambda: probdr.UMAP(random_state=0, n_epochs=60, epoch_steps=3)], ids=["TSNE", "UMAP"])
+def test_point_mass_loss_changes_no_embedding(make, monkeypatch):
+    """The estimators' MAP fits (TSNE's exact law with early exaggeration, UMAP's negative
+    sampling over epochs of three steps) give the same embedding, bit for bit, with the guide
+    scored by Trace_ELBO as before."""
+    X, _ = probdr.datasets.load("digits")
+    fast = make().fit_transform(X[:300])
+    monkeypatch.setattr(MAPFit, "_loss", lambda self, kwargs: self._elbo.differentiable_loss(
+        self._model, self.guide, **kwargs))
+    slow = make().fit_transform(X[:300])
+    assert np.array_equal(fast, slow)
