@@ -286,7 +286,7 @@ def column_spread(Z: torch.Tensor) -> torch.Tensor:
 def _spread_above(Z: torch.Tensor, level: float) -> bool:
     """Whether every column's spread (:func:`column_spread`) is above ``level``, by one fused
     pass (``var_mean``; five passes and two temporaries for :func:`column_spread`, which at
-    70,000 points was 5 % of a UMAP step). Its rounding differs from :func:`column_spread`'s
+    70,000 points was about 4 % of a UMAP step). Its rounding differs from :func:`column_spread`'s
     by far less than the factor 2 the rescue's check leaves, which then takes the exact spread."""
     var = torch.var_mean(Z, dim=0, correction=0)[0]
     return bool((var > level * level).all())

@@ -164,6 +164,11 @@ BLOCK_COLUMNS = 64
 BLOCK_MIN = 4
 
 
+def _two_stages(m: int, k: int) -> bool:
+    """Whether :func:`smallest` takes two stages for rows of ``m`` entries (whole blocks)."""
+    return m >= BLOCK_MIN * k * BLOCK_COLUMNS
+
+
 def smallest(d: torch.Tensor, k: int) -> torch.Tensor:
     """The column indices of the ``k`` smallest entries of every row of ``d`` (unsorted): the
     entries of ``torch.topk(d, k, largest=False)``, in two stages when the rows are long and
@@ -177,7 +182,7 @@ def smallest(d: torch.Tensor, k: int) -> torch.Tensor:
     Among equal entries at the ``k``-th place the two ways may keep different ones."""
     rows, m = d.shape
     c = BLOCK_COLUMNS
-    if m % c or m < BLOCK_MIN * k * c:
+    if m % c or not _two_stages(m, k):
         return torch.topk(d, k, dim=1, largest=False, sorted=False).indices
     blocks = d.view(rows, m // c, c)
     near = torch.topk(blocks.amin(2), k, dim=1, largest=False, sorted=False).indices
@@ -225,7 +230,7 @@ def _search(X32: torch.Tensor, F: torch.Tensor, probe: torch.Tensor, kk: int,
         # positions of the candidates in Xs: the cells' blocks one after the other, own first
         cpos = torch.repeat_interleave(start[cells] - (torch.cumsum(lens, 0) - lens), lens,
                                        output_size=tot) + torch.arange(tot, device=dev)
-        pad = -tot % BLOCK_COLUMNS if tot >= BLOCK_MIN * kk * BLOCK_COLUMNS else 0
+        pad = -tot % BLOCK_COLUMNS if _two_stages(tot, kk) else 0
         if pad:  # whole blocks of columns for the two-stage selection: padded by copies of the
             # first candidate at an infinite distance, never kept
             cpos = torch.cat([cpos, cpos[:1].expand(pad)])

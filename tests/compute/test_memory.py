@@ -214,26 +214,33 @@ def test_blocked_log_combinatorial_sum_is_the_one_pass_sum(dtype):
     assert torch.equal(sum_lgamma1(v), torch.lgamma(v.to(torch.float64) + 1).sum())
 
 
-def _mmapped_bytes_of_a_malloc(nbytes: int) -> int:
-    """How many more bytes glibc holds in mmapped chunks while a ``malloc(nbytes)`` is live
-    (``mallinfo2().hblkhd``): ``nbytes`` and a page when the block is served by mmap, 0 when
-    it comes from the heap."""
-    import ctypes
+#: run in a fresh process (a clean heap: in a test session's heap a freed block can serve the
+#: request whatever the thresholds): how many more bytes glibc holds in mmapped chunks
+#: (``mallinfo2().hblkhd``) while a 4 MiB and then a 64 MiB ``malloc`` is live, after a
+#: heap-reuse block; the size and a page when mmap serves the block, 0 when the heap does
+_MMAP_PROBE = """
+import ctypes
+from probdr._compute import alloc
 
-    class MallInfo2(ctypes.Structure):
-        _fields_ = [(name, ctypes.c_size_t) for name in (
-            "arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks",
-            "fordblks", "keepcost")]
+class MallInfo2(ctypes.Structure):
+    _fields_ = [(name, ctypes.c_size_t) for name in (
+        "arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks",
+        "fordblks", "keepcost")]
 
-    lib = ctypes.CDLL("libc.so.6")
-    lib.mallinfo2.restype = MallInfo2
-    lib.malloc.restype, lib.malloc.argtypes = ctypes.c_void_p, [ctypes.c_size_t]
-    lib.free.argtypes = [ctypes.c_void_p]
+lib = ctypes.CDLL("libc.so.6")
+lib.mallinfo2.restype = MallInfo2
+lib.malloc.restype, lib.malloc.argtypes = ctypes.c_void_p, [ctypes.c_size_t]
+lib.free.argtypes = [ctypes.c_void_p]
+with alloc.heap_reuse():
+    pass
+out = []
+for nbytes in (4 << 20, 64 << 20):
     before = lib.mallinfo2().hblkhd
     p = lib.malloc(nbytes)
-    during = lib.mallinfo2().hblkhd
+    out.append(lib.mallinfo2().hblkhd - before)
     lib.free(p)
-    return during - before
+print(*out)
+"""
 
 
 @pytest.mark.skipif(not alloc._glibc(), reason="glibc heap only")
@@ -244,12 +251,15 @@ def test_heap_reuse_leaves_the_mmap_threshold_where_glibcs_rule_takes_it():
     zero-filled anew: the 70,000-point search after a first fit took twice as long); blocks
     above 32 MiB are still mapped and given back when freed."""
     import ctypes
+    import subprocess
+    import sys
 
     if not hasattr(ctypes.CDLL("libc.so.6"), "mallinfo2"):
         pytest.skip("glibc before 2.33 (no mallinfo2)")
     if not probdr.config.get_heap_reuse():
         pytest.skip("heap reuse turned off")
-    with alloc.heap_reuse():
-        pass
-    assert _mmapped_bytes_of_a_malloc(4 << 20) == 0
-    assert _mmapped_bytes_of_a_malloc(64 << 20) >= 64 << 20
+    out = subprocess.run([sys.executable, "-c", _MMAP_PROBE], capture_output=True, text=True,
+                         check=True).stdout.split()
+    small, large = (int(x) for x in out)
+    assert small == 0
+    assert large >= 64 << 20
