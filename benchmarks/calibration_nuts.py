@@ -19,7 +19,17 @@ again without running NUTS. The chain's draws, which ``fit_posterior`` aligns on
 aligned on their own mean (generalised Procrustes, a few sweeps), so that the reference is not
 the point the approximations start from. ``map_diff_in_sd_median`` says how far the chain's mean
 is from the MAP, ``map_radial_in_sd_median`` how much of it points away from the map's centre.
-``--svi`` adds SVI variants, compared without a variance inflation.
+``--svi`` adds SVI variants, compared without a variance inflation. ``--chain-seed`` runs
+another chain on the same data; several ``--load`` pool the kept chains into the reference and
+report how far their means are apart (``chains_apart_in_sd_median``: whether the reference is
+itself within 0.1 sd). ``--flow STEPS`` adds a normalising-flow guide (two inverse
+autoregressive layers over a per-coordinate affine map) fitted by the ELBO, and its
+importance-weighted mean with the Pareto k-hat of its weights.
+
+    python benchmarks/calibration_nuts.py --seed 0 --method tsne --draws 1000 --chain-seed 1 \
+        --save tsne0_c1.npz
+    python benchmarks/calibration_nuts.py --seed 0 --method tsne --load tsne0.npz \
+        --load tsne0_c1.npz --load tsne0_c2.npz --flow 6000
 
 Results append to ``benchmarks/results/calibration_nuts.jsonl``.
 """
@@ -31,8 +41,10 @@ import json
 from pathlib import Path
 
 import numpy as np
+import pyro.distributions.transforms as T
 import torch
 from calibration import fit, map_scale, simulate
+from pyro import poutine
 
 from probdr.estimators.coupling import CALIBRATED_INFLATION
 from probdr.estimators.inference import isotropic_gaussian
@@ -67,21 +79,49 @@ RESULTS = Path(__file__).parent / "results" / "calibration_nuts.jsonl"
 FAMILY = {"tsne": "cauchy", "umap": "umap"}
 
 
-def nuts_chain(a, kw, Zt):
-    """The NUTS chain (raw draws) and the MAP it starts from: run, or loaded (``--load``)."""
-    if a.load is not None:  # a chain kept by --save with the same --seed, --n and --method
-        kept = np.load(a.load)
-        if not np.allclose(kept["Z_true"], Zt.numpy()):
-            raise SystemExit(f"{a.load} was drawn for another --seed, --n or --method.")
-        return kept["nuts"], torch.as_tensor(kept["Z_map"])
+def nuts_chains(a, kw, Zt):
+    """The NUTS chains (raw draws) and the MAP they start from: one run (seed ``--chain-seed``),
+    or the chains kept by ``--save`` and given to ``--load`` (one or more)."""
+    if a.load:  # chains kept by --save with the same --seed, --n and --method
+        chains, Zm = [], None
+        for path in a.load:
+            kept = np.load(path)
+            if not np.allclose(kept["Z_true"], Zt.numpy()):
+                raise SystemExit(f"{path} was drawn for another --seed, --n or --method.")
+            chains.append(kept["nuts"])
+            Zm = torch.as_tensor(kept["Z_map"]) if Zm is None else Zm
+        return chains, Zm
     Zm = map_estimate(graph_coupling_model, kw, {"Z": Zt.clone()}, n_iter=2000)["Z"]
+    seed = a.seed if a.chain_seed is None else a.chain_seed
     nuts = fit_posterior(graph_coupling_model, kw, Zm, method="mcmc", num_chains=1,
                          warmup=200, num_samples=a.draws, max_params=10 ** 6,
-                         generator=torch.Generator().manual_seed(a.seed)).samples
+                         generator=torch.Generator().manual_seed(seed)).samples
     if a.save is not None:
         np.savez_compressed(a.save, nuts=np.asarray(nuts), Z_true=Zt.detach().numpy(),
                             Z_map=Zm.detach().numpy())
-    return np.asarray(nuts), Zm
+    return [np.asarray(nuts)], Zm
+
+
+def pooled_reference(chains, start) -> tuple[np.ndarray, dict]:
+    """Every chain aligned on its own mean, then all on the pooled aligned mean; the pooled
+    draws and how far the chains' means are apart: half the distance between the two halves'
+    means of the first chain (``nuts_noise_median``, the size of one chain's error) and, with
+    several chains, the distance between each pair's means (``chains_apart_in_sd_median``)."""
+    chains = [align_chain(c, start) for c in chains]
+    pooled = align_chain(np.concatenate(chains), chains[0].mean(0))
+    sn = point_sd(pooled)
+    first = chains[0]
+    half = first.shape[0] // 2
+    noise = np.linalg.norm(first[:half].mean(0) - first[half:2 * half].mean(0), axis=1) / 2 / sn
+    out = dict(nuts_chains=len(chains), nuts_draws=int(pooled.shape[0]),
+               nuts_noise_median=float(np.median(noise)))
+    if len(chains) > 1:
+        means = [procrustes_align(c.mean(0)[None], pooled.mean(0), reflection=False)[0]
+                 for c in chains]
+        apart = [float(np.median(np.linalg.norm(means[i] - means[j], axis=1) / sn))
+                 for i in range(len(means)) for j in range(i + 1, len(means))]
+        out["chains_apart_in_sd_median"] = apart
+    return pooled, out
 
 
 def compare(draws, ref, sn, inflation: float) -> dict:
@@ -137,18 +177,92 @@ def conditional_shift(Zm, W, kernel, beta, s, draws=4000, seed=1) -> float:
     return means.numpy()
 
 
+def log_density(kw):
+    """The unnormalised log posterior of Z under the model's arguments ``kw``."""
+    def logp(Z):
+        model = poutine.condition(graph_coupling_model, data={"Z": Z})
+        return poutine.trace(model).get_trace(**kw).log_prob_sum()
+    return logp
+
+
+def flow_fit(kw, Zm, sd0: float, steps: int, particles: int = 16, layers: int = 2,
+             lr: float = 3e-3, seed: int = 0):
+    """A normalising-flow guide fitted by the ELBO (``--flow``): ``layers`` inverse
+    autoregressive layers (Pyro's ``affine_autoregressive``, one hidden layer of 2n units, started
+    near the identity) under a diagonal affine map started at the MAP with spread ``sd0``.
+    Returns a function ``draw(k)`` -> (k draws of Z, their log densities under the guide)."""
+    torch.manual_seed(seed)
+    n, d = Zm.shape[0], Zm.numel()
+    iafs = [T.affine_autoregressive(d, hidden_dims=[d]) for _ in range(layers)]
+    for t in iafs:
+        for p in t.parameters():
+            p.data.mul_(0.01)
+    loc = Zm.reshape(-1).detach().clone().requires_grad_(True)
+    log_scale = torch.full((d,), float(np.log(sd0))).requires_grad_(True)
+    params = [loc, log_scale] + [p for t in iafs for p in t.parameters()]
+    opt = torch.optim.Adam(params, lr=lr)
+    decay = torch.optim.lr_scheduler.LambdaLR(opt, lambda i: 0.05 ** (i / steps))
+    base = torch.distributions.Normal(torch.zeros(d), torch.ones(d))
+    logp = log_density(kw)
+
+    def draw(k):
+        x = torch.randn(k, d)
+        lq = base.log_prob(x).sum(-1) - log_scale.sum()
+        for t in iafs:
+            y = t(x)
+            lq = lq - t.log_abs_det_jacobian(x, y)
+            x = y
+        return (loc + log_scale.exp() * x).reshape(k, n, 2), lq
+
+    for _ in range(steps):
+        z, lq = draw(particles)
+        loss = (lq - torch.stack([logp(zk) for zk in z])).mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        decay.step()
+    return draw
+
+
+def flow_rows(kw, Zm, ref, sn, steps: int, draws: int = 2000) -> list[dict]:
+    """The flow guide against the chain, raw, and its importance-weighted mean (Pareto-smoothed
+    weights p/q of ``draws`` draws, :func:`arviz.psislw`; k-hat above 0.7: unreliable)."""
+    import arviz as az
+
+    draw = flow_fit(kw, Zm, 0.5 * float(np.median(sn)), steps)
+    logp = log_density(kw)
+    with torch.no_grad():
+        z, lq = draw(draws)
+        lp = torch.stack([logp(zk) for zk in z])
+    d = procrustes_align(z.numpy(), Zm.detach().numpy())
+    lw, khat = az.psislw((lp - lq).numpy().copy())
+    w = np.exp(lw - lw.max())
+    w /= w.sum()
+    m = procrustes_align((w[:, None, None] * d).sum(0)[None], ref)[0]
+    return [dict(approx="flow", flow_steps=steps, **compare(d, ref, sn, 1.0)),
+            dict(approx="flow, importance-weighted", flow_steps=steps, pareto_khat=float(khat),
+                 importance_ess=float(1 / (w ** 2).sum()),
+                 mean_diff_in_sd_median=float(np.median(np.linalg.norm(m - ref, axis=1) / sn)))]
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--n", type=int, default=200)
     ap.add_argument("--method", choices=sorted(FAMILY), default="tsne")
     ap.add_argument("--draws", type=int, default=200, help="NUTS draws after 200 warm-up")
+    ap.add_argument("--chain-seed", type=int, default=None,
+                    help="the NUTS chain's own seed (default --seed): other chains, same data")
     ap.add_argument("--out", type=Path, default=RESULTS)
     ap.add_argument("--save", type=Path, default=None, help="keep the raw NUTS draws (.npz)")
-    ap.add_argument("--load", type=Path, default=None,
-                    help="compare with a chain kept by --save instead of running NUTS")
+    ap.add_argument("--load", type=Path, action="append", default=[],
+                    help="compare with a chain kept by --save instead of running NUTS; several "
+                         "--load: their pooled draws, and how far the chains' means are apart")
     ap.add_argument("--svi", action="append", default=[], type=json.loads, metavar="JSON",
                     help='an SVI variant to compare too, e.g. \'{"guide": "mvn"}\' (raw spread)')
+    ap.add_argument("--flow", type=int, default=0, metavar="STEPS",
+                    help="also fit a normalising-flow guide for STEPS steps (raw spread, and its "
+                         "importance-weighted mean with Pareto k-hat)")
     a = ap.parse_args()
     torch.set_default_dtype(torch.float64)
     beta, s = 4, 3.0
@@ -156,13 +270,10 @@ def main() -> None:
     kw = dict(W_X=W, prior_z=get_prior(law), kernel=kernel, n_components=2, repulsion="exact",
               z_prior=isotropic_gaussian(s, a.n, 2), coupling_weight=float(beta),
               dtype=torch.float64)
-    nuts, Zm = nuts_chain(a, kw, Zt)
-    nuts = align_chain(nuts, Zm.detach().numpy())
+    chains, Zm = nuts_chains(a, kw, Zt)
+    nuts, chain_stats = pooled_reference(chains, Zm.detach().numpy())
     ref, sn = nuts.mean(0), point_sd(nuts)
-    half = nuts.shape[0] // 2
-    noise = np.linalg.norm(nuts[:half].mean(0) - nuts[half:2 * half].mean(0), axis=1) / 2 / sn
-    common = dict(method=a.method, seed=a.seed, n=a.n, nuts_draws=int(nuts.shape[0]),
-                  nuts_noise_median=float(np.median(noise)), nuts_aligned=True,
+    common = dict(method=a.method, seed=a.seed, n=a.n, **chain_stats, nuts_aligned=True,
                   **mode_offset(Zm.detach().numpy(), ref, sn))
     if law == "B":
         shift = conditional_shift(Zm, W, kernel, beta, s) - Zm.detach().numpy()
@@ -177,6 +288,8 @@ def main() -> None:
                              generator=torch.Generator().manual_seed(a.seed), **options)
         rows.append(dict(approx="svi", svi_options=options,
                          **compare(post.samples, ref, sn, 1.0)))
+    if a.flow:
+        rows += flow_rows(kw, Zm, ref, sn, a.flow)
     for row in rows:
         row = {**common, **row}
         print(json.dumps(row))
