@@ -22,6 +22,7 @@ AUROC of the spread for flagging 5-NN errors.
     python benchmarks/reliability.py --data digits --method tsne --inference laplace
     python benchmarks/reliability.py --data digits --method tsne --inference svi --own-init random
 
+``--inference-params '{"guide": "lowrank"}'`` passes options to the posterior fit.
 ``--own-init random`` fits probdr's own seeds from random starts (t-SNE's seeds otherwise give
 one map on most of these data: PCA initialisation and deterministic steps); the posterior is
 still the default fit's.
@@ -152,6 +153,8 @@ def main() -> None:
     ap.add_argument("--method", choices=("tsne", "umap"), default="tsne")
     ap.add_argument("--inference", choices=("laplace", "svi"), default="laplace")
     ap.add_argument("--seeds", type=int, default=10)
+    ap.add_argument("--inference-params", type=json.loads, default=None, metavar="JSON",
+                    help='the posterior\'s options, e.g. \'{"guide": "lowrank"}\'')
     ap.add_argument("--own-init", default=None,
                     help="the own seeds' initialisation (e.g. random; default: the estimator's)")
     ap.add_argument("--out", type=Path, default=RESULTS)
@@ -160,7 +163,8 @@ def main() -> None:
     y = np.unique(np.asarray(y), return_inverse=True)[1]
     cls = probdr.TSNE if a.method == "tsne" else probdr.UMAP
     t = time.perf_counter()
-    post = cls(random_state=0, inference=a.inference).fit(X)
+    post = cls(random_state=0, inference=a.inference,
+               inference_params=a.inference_params).fit(X)
     secs = time.perf_counter() - t
     # keyed by the fit's step count too, so that a change of the default schedule refits them
     init = {} if a.own_init is None else {"init": a.own_init}
@@ -180,7 +184,7 @@ def main() -> None:
     # the same at a third of the posterior's spread (point_reliability(spread=1/3))
     nb_third = 1.0 - post.posterior_.point_reliability(spread=1 / 3)
     row = dict(data=a.data, n=int(X.shape[0]), method=a.method, inference=a.inference,
-               seeds=a.seeds, own_init=a.own_init, seconds_posterior_fit=round(secs, 1),
+               inference_params=a.inference_params, seeds=a.seeds, own_init=a.own_init, seconds_posterior_fit=round(secs, 1),
                rho_own=float(spearmanr(sd, movement(own))[0]),
                rho_peer=float(spearmanr(sd, movement(peer))[0]),
                rho_own_vs_peer=float(spearmanr(movement(own), movement(peer))[0]),
