@@ -185,11 +185,12 @@ def log_density(kw):
     return logp
 
 
-def flow_fit(kw, Zm, sd0: float, steps: int, particles: int = 16, layers: int = 2,
+def flow_fit(logp, Zm, sd0: float, steps: int, particles: int = 16, layers: int = 2,
              lr: float = 3e-3, seed: int = 0):
-    """A normalising-flow guide fitted by the ELBO (``--flow``): ``layers`` inverse
-    autoregressive layers (Pyro's ``affine_autoregressive``, one hidden layer of 2n units, started
-    near the identity) under a diagonal affine map started at the MAP with spread ``sd0``.
+    """A normalising-flow guide of the log density ``logp``, fitted by the ELBO (``--flow``):
+    ``layers`` inverse autoregressive layers (Pyro's ``affine_autoregressive``, one hidden layer
+    of 2n units, started near the identity) under a diagonal affine map started at the MAP with
+    spread ``sd0``.
     Returns a function ``draw(k)`` -> (k draws of Z, their log densities under the guide)."""
     torch.manual_seed(seed)
     n, d = Zm.shape[0], Zm.numel()
@@ -203,7 +204,6 @@ def flow_fit(kw, Zm, sd0: float, steps: int, particles: int = 16, layers: int = 
     opt = torch.optim.Adam(params, lr=lr)
     decay = torch.optim.lr_scheduler.LambdaLR(opt, lambda i: 0.05 ** (i / steps))
     base = torch.distributions.Normal(torch.zeros(d), torch.ones(d))
-    logp = log_density(kw)
 
     def draw(k):
         x = torch.randn(k, d)
@@ -229,8 +229,8 @@ def flow_rows(kw, Zm, ref, sn, steps: int, draws: int = 2000) -> list[dict]:
     weights p/q of ``draws`` draws, :func:`arviz.psislw`; k-hat above 0.7: unreliable)."""
     import arviz as az
 
-    draw = flow_fit(kw, Zm, 0.5 * float(np.median(sn)), steps)
     logp = log_density(kw)
+    draw = flow_fit(logp, Zm, 0.5 * float(np.median(sn)), steps)
     with torch.no_grad():
         z, lq = draw(draws)
         lp = torch.stack([logp(zk) for zk in z])
