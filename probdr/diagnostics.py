@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from ._compute.isolation import fit_stream
 from .infer.posterior import Posterior
 from .laws.components import connected_components
 
@@ -67,6 +68,11 @@ def _n_components(g) -> int:
 
 def _sparse(W: torch.Tensor) -> torch.Tensor:
     return W.coalesce() if W.is_sparse else W.to_sparse().coalesce()
+
+
+def _seeded(random_state) -> torch.Generator | None:
+    """A CPU generator seeded with ``random_state`` (``None``: none, torch's global stream)."""
+    return None if random_state is None else torch.Generator().manual_seed(int(random_state))
 
 
 def _check_fitted(est) -> None:
@@ -115,9 +121,7 @@ def posterior_predictive_graphs(est, num_samples: int = 20, *,
         draws = est.embedding_[None]
     idx = _draw_indices(len(draws), int(num_samples))
     out = []
-    with torch.random.fork_rng(devices=[]):
-        if random_state is not None:
-            torch.manual_seed(int(random_state))
+    with fit_stream(_seeded(random_state)):
         for s in idx:
             W = est.latent_law(draws[s]).sample()
             out.append(_sparse(W))
@@ -132,9 +136,7 @@ def input_graph_draws(est, num_samples: int = 20, *,
     if not (isinstance(num_samples, (int, np.integer)) and num_samples >= 1):
         raise ValueError(f"num_samples must be a positive integer, got {num_samples!r}.")
     out = []
-    with torch.random.fork_rng(devices=[]):
-        if random_state is not None:
-            torch.manual_seed(int(random_state))
+    with fit_stream(_seeded(random_state)):
         for _ in range(int(num_samples)):
             out.append(_sparse(est.input_graph_.sample()))
     return out

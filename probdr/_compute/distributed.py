@@ -33,6 +33,7 @@ from contextvars import ContextVar
 import torch
 
 from .._utils import tensor_cache
+from .isolation import fit_generator
 
 __all__ = ["Shard", "current_shard", "use_shard", "process_group_shard", "process_group_rows",
            "all_gather_rows", "broadcast_"]
@@ -191,7 +192,7 @@ def process_group_shard(device: torch.device | str | None = None) -> Shard | Non
     rank, size = world()
     if size <= 1:
         return None
-    base = int(torch.randint(0, 2**62, (1,)))
+    base = int(torch.randint(0, 2**62, (1,), generator=fit_generator()))
     gen = torch.Generator(device=device or "cpu")
     gen.manual_seed(hash((base, rank)) & (2**63 - 1))
     return Shard(rank, size, gen)

@@ -6,14 +6,14 @@
 parameters validated by scikit-learn's machinery (``_parameter_constraints`` checked by
 ``_fit_context`` when ``fit`` starts; :mod:`probdr.estimators.params`), input validation by
 :func:`sklearn.utils.validation.validate_data`, and a ``fit`` that touches no global state: it
-runs in a private Pyro parameter store and a private copy of torch's, numpy's and Python's global
-random streams, all seeded from ``random_state`` and restored afterwards.
+runs with a Pyro handler stack and parameter store of its own and draws from a random stream of
+its own seeded from ``random_state``, so that fits in several threads of one process run at once
+(:mod:`probdr._compute.isolation`).
 """
 
 from __future__ import annotations
 
 import contextlib
-import random
 import secrets
 
 import numpy as np
@@ -27,8 +27,9 @@ from sklearn.base import (
 )
 from sklearn.utils.validation import check_is_fitted, validate_data
 
+from .._compute.isolation import fit_stream, private_pyro
 from .._compute.threads import governed
-from .._utils import as_output, device_context, resolve_device, resolve_dtype
+from .._utils import as_output, device_context, generator, resolve_device, resolve_dtype
 from ..infer.map import fit_callbacks
 from .params import MAX_SEED, InvalidParameterError, check_init, constraints_for
 from .tables import check_table, reword_nonfinite
@@ -114,21 +115,13 @@ def in_fit_environment(method):
 
 @contextlib.contextmanager
 def isolated_random_state(seed: int):
-    """Run a block with torch's, numpy's and Python's global generators seeded from ``seed`` and
-    a private (empty) Pyro parameter store; restore all four afterwards, also on error."""
-    import pyro
-
-    np_state = np.random.get_state()
-    py_state = random.getstate()
-    devices = list(range(torch.cuda.device_count())) if torch.cuda.is_initialized() else []
-    with torch.random.fork_rng(devices=devices), pyro.get_param_store().scope():
-        try:
-            pyro.set_rng_seed(seed)  # torch, numpy and random
-            random.seed(seed)
-            yield
-        finally:
-            np.random.set_state(np_state)
-            random.setstate(py_state)
+    """Run a block with a Pyro handler stack and parameter store of the thread's own
+    (:func:`probdr._compute.isolation.private_pyro`) and its random draws from a generator of its
+    own seeded with ``seed`` (on the default device: the fit's), the stream that
+    ``torch.manual_seed(seed)`` gives torch's global generator. The global generators are not
+    touched, so fits in other threads do not shift this one's stream."""
+    with private_pyro(), fit_stream(generator(seed)):
+        yield
 
 
 def _check_magnitude(X) -> None:

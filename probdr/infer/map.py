@@ -32,6 +32,7 @@ from pyro.infer.autoguide.initialization import init_to_value
 from tqdm.auto import tqdm
 
 from .. import config
+from .._compute.isolation import private_pyro, validation_off
 from .._compute.step import StepContext
 from ..optim import Adam
 from .schedule import (
@@ -246,6 +247,7 @@ class MAPFit:
     # -- context --------------------------------------------------------------------------
     def __enter__(self) -> MAPFit:
         stack = ExitStack()
+        stack.enter_context(private_pyro())  # this thread's handlers and parameters only
         stack.enter_context(pyro.get_param_store().scope())
         self._bar = stack.enter_context(tqdm(total=self.total_steps, desc=self.desc,
                                              disable=not self.verbose, leave=False))
@@ -436,7 +438,7 @@ class MAPFit:
         every = 1 if self.optimizer == "lbfgs" or stops else self.loss_every
         cb_every = self.callback_every if self.callback is not None else 0
         read_every = config.SYNC_EVERY if self.sync_free and not stops else 1
-        with pyro.validation_enabled(False), self._steps.loop():
+        with validation_off(), self._steps.loop():
             for t in range(phase.n_iter):
                 if phase.final_learning_rate is not None:
                     frac = (phase.decay_start + t) / max(phase.decay_steps or phase.n_iter, 1)

@@ -121,6 +121,7 @@ from sklearn.utils import check_scalar
 from torch.distributions import biject_to, constraints
 
 from .._compute.alloc import release_free
+from .._compute.isolation import global_stream, private_pyro, validation_off
 from .._utils import generator
 from .draws import Posterior, chain_statistics, procrustes_align
 from .schedule import Phase
@@ -280,19 +281,25 @@ def fit_posterior(
     if kwargs.get("exaggeration", 1.0) != 1.0:
         raise ValueError("posterior inference is defined without early exaggeration.")
     model, *site = _reparametrised(model, Z_init, reparam)
-    seed = _seed(generator)
-    with torch.no_grad():
-        raw0 = Z_init.detach() if site[2] is None else site[2](Z_init.detach())
-    latent = latent_sites(model, kwargs, {**_other_values(init_values, raw0.dtype), site[0]: raw0},
-                          seed=seed)
-    if method == "mcmc":
-        check_mcmc_setup(n, q, repulsion=repulsion, max_params=opts["max_params"],
-                         extra_params=sum(v.numel() for k, v in latent.values.items()
-                                          if k != site[0]))
-    if method == "laplace":
-        return _fit_laplace(model, kwargs, Z_init, opts, seed, latent)
-    fit = _fit_svi if method == "svi" else _fit_mcmc
-    return fit(model, kwargs, Z_init, opts, seed, verbose, tuple(site), latent)
+    # Pyro's guides and NUTS draw from the global generators: those blocks take turns across
+    # threads (global_stream) and restore them; the handlers and parameters are the thread's
+    with private_pyro():
+        with global_stream():
+            seed = _seed(generator)
+            with torch.no_grad():
+                raw0 = Z_init.detach() if site[2] is None else site[2](Z_init.detach())
+            latent = latent_sites(model, kwargs,
+                                  {**_other_values(init_values, raw0.dtype), site[0]: raw0},
+                                  seed=seed)
+        if method == "mcmc":
+            check_mcmc_setup(n, q, repulsion=repulsion, max_params=opts["max_params"],
+                             extra_params=sum(v.numel() for k, v in latent.values.items()
+                                              if k != site[0]))
+        if method == "laplace":
+            return _fit_laplace(model, kwargs, Z_init, opts, seed, latent)
+        fit = _fit_svi if method == "svi" else _fit_mcmc
+        with global_stream():
+            return fit(model, kwargs, Z_init, opts, seed, verbose, tuple(site), latent)
 
 
 def _fit_laplace(model, kwargs, Z_init, opts, seed, latent) -> Posterior:
@@ -397,7 +404,7 @@ def latent_sites(model: Callable, model_kwargs: dict[str, Any], init_values: dic
                              f"{fn.support}.")
         return value
 
-    with pyro.validation_enabled(False), poutine.block():
+    with validation_off(), poutine.block():
         tr = poutine.trace(InitMessenger(init)(model)).get_trace(**model_kwargs)
     values, supports = {}, {}
     for name, node in tr.nodes.items():
@@ -780,7 +787,7 @@ def _potential_energy(model, kwargs, transforms):
     space: each site's value is ``transforms[name].inv(params[name])``, and the potential adds
     the log-Jacobians of the transforms (as Pyro's own, ``pyro.infer.mcmc.util``)."""
     def potential_fn(params):
-        with pyro.validation_enabled(False):
+        with validation_off():
             values = {k: transforms[k].inv(v) for k, v in params.items()}
             tr = poutine.trace(poutine.condition(model, data=values)).get_trace(**kwargs)
             log_joint = tr.log_prob_sum()

@@ -19,6 +19,7 @@ from pyro.infer import Trace_ELBO
 from pyro.infer.util import is_identically_zero
 from pyro.poutine.messenger import Messenger
 
+from .._compute.isolation import fit_generator
 from ..optim import SGD, Adam, GainsMomentum
 
 __all__ = ["OPTIMIZERS", "fit_callbacks", "RelativeChange", "Phase", "MAPResult",
@@ -130,8 +131,13 @@ def continue_schedule(phases: list[Phase], done: int, n_iter: int) -> list[Phase
 
 
 def random_stream(device) -> list[torch.Tensor]:
-    """torch's global random state on ``device``: the CPU generator's, and on CUDA the device's
-    too (the state a MAP fit's random draws -- negative samples, sampled graphs -- come from)."""
+    """The random state a MAP fit's draws (negative samples, sampled graphs) come from: the
+    fit's generator (:func:`probdr._compute.isolation.fit_generator`), else torch's global one;
+    ``[CPU state]``, or ``[CPU state, device state]`` on CUDA."""
+    gen = fit_generator()
+    if gen is not None:
+        state = gen.get_state()
+        return [state] if gen.device.type == "cpu" else [torch.get_rng_state(), state]
     state = [torch.get_rng_state()]
     if torch.device(device).type == "cuda":
         state.append(torch.cuda.get_rng_state(device))
@@ -139,9 +145,16 @@ def random_stream(device) -> list[torch.Tensor]:
 
 
 def set_random_stream(state: list, device) -> None:
-    """Set torch's global random state from :func:`random_stream`."""
+    """Set the random state that :func:`random_stream` read (the fit's generator, else torch's
+    global one)."""
+    gen = fit_generator()
+    on_cuda = (gen.device if gen is not None else torch.device(device)).type == "cuda"
+    if gen is not None:
+        if gen.device.type == "cpu" or len(state) > 1:
+            gen.set_state(torch.as_tensor(state[-1 if on_cuda else 0], dtype=torch.uint8).cpu())
+        return
     torch.set_rng_state(torch.as_tensor(state[0], dtype=torch.uint8).cpu())
-    if len(state) > 1 and torch.device(device).type == "cuda":
+    if len(state) > 1 and on_cuda:
         torch.cuda.set_rng_state(torch.as_tensor(state[1], dtype=torch.uint8).cpu(), device)
 
 

@@ -13,10 +13,11 @@ MRF degeneracy need, for :math:`N` draws :math:`W^{(1)}, \dots, W^{(N)}`, the co
   the samplers against the closed-form posterior means :math:`\kappa/(1+\kappa)` (B),
   :math:`\kappa_{ij}/\kappa_{i+}` (D), :math:`n\kappa_{ij}/\kappa_{++}` (E).
 
-Randomness: the graph laws draw from torch's global generator. Every function here takes an
-optional ``torch.Generator``; when given, one seed is drawn from it and the draws run inside
-``torch.random.fork_rng``, so results are reproducible from the generator and the global state is
-left untouched.
+Randomness: the graph laws draw from the fit's generator
+(:func:`probdr._compute.isolation.fit_generator`), by default torch's global one. Every function
+here takes an optional ``torch.Generator``; when given, one seed is drawn from it and the draws
+come from a generator of their own seeded with it, so results are reproducible from the
+generator and the global state is left untouched.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from .._compute.isolation import fit_stream
 from .._utils import check_array, check_number
 from ..config import check_dense
 from .graph import GraphLaw
@@ -51,14 +53,13 @@ _CHUNK_ENTRIES = 2 * 10**7
 
 @contextlib.contextmanager
 def rng_from(generator: torch.Generator | None):
-    """Run the enclosed torch sampling from a seed drawn from ``generator`` (global torch RNG
-    forked and restored); a no-op when ``generator`` is None."""
+    """Run the enclosed graph draws from a generator seeded by one draw of ``generator`` (the
+    global torch RNG untouched); a no-op when ``generator`` is None."""
     if generator is None:
         yield
         return
     seed = int(torch.randint(0, 2**62, (1,), generator=generator).item())
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
+    with fit_stream(torch.Generator(device=generator.device).manual_seed(seed)):
         yield
 
 

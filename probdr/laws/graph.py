@@ -62,6 +62,7 @@ import torch
 from pyro.distributions import Bernoulli, TorchDistribution
 
 from .._compute.edges import bernoulli_log_prob
+from .._compute.isolation import fit_generator
 from .._utils import tensor_cache as _cached
 from ..config import check_dense
 from .edge_lists import (
@@ -339,11 +340,12 @@ class BinaryGraph(GraphLaw):
         with torch.no_grad():
             if w.is_sparse:
                 p = torch.sigmoid(w.values.clamp(-MAX_LOGIT, MAX_LOGIT))
-                draws = torch.bernoulli(p.expand(N, -1))
+                draws = torch.bernoulli(p.expand(N, -1), generator=fit_generator())
                 return _stack_sparse(w.rows, w.cols, draws, w.n, sample_shape)
             check_dense(w.n, f"{N} dense graph draws", "Use sparse weights.", copies=N + 1)
             p = torch.sigmoid(w.dense().clamp(max=MAX_LOGIT))
-            return torch.bernoulli(p.expand(*sample_shape, *p.shape)).to(torch.long)
+            return torch.bernoulli(p.expand(*sample_shape, *p.shape),
+                                   generator=fit_generator()).to(torch.long)
 
     def symmetrized(self) -> SymmetrizedBinaryGraph:
         """The law of :math:`\\tilde W = \\mathbb 1[W + W^\\top \\ge 1]` (UMAP's input graph)."""
@@ -494,7 +496,9 @@ class UnitDegreeGraph(GraphLaw):
                 return _stack_sparse(w.rows, w.cols, win, w.n, sample_shape)
             check_dense(w.n, f"{N} dense graph draws", "Use sparse weights.", copies=N + 1)
             L = w.dense()
-            idx = torch.distributions.Categorical(logits=L).sample((N,))  # (N, n)
+            # Categorical(logits=L).sample((N,)) with the fit's generator: (N, n)
+            probs = torch.softmax(L - L.logsumexp(-1, keepdim=True), -1)
+            idx = torch.multinomial(probs, N, True, generator=fit_generator()).T
             W = torch.zeros(N, w.n, w.n, dtype=torch.long)
             W.scatter_(2, idx[:, :, None], 1)
             return W.view(*sample_shape, w.n, w.n)
@@ -546,7 +550,7 @@ class NEdgeGraph(GraphLaw):
             probs = torch.softmax(logits.to(torch.float64), 0)
             # inverse-CDF sampling: torch.multinomial refuses more than 2^24 categories
             cdf = probs.cumsum(0)
-            u = torch.rand(N, self.n, dtype=cdf.dtype) * cdf[-1]
+            u = torch.rand(N, self.n, dtype=cdf.dtype, generator=fit_generator()) * cdf[-1]
             draws = torch.searchsorted(cdf, u).clamp_max(probs.numel() - 1)
             counts = torch.zeros(N, probs.numel(), dtype=torch.long)
             counts.scatter_add_(1, draws, torch.ones_like(draws))
@@ -583,7 +587,7 @@ def _multinomial_entropy(logits: torch.Tensor, n: int) -> torch.Tensor:
 
 
 def _gumbel(shape, dtype):
-    u = torch.rand(shape, dtype=torch.float64).clamp(1e-300, 1.0)
+    u = torch.rand(shape, dtype=torch.float64, generator=fit_generator()).clamp(1e-300, 1.0)
     return (-torch.log(-torch.log(u))).to(dtype)
 
 

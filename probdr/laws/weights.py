@@ -13,6 +13,7 @@ from .. import config
 from .._compute.allpairs import pair_reduce, pairwise_sq_distances
 from .._compute.distributed import current_shard
 from .._compute.edges import edge_log_kernel, edge_log_kernel_sum
+from .._compute.isolation import fit_generator
 from .._utils import tensor_cache
 from ..config import check_dense
 from .edge_lists import edge_terms
@@ -240,8 +241,9 @@ class KernelWeights(Weights):
     @property
     def generator(self) -> torch.Generator | None:
         """The random stream of draws that differ between the ranks of a data-parallel fit
-        (``None``: torch's global stream)."""
-        return None if self.shard is None else self.shard.generator
+        (``None``: torch's global stream): the shard's, else the fit's
+        (:func:`probdr._compute.isolation.fit_generator`)."""
+        return fit_generator() if self.shard is None else self.shard.generator
 
     def observed_edges(self, W: torch.Tensor):
         """The off-diagonal edges of an observed graph ``W`` as ``(rows, cols, values, largest
@@ -295,7 +297,7 @@ class KernelWeights(Weights):
     def _far_samples(self):
         m, n = self.n_samples, self.n
         rows = torch.arange(n).repeat_interleave(m)
-        cols = (rows + torch.randint(1, n, (rows.numel(),))) % n  # uniform over the others
+        cols = (rows + torch.randint(1, n, (rows.numel(),), generator=self.generator)) % n
         far = torch.ones(rows.numel(), dtype=torch.bool)
         n_far_row = torch.full((n,), float(n - 1), dtype=self.Z.dtype)
         if self.near is not None:
