@@ -9,6 +9,9 @@ blocks stay on the heap and are reused by the next step, then lowers them to whe
 dynamic rule takes them (which setting them turns off: :data:`_AFTER_MMAP`) and returns the free
 memory to the system (``malloc_trim``). Elsewhere (macOS, Windows, musl) it
 does nothing. ``probdr.config.set_heap_reuse(False)`` or ``PROBDR_HEAP_REUSE=0`` turn it off.
+The thresholds are the process's: with loops running in several threads, the first to start
+raises them and the last to end lowers them (the rest of the process, the user's own arrays
+included, keeps its freed blocks on the heap meanwhile; no number changes).
 
 Freed blocks of different sizes still fragment the heap, which then grows by fresh pages now and
 then (measured at one million points: tens of thousands of page faults per step, each several
@@ -40,6 +43,8 @@ _M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3
 _AFTER_MMAP = 32 * 1024 * 1024
 _AFTER_TRIM = 2 * _AFTER_MMAP
 _depth = 0
+#: guards the count of open blocks, which threads open and close at once
+_depth_lock = threading.Lock()
 #: whether an open :func:`heap_reuse` raised glibc's thresholds
 _raised = False
 _libc = None
@@ -67,25 +72,27 @@ def heap_reuse(threshold: int = 1 << 30):
     glibc's or heap reuse is off (:func:`probdr.config.set_heap_reuse`)."""
     global _depth, _raised
     lib = _glibc() if config.get_heap_reuse() else False
-    if not lib or _depth:
+    with _depth_lock:
+        first = bool(lib) and _depth == 0
         _depth += 1
-        try:
-            yield _raised
-        finally:
-            _depth -= 1
-        return
-    _depth += 1
-    lib.mallopt(_M_MMAP_THRESHOLD, int(threshold))
-    lib.mallopt(_M_TRIM_THRESHOLD, 2**31 - 1)
-    _raised = True
+        if first:
+            lib.mallopt(_M_MMAP_THRESHOLD, int(threshold))
+            lib.mallopt(_M_TRIM_THRESHOLD, 2**31 - 1)
+            _raised = True
+        raised = _raised
     try:
-        yield True
+        yield raised
     finally:
-        _depth -= 1
-        _raised = False
-        lib.mallopt(_M_MMAP_THRESHOLD, _AFTER_MMAP)
-        lib.mallopt(_M_TRIM_THRESHOLD, _AFTER_TRIM)
-        release_free()
+        with _depth_lock:
+            _depth -= 1
+            last = _raised and _depth == 0
+            if last:
+                _raised = False
+                lib_ = _glibc()
+                lib_.mallopt(_M_MMAP_THRESHOLD, _AFTER_MMAP)
+                lib_.mallopt(_M_TRIM_THRESHOLD, _AFTER_TRIM)
+        if last:
+            release_free()
 
 
 def release_free() -> bool:

@@ -440,9 +440,13 @@ class EpochSchedule:
 
     @classmethod
     def of(cls, v: torch.Tensor, vmax: float, steps: int, generator=None) -> EpochSchedule:
-        """The schedule of the edge values ``v`` (kept on the tensor, one per ``steps``)."""
-        return tensor_cache(v, f"_probdr_epoch_schedule_{int(steps)}",
-                            lambda: cls(v, vmax, steps, generator))
+        """The schedule of the edge values ``v`` (kept on the tensor, one per ``steps``), drawing
+        from ``generator``, the caller's stream at this call (a fit continued by ``optimize``
+        draws from its own, not the first fit's)."""
+        schedule = tensor_cache(v, f"_probdr_epoch_schedule_{int(steps)}",
+                                lambda: cls(v, vmax, steps, generator))
+        schedule.generator = generator
+        return schedule
 
     def _uniform(self) -> torch.Tensor:
         v = self.v

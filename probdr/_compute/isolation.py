@@ -2,13 +2,14 @@
 Pyro's validation switch, so that fits in several threads of one process run at once and each
 gives the bits it gives alone.
 
-Pyro keeps two things process-wide: the stack of effect handlers that ``pyro.sample`` consults
-(``pyro.poutine.runtime._PYRO_STACK``) and the parameter store (``pyro.get_param_store()``).
-Two fits in two threads would push their traces onto one stack (``Multiple sample sites named
-'Z'``) and clear each other's parameters. :func:`private_pyro` gives the calling thread a stack
-and a parameter store of its own for the duration of a block: the first time it runs, it puts a
-thin proxy in place of Pyro's stack and makes the store's three dictionaries properties, both of
-which read the shared objects in every thread that is not inside such a block. Pyro therefore
+Pyro keeps its runtime process-wide: the stack of effect handlers that ``pyro.sample`` consults
+(``pyro.poutine.runtime._PYRO_STACK``), the parameter store (``pyro.get_param_store()``) and
+the allocators of plate and enumeration dimensions. Two fits in two threads would push their
+traces onto one stack (``Multiple sample sites named 'Z'``), clear each other's parameters and
+claim the same plate (``duplicate plate 'edges'``). :func:`private_pyro` gives the calling
+thread all of these of its own for the duration of a block: the first time it runs, it puts a
+thin proxy in place of Pyro's stack and turns the fields of the store and the allocators into
+properties, which read the shared objects in every thread that is not inside such a block. Pyro therefore
 behaves exactly as before for the user's own code, in any thread; only probdr's fits (and the
 functional :func:`probdr.infer.run_map`, :func:`probdr.infer.fit_posterior`) see private state.
 
@@ -42,13 +43,12 @@ __all__ = ["private_pyro", "is_private", "fit_stream", "fit_generator", "global_
 
 
 class _PrivateState:
-    """One thread's Pyro state: a handler stack and the parameter store's three dictionaries."""
+    """One thread's Pyro state: a handler stack, and the fields of Pyro's process-wide objects
+    (the parameter store's dictionaries, the plate and enumeration dimension allocators)."""
 
     def __init__(self):
         self.stack: list = []
-        self.params: dict = {}
-        self.param_to_name: dict = {}
-        self.constraints: dict = {}
+        self.fields: dict = {}
 
 
 _PRIVATE: ContextVar[_PrivateState | None] = ContextVar("probdr_pyro_state", default=None)
@@ -104,26 +104,43 @@ class _ThreadStack(MutableSequence):
         return repr(self._list())
 
 
-def _store_field(name: str, private_name: str) -> property:
-    """A parameter-store dictionary: the thread's private one inside :func:`private_pyro`, else
-    the store's own (kept in the instance's ``__dict__`` under the same name)."""
+def _private_field(key: str, name: str, factory) -> property:
+    """An attribute of one of Pyro's process-wide objects: the thread's own value inside
+    :func:`private_pyro` (made by ``factory`` at first use; ``None``: unset until assigned),
+    else the object's (kept in its ``__dict__`` under the same name)."""
 
     def get(self):
         state = _PRIVATE.get()
-        return self.__dict__[name] if state is None else getattr(state, private_name)
+        values = self.__dict__ if state is None else state.fields
+        at = name if state is None else key
+        if at not in values:
+            if state is None or factory is None:
+                raise AttributeError(name)
+            values[at] = factory()
+        return values[at]
 
     def set(self, value):
         state = _PRIVATE.get()
         if state is None:
             self.__dict__[name] = value
         else:
-            setattr(state, private_name, value)
+            state.fields[key] = value
 
     return property(get, set)
 
 
+def _make_thread_aware(obj, key: str, fields: dict) -> None:
+    """Give ``obj`` (one of Pyro's process-wide objects) a subclass of its class whose
+    ``fields`` (``{name: factory}``) are :func:`_private_field` properties."""
+    cls = type(obj)
+    props = {name: _private_field(f"{key}.{name}", name, factory)
+             for name, factory in fields.items()}
+    obj.__class__ = type(f"Thread{cls.__name__}", (cls,), props)
+
+
 def _install() -> None:
-    """Put the thread-aware stack and store in place of Pyro's (once per process)."""
+    """Put the thread-aware stack in place of Pyro's and make its parameter store and dimension
+    allocators thread-aware (once per process)."""
     global _installed
     with _install_lock:
         if _installed:
@@ -131,22 +148,19 @@ def _install() -> None:
         import sys
 
         import pyro.poutine.runtime as runtime
-        from pyro.params.param_store import ParamStoreDict
 
         shared = runtime._PYRO_STACK
         proxy = _ThreadStack(shared)
         for module in list(sys.modules.values()):  # every module that imported the list by name
-            if getattr(module, "_PYRO_STACK", None) is shared:
+            names = getattr(module, "__dict__", None) or {}
+            if names.get("_PYRO_STACK") is shared:
                 module._PYRO_STACK = proxy
-
-        class ThreadParamStore(type(runtime._PYRO_PARAM_STORE)):
-            _params = _store_field("_params", "params")
-            _param_to_name = _store_field("_param_to_name", "param_to_name")
-            _constraints = _store_field("_constraints", "constraints")
-
-        store = runtime._PYRO_PARAM_STORE
-        if isinstance(store, ParamStoreDict):
-            store.__class__ = ThreadParamStore
+        _make_thread_aware(runtime._PYRO_PARAM_STORE, "params",
+                           {"_params": dict, "_param_to_name": dict, "_constraints": dict})
+        _make_thread_aware(runtime._DIM_ALLOCATOR, "plates", {"_stack": list})
+        _make_thread_aware(runtime._ENUM_ALLOCATOR, "enum",
+                           {"next_available_dim": None, "next_available_id": None,
+                            "dim_to_id": None})
         _installed = True
 
 

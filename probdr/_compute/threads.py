@@ -16,6 +16,11 @@ measures the other processes' use of this process's cores from the machine's CPU
 interval has passed, it counts the other processes' running threads instead. A core counts as
 taken from :data:`TAKEN_FROM` of a core's use by others on.
 
+Fits running at once in several threads of one process share the free cores: each takes
+its share (the free cores divided by the governed blocks open in the process, at least one
+thread). torch's thread count is kept per thread once a thread has run a parallel operation,
+and new threads start from the process's value, which the last block to end sets back.
+
 The numbers do not depend on the thread count (the operations whose rounding did are run on one
 thread: ``tests/compute/test_threads.py``), so the governor changes the time of a fit, never its
 result. Where the machine has no ``/proc/stat`` (macOS, Windows) or
@@ -29,6 +34,7 @@ import contextlib
 import contextvars
 import math
 import os
+import threading
 import time
 
 import torch
@@ -46,6 +52,12 @@ HISTORY = 1000
 
 _current: contextvars.ContextVar[Governor | None] = contextvars.ContextVar("probdr_governor",
                                                                           default=None)
+#: governed blocks open in this process (one per thread at most) and torch's thread count before
+#: the first of them: torch's count is read per thread, but the value new threads start from is
+#: the process's, and it is set back when the last block ends
+_blocks_lock = threading.Lock()
+_open_blocks = 0
+_process_threads: int | None = None
 
 
 def _cores() -> list[int]:
@@ -172,7 +184,8 @@ class Governor:
         return self._choose(max(0.0, (everyone - own) / wall))
 
     def _choose(self, others: float) -> int:
-        threads = self.threads_for(others)
+        # the fits running in other threads of this process share the free cores with this one
+        threads = max(1, self.threads_for(others) // max(1, _open_blocks))
         self.history.append((threads, others))
         if threads != torch.get_num_threads():
             torch.set_num_threads(threads)
@@ -195,6 +208,7 @@ def governed(cap: int | None):
         cap = before
     gov = Governor(cap) if config.get_adaptive_threads() else None
     token = _current.set(gov)
+    _open_block(before)
     try:
         if gov is not None:
             gov.start()
@@ -205,6 +219,27 @@ def governed(cap: int | None):
         _current.reset(token)
         if torch.get_num_threads() != before:
             torch.set_num_threads(before)
+        _close_block()
+
+
+def _open_block(before: int) -> None:
+    global _open_blocks, _process_threads
+    with _blocks_lock:
+        if _open_blocks == 0:
+            _process_threads = before
+        _open_blocks += 1
+
+
+def _close_block() -> None:
+    """The last governed block of the process to end sets torch's count back to the one before
+    the first began (the value threads started later read)."""
+    global _open_blocks, _process_threads
+    with _blocks_lock:
+        _open_blocks -= 1
+        if _open_blocks == 0:
+            if _process_threads is not None and torch.get_num_threads() != _process_threads:
+                torch.set_num_threads(_process_threads)
+            _process_threads = None
 
 
 def poll() -> None:

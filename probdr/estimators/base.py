@@ -124,16 +124,26 @@ def isolated_random_state(seed: int):
         yield
 
 
+#: the largest entry of X below which its squared distances and their sums lose their digits to
+#: float64's underflow (within a factor 1e16 of the smallest normal number, about 1.5e-146)
+TINY_ENTRY = float(np.sqrt(np.finfo(np.float64).tiny * 1e16))
+
+
 def _check_magnitude(X) -> None:
     """Refuse data whose Gram and distance sums come within a factor 1e6 of float64's largest
     number (entries near 1e150), which would end in a failed Cholesky or a NaN far from the
-    cause."""
+    cause, and data whose squared distances come near float64's underflow (every entry below
+    :data:`TINY_ENTRY`, but not all zero: coinciding points are data)."""
     if not isinstance(X, torch.Tensor) or X.numel() == 0 or X.is_sparse:
         return
     top = float(X.abs().max())
     if not top * top * X.shape[0] * X.shape[1] < np.finfo(np.float64).max / 1e6:
         raise ValueError(f"X has entries up to {top:.3g}: its squared distances come too close "
                          "to float64's limit. Rescale X (for example with sklearn's StandardScaler).")
+    if 0 < top < TINY_ENTRY:
+        raise ValueError(f"X has entries of at most {top:.3g}: its squared distances come too "
+                         "close to float64's underflow. Rescale X (for example with sklearn's "
+                         "StandardScaler).")
 
 
 class DREstimator(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
@@ -230,6 +240,17 @@ class DREstimator(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimat
         (override). Every data-independent rule lives in the constraint table or in
         :meth:`_check_params_together`."""
 
+    def _check_init_shape(self, n: int) -> None:
+        """An ``init`` array has one row per sample and ``n_components`` columns (an estimator
+        whose ``init`` is of another shape overrides this); before any work."""
+        init = getattr(self, "init", None)
+        if init is None or isinstance(init, str):
+            return
+        shape = tuple(init.shape) if hasattr(init, "shape") else np.shape(init)
+        if shape != (n, self.n_components):
+            raise InvalidParameterError(f"init array must have shape ({n}, "
+                                        f"{self.n_components}), got {shape}.")
+
     def _fit(self, X: torch.Tensor) -> torch.Tensor:  # pragma: no cover - abstract
         raise NotImplementedError
 
@@ -259,6 +280,7 @@ class DREstimator(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimat
         self._check_n_components(p)
         self._fit_dtype = resolve_dtype(getattr(self, "dtype", "float64"))
         self._check_params_vs_input(n, p)
+        self._check_init_shape(n)
         labels = self._check_labels(y, n) if (self._uses_labels and y is not None) else None
         self.random_state_ = resolve_seed(self.random_state)
         with fit_environment(self) as device, \

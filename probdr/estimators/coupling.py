@@ -426,9 +426,29 @@ class GraphCoupling(InputKindsMixin, ContinueMixin, NewPointsMixin, PosteriorInf
             raise InvalidParameterError(f"early_exaggeration_iter={self.early_exaggeration_iter} "
                                         f"exceeds n_iter={n_iter}.")
         try:
-            self._make_kernel()
+            kernel = self._make_kernel()
         except (TypeError, ValueError) as err:  # kernel_params, UMAP's min_dist and spread
             raise InvalidParameterError(f"{type(self).__name__}'s latent kernel: {err}") from err
+        if self.repulsion == "fft":
+            self._check_fft(kernel)
+
+    def _check_fft(self, kernel) -> None:
+        """``repulsion="fft"``: a 2-D embedding, and the E latent law with a Student kernel or
+        the B law (the laws whose all-pairs sums the FFT field serves)."""
+        kind = prior_kind(self._latent_prior())
+        name = type(self).__name__
+        if kind not in ("E", "B"):
+            raise InvalidParameterError(
+                f"{name}: repulsion='fft' covers the E latent law (t-SNE) and the B law (UMAP, "
+                f"LargeVis), not the {kind} law; use repulsion='exact' or 'sampled'.")
+        if self.n_components != 2:
+            raise InvalidParameterError(f"{name}: repulsion='fft' needs n_components=2, got "
+                                        f"{self.n_components}; use repulsion='exact' or "
+                                        "'sampled'.")
+        if kind == "E" and not kernel.has_fft:
+            raise InvalidParameterError(
+                f"{name}: repulsion='fft' with the E latent law covers the Student kernels "
+                "(t-SNE's family); use repulsion='exact' or 'sampled' for this kernel.")
 
     def _check_params_vs_input(self, n: int, p: int) -> None:
         self._check_input_side(n, p)

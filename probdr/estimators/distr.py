@@ -237,6 +237,9 @@ class DistR(DREstimator):
                     f"init array must have shape (n_prototypes, n_components) = "
                     f"({self.n_prototypes}, {self.n_components}), got {shape}.")
 
+    def _check_init_shape(self, n: int) -> None:
+        """The prototypes' ``init`` (n_prototypes rows) is checked with the parameters."""
+
     def _check_params_vs_input(self, n: int, p: int) -> None:
         if self.n_prototypes > n:
             raise ValueError(f"n_prototypes must be an integer in [2, n_samples] = [2, {n}], "

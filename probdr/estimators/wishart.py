@@ -53,7 +53,7 @@ from ..models.wishart_pca import coupling_gamma, default_dofs, whitening, wishar
 from .base import DREstimator
 from .docs import reference
 from .inference import PosteriorInference
-from .params import StrOptions
+from .params import InvalidParameterError, StrOptions
 from .wishart_new_points import GraphRowMixin, LinearMapMixin
 
 __all__ = ["WishartPCA", "WishartEigenmaps", "LaplacianWishart"]
@@ -372,6 +372,15 @@ class WishartEigenmaps(_LaplacianEstimator):
         self.metric = metric
         self.metric_params = metric_params
 
+    def _check_params_together(self) -> None:
+        super()._check_params_together()
+        # every eigenvalue is >= 0, so 1/(l_i + ridge) <= 1/ridge: beta >= 1/ridge collapses
+        # every axis whatever the data (below it, the spectrum decides, once it is known)
+        if self.ridge is not None and self.ridge > 0 and self.beta >= 1.0 / self.ridge:
+            raise InvalidParameterError(
+                f"beta={self.beta} is too large for ridge={self.ridge}: the MAP collapses on "
+                f"every axis when beta >= 1/ridge = {1.0 / self.ridge:.4g}.")
+
     def _check_params_vs_input(self, n: int, p: int) -> None:
         self._check_neighbors(n, p)
         if self.n_components > n - 2:
@@ -394,9 +403,12 @@ class WishartEigenmaps(_LaplacianEstimator):
         self.ridge_ = ridge
         Zcf, w = eigenmaps_solution(L, q, self.beta, ridge)
         self.eigenvalues_ = w.cpu().numpy()
+        # data-dependent: the spectrum is known only now, before any optimisation
         if (1.0 / (w[1:] + ridge) <= self.beta).any():
-            raise ValueError(f"beta={self.beta} is too large: the MAP collapses on axes with "
-                             f"1/(l_i + ridge) <= beta (eigenvalues {w[1:].tolist()}).")
+            bound = float(1.0 / (w[1:] + ridge).max())
+            raise ValueError(f"beta={self.beta} is too large for this graph: the MAP collapses "
+                             f"on axes with 1/(l_i + ridge) <= beta (eigenvalues "
+                             f"{w[1:].tolist()}); use beta < {bound:.4g}.")
         kwargs = dict(L=L, n_components=q, beta=self.beta, ridge=ridge)
         gen = generator(self.random_state_)
         if self.solver == "closed_form":

@@ -407,6 +407,9 @@ def from_graph(g, weight: float = 2.0, *, off_weight: float = 1.0,
     GraphEdgePrior
     """
     rows, cols, n, directed = graph_edges(g)
+    if n == 0:
+        raise ValueError("from_graph needs a graph with at least one node; got an empty graph "
+                         "(0 nodes).")
     return GraphEdgePrior(rows, cols, n, weight=weight, off_weight=off_weight,
                           symmetric=symmetric or not directed)
 

@@ -176,3 +176,109 @@ def test_dataframe_errors_name_the_columns_and_say_what_to_do():
     est.fit(df)
     with pytest.raises(ValueError, match=r"column\(s\) 'b'"):
         est.transform(holes)
+
+
+# -- every rule that needs no computed graph is checked before any work ------------------------
+def _no_work(monkeypatch, cls):
+    """Make ``cls._fit`` (where every fit's work starts: neighbours, affinities, optimisation)
+    fail loudly, so an error raised by ``fit`` came from validation."""
+    def fit(self, *args, **kwargs):
+        raise AssertionError(f"{cls.__name__}._fit ran before the error")
+    monkeypatch.setattr(cls, "_fit", fit)
+
+
+INIT_ESTIMATORS = ["SNE", "TSNE", "LargeVis", "UMAP", "GraphCoupling", "SNEkhorn", "TSNEkhorn",
+                   "LaplacianWishart", "ProbDR", "GWMDS"]
+
+
+@pytest.mark.parametrize("name", INIT_ESTIMATORS)
+def test_an_init_array_of_the_wrong_shape_is_refused_before_any_work(name, monkeypatch):
+    cls = getattr(probdr, name)
+    _no_work(monkeypatch, cls)
+    X = np.random.default_rng(0).normal(size=(120, 6))
+    with pytest.raises(ValueError, match=r"init.*shape \(120, 2\)"):
+        cls(init=np.zeros((50, 2))).fit(X)
+    with pytest.raises(ValueError, match=r"init.*shape \(120, 2\)"):
+        cls(init=torch.zeros(120, 3)).fit(X)
+
+
+def test_distr_prototypes_init_is_checked_before_any_work(monkeypatch):
+    _no_work(monkeypatch, probdr.DistR)
+    X = np.random.default_rng(0).normal(size=(120, 6))
+    with pytest.raises(ValueError, match=r"n_prototypes, n_components"):
+        probdr.DistR(n_prototypes=10, init=np.zeros((120, 2))).fit(X)
+
+
+@pytest.mark.parametrize("make", [
+    lambda: probdr.SNE(repulsion="fft"),
+    lambda: probdr.GraphCoupling(prior_z="D", repulsion="fft"),
+    lambda: probdr.TSNE(n_components=3, repulsion="fft"),
+    lambda: probdr.GraphCoupling("D", "E", "gaussian", repulsion="fft"),
+])
+def test_fft_repulsion_outside_its_laws_is_refused_before_any_work(make, monkeypatch):
+    est = make()
+    _no_work(monkeypatch, type(est))
+    X = np.random.default_rng(0).normal(size=(120, 6))
+    with pytest.raises(ValueError, match="repulsion='fft'"):
+        est.fit(X)
+
+
+def test_fft_repulsion_where_it_applies_still_fits():
+    X = np.random.default_rng(0).normal(size=(120, 6))
+    for est in (probdr.TSNE(repulsion="fft", n_iter=20, early_exaggeration_iter=5),
+                probdr.UMAP(repulsion="fft", n_epochs=10)):
+        assert np.isfinite(est.fit_transform(X)).all()
+
+
+def test_wishart_eigenmaps_beta_past_one_over_ridge_is_refused_before_any_work(monkeypatch):
+    _no_work(monkeypatch, probdr.WishartEigenmaps)
+    X = np.random.default_rng(0).normal(size=(60, 5))
+    with pytest.raises(ValueError, match="1/ridge"):
+        probdr.WishartEigenmaps(beta=1e6, ridge=0.01).fit(X)
+
+
+def test_wishart_eigenmaps_beta_too_large_for_the_spectrum_fails_before_optimising(monkeypatch):
+    """Without a ridge the bound is the graph's spectrum, known once the Laplacian is: the
+    error says which beta works, and no MAP step has run."""
+    import probdr.estimators.wishart as wishart
+
+    def no_map(*args, **kwargs):
+        raise AssertionError("the MAP ran before the error")
+    monkeypatch.setattr(wishart, "map_estimate", no_map)
+    X = np.random.default_rng(0).normal(size=(60, 5))
+    with pytest.raises(ValueError, match=r"use beta < "):
+        probdr.WishartEigenmaps(beta=1e6).fit(X)
+
+
+def test_gwmds_on_a_disconnected_graph_fails_before_optimising(monkeypatch):
+    """Connectivity needs the neighbour graph; the error comes right after it, before any GW
+    plan or MAP step."""
+    def no_plan(*args, **kwargs):
+        raise AssertionError("a GW plan was solved before the error")
+    monkeypatch.setattr(probdr.GWMDS, "_solve_plan", no_plan)
+    rng = np.random.default_rng(0)
+    X = np.vstack([rng.normal(size=(30, 4)), rng.normal(size=(30, 4)) + 1000.0])
+    with pytest.raises(ValueError, match="connected components"):
+        probdr.GWMDS(geodesic=True, n_neighbors=5).fit(X)
+
+
+@pytest.mark.parametrize("name", ["GWMDS", "TSNE", "WishartPCA"])
+def test_data_near_float64_underflow_is_refused_before_any_work(name, monkeypatch):
+    cls = getattr(probdr, name)
+    _no_work(monkeypatch, cls)
+    X = np.random.default_rng(0).normal(size=(120, 6)) * 1e-150
+    with pytest.raises(ValueError, match="underflow"):
+        cls().fit(X)
+
+
+def test_coinciding_points_are_not_refused_as_tiny():
+    X = np.zeros((40, 3))
+    with pytest.warns(RuntimeWarning, match="coincide"):
+        probdr.GWMDS().fit(X)
+
+
+def test_from_graph_refuses_an_empty_graph():
+    from probdr.laws.edge_priors import from_graph
+
+    with pytest.raises(ValueError, match="empty graph"):
+        from_graph(np.zeros((0, 0)))

@@ -1,0 +1,223 @@
+"""Fits in several threads of one process: each gives the bits it gives alone, and the process is
+left as it was (Pyro's handlers and parameters, the global random streams, torch's thread count,
+Pyro's validation switch). probdr._compute.isolation; docs "Services and schedulers"."""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pyro
+import pytest
+import torch
+
+import probdr
+from probdr._compute import alloc, isolation
+
+
+def run_together(jobs):
+    """Start every job in its own thread at once (a barrier), join them; their results, in
+    order; a job's exception is raised here."""
+    out, errors = [None] * len(jobs), [None] * len(jobs)
+    start = threading.Barrier(len(jobs))
+
+    def run(i):
+        try:
+            start.wait()
+            out[i] = jobs[i]()
+        except BaseException as exc:  # noqa: BLE001 - re-raised in the main thread
+            errors[i] = exc
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(jobs))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for exc in errors:
+        if exc is not None:
+            raise exc
+    return out
+
+
+@pytest.fixture(scope="module")
+def X600(digits):
+    return digits[0][:600]
+
+
+def tsne(seed=0):
+    return probdr.TSNE(n_iter=150, early_exaggeration_iter=50, random_state=seed)
+
+
+def umap(seed=0):
+    return probdr.UMAP(n_epochs=100, random_state=seed)
+
+
+def test_a_tsne_and_a_umap_fit_in_two_threads_give_their_bits(X600):
+    alone = [tsne().fit_transform(X600), umap().fit_transform(X600)]
+    together = run_together([lambda: tsne().fit_transform(X600),
+                             lambda: umap().fit_transform(X600)])
+    for a, b in zip(alone, together, strict=True):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_two_tsne_fits_in_two_threads_give_their_bits(X600):
+    alone = [tsne(0).fit_transform(X600), tsne(1).fit_transform(X600)]
+    together = run_together([lambda: tsne(0).fit_transform(X600),
+                             lambda: tsne(1).fit_transform(X600)])
+    for a, b in zip(alone, together, strict=True):
+        np.testing.assert_array_equal(a, b)
+
+
+#: one small fit per kind of estimator and verb: (name, job(X) -> array)
+JOBS = {
+    "LargeVis": lambda X: probdr.LargeVis(n_iter=60, random_state=2).fit_transform(X),
+    "GraphCoupling": lambda X: probdr.GraphCoupling(
+        "D", "B", "student", n_iter=60, early_exaggeration_iter=20,
+        random_state=3).fit_transform(X),
+    "sampled repulsion": lambda X: probdr.GraphCoupling(
+        repulsion="sampled", n_iter=40, early_exaggeration_iter=10,
+        random_state=4).fit_transform(X),
+    "WishartPCA": lambda X: probdr.WishartPCA(random_state=5).fit_transform(X),
+    "SNEkhorn": lambda X: probdr.SNEkhorn(n_iter=40, random_state=6).fit_transform(X),
+    "SVI": lambda X: probdr.TSNE(n_iter=60, early_exaggeration_iter=20, inference="svi",
+                                 inference_params={"num_steps": 30, "num_samples": 5},
+                                 random_state=7).fit(X).posterior_samples_,
+    "Laplace": lambda X: probdr.UMAP(n_epochs=40, inference="laplace",
+                                     random_state=8).fit(X).posterior_samples_,
+    "transform": lambda X: probdr.UMAP(n_epochs=40, random_state=9).fit(X[:200]).transform(
+        X[200:260]),
+    "sample_transform": lambda X: probdr.TSNE(
+        n_iter=60, early_exaggeration_iter=20, random_state=10).fit(X[:200]).sample_transform(
+        X[200:220], num_samples=20, random_state=0),
+    "observe=sample": lambda X: probdr.GraphCoupling(
+        observe="sample", n_iter=40, early_exaggeration_iter=10,
+        random_state=11).fit_transform(X),
+}
+
+
+@pytest.mark.parametrize("name", list(JOBS))
+def test_every_kind_of_fit_beside_a_umap_fit_gives_its_bits(name, X600):
+    X = X600[:300]
+    job = JOBS[name]
+    alone = np.asarray(job(X))
+    both = run_together([lambda: job(X), lambda: umap(1).fit_transform(X)])
+    np.testing.assert_array_equal(np.asarray(both[0]), alone)
+    np.testing.assert_array_equal(both[1], umap(1).fit_transform(X))
+
+
+def test_two_posterior_fits_in_two_threads_give_their_bits(X600):
+    X = X600[:200]
+
+    def svi(seed):
+        return lambda: probdr.UMAP(n_epochs=30, inference="svi", random_state=seed,
+                                   inference_params={"num_steps": 30, "num_samples": 5}
+                                   ).fit(X).posterior_samples_
+
+    alone = [svi(0)(), svi(1)()]
+    for a, b in zip(alone, run_together([svi(0), svi(1)]), strict=True):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_fits_leave_the_process_as_they_found_it(X600):
+    X = X600[:200]
+    torch.manual_seed(123)
+    expected = torch.rand(3)  # a MAP fit neither reads nor moves the global stream
+    torch.manual_seed(123)
+    threads, validating = torch.get_num_threads(), pyro.infer.is_validation_enabled()
+    run_together([lambda: tsne().fit(X), lambda: umap().fit(X),
+                  lambda: probdr.TSNE(n_iter=40, early_exaggeration_iter=10,
+                                      inference="laplace", random_state=0).fit(X)])
+    assert torch.equal(torch.rand(3), expected)
+    assert torch.get_num_threads() == threads
+    assert pyro.infer.is_validation_enabled() == validating
+    assert alloc._depth == 0 and not alloc._raised
+    # a thread started now starts from the process's thread count
+    seen = run_together([torch.get_num_threads])
+    assert seen == [threads]
+
+
+def test_pyro_is_unchanged_for_the_users_own_code():
+    """The handler stack and parameter store stay the process's outside probdr's blocks: a
+    parameter set in one thread is read in another, and a trace sees the user's sites."""
+    isolation._install()
+    pyro.clear_param_store()
+    try:
+        pyro.param("shared_a", torch.tensor(2.0))
+        assert run_together([lambda: float(pyro.param("shared_a").detach())]) == [2.0]
+
+        def model():
+            return pyro.sample("x", pyro.distributions.Normal(0.0, 1.0))
+
+        tr = pyro.poutine.trace(model).get_trace()
+        assert "x" in tr.nodes
+        with isolation.private_pyro():  # a private block sees neither, and leaves them
+            assert "shared_a" not in pyro.get_param_store()
+            pyro.param("private_b", torch.tensor(1.0))
+        assert "private_b" not in pyro.get_param_store()
+        assert float(pyro.param("shared_a").detach()) == 2.0
+    finally:
+        pyro.clear_param_store()
+
+
+def test_a_fit_inside_a_users_trace_leaves_it_intact(X600):
+    def model():
+        pyro.sample("mine", pyro.distributions.Normal(0.0, 1.0))
+        tsne().fit(X600[:100])
+        pyro.sample("mine_after", pyro.distributions.Normal(0.0, 1.0))
+
+    tr = pyro.poutine.trace(model).get_trace()
+    assert {"mine", "mine_after"} <= set(tr.nodes) and "Z" not in tr.nodes
+
+
+def test_the_fit_generator_gives_the_stream_of_the_seeded_global_one():
+    g = probdr._utils.generator(7)
+    torch.manual_seed(7)
+    assert torch.equal(torch.randint(0, 100, (20,), generator=g), torch.randint(0, 100, (20,)))
+
+
+def test_validation_off_restores_the_setting_after_overlapping_blocks():
+    before = pyro.infer.is_validation_enabled()
+    a, b = isolation.validation_off(), isolation.validation_off()
+    a.__enter__()
+    b.__enter__()
+    assert not pyro.infer.is_validation_enabled()
+    a.__exit__(None, None, None)  # the first to start ends first: still off
+    assert not pyro.infer.is_validation_enabled()
+    b.__exit__(None, None, None)
+    assert pyro.infer.is_validation_enabled() == before
+
+
+@pytest.mark.slow
+def test_eight_threads_of_mixed_fits_give_their_bits_with_flat_memory(digits):
+    """8 threads x 20 fits of mixed estimators (each compared with the same fit alone), in
+    rounds; the process's resident memory after the last round is within 15 % of the one
+    after the first (no growth per round)."""
+    import resource
+
+    X = digits[0][:300]
+    makers = [lambda s: probdr.TSNE(n_iter=80, early_exaggeration_iter=20, random_state=s),
+              lambda s: probdr.UMAP(n_epochs=60, random_state=s),
+              lambda s: probdr.LargeVis(n_iter=60, random_state=s),
+              lambda s: probdr.GraphCoupling("D", "B", "student", n_iter=60,
+                                             early_exaggeration_iter=20, random_state=s),
+              lambda s: probdr.WishartPCA(random_state=s)]
+    reference = {(m, s): makers[m](s).fit_transform(X) for m in range(len(makers))
+                 for s in range(4)}
+    rss = []
+    for _ in range(20):
+        keys = [(i % len(makers), (i * 3) % 4) for i in range(8)]
+        outs = run_together([lambda k=k: makers[k[0]](k[1]).fit_transform(X) for k in keys])
+        for k, out in zip(keys, outs, strict=True):
+            np.testing.assert_array_equal(out, reference[k])
+        rss.append(_resident_bytes() or resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
+    assert rss[-1] <= 1.15 * rss[1], rss
+
+
+def _resident_bytes() -> int | None:
+    try:
+        with open("/proc/self/statm") as f:
+            import os
+
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except OSError:
+        return None
