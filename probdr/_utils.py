@@ -138,6 +138,22 @@ def check_dense_budget(n: int, budget_gb: float | None, what: str, alternative: 
         )
 
 
+def _without_view_bases(out):
+    """``out`` with each tensor that is a view (``_base`` set) and needs no gradient replaced by
+    its ``detach()`` (the same memory, no copy). A view holds its base in C++: a view of a
+    tensor kept in that tensor's own attributes (``W.values()`` cached on a sparse ``W``) would
+    make a cycle that Python's garbage collector cannot see, and the tensor and its caches would
+    outlive every fit that made them."""
+    if isinstance(out, torch.Tensor):
+        return out.detach() if out._base is not None and not out.requires_grad else out
+    if isinstance(out, tuple):
+        items = [_without_view_bases(o) for o in out]
+        return type(out)(*items) if hasattr(out, "_fields") else tuple(items)
+    if isinstance(out, list):
+        return [_without_view_bases(o) for o in out]
+    return out
+
+
 def tensor_cache(value: torch.Tensor, name: str, compute):
     """Per-tensor cache for quantities of a tensor that is reused across optimisation steps
     (an observed graph, an edge index): stored as an attribute of the tensor, recomputed when
@@ -146,7 +162,7 @@ def tensor_cache(value: torch.Tensor, name: str, compute):
     version = value._version
     if hit is not None and hit[0] == version:
         return hit[1]
-    out = compute()
+    out = _without_view_bases(compute())
     try:
         setattr(value, name, (version, out))
     except (AttributeError, RuntimeError):  # pragma: no cover - tensors accept attributes

@@ -221,3 +221,16 @@ def _resident_bytes() -> int | None:
             return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
     except OSError:
         return None
+
+
+def test_joblibs_threading_backend_runs_fits_side_by_side(X600):
+    """What scikit-learn's and Dask's threaded schedulers do: clones fitted by joblib threads."""
+    from joblib import Parallel, delayed
+    from sklearn.base import clone
+
+    X = X600[:300]
+    base = probdr.UMAP(n_epochs=40)
+    ests = [clone(base).set_params(random_state=s) for s in range(4)]
+    outs = Parallel(n_jobs=4, backend="threading")(delayed(e.fit_transform)(X) for e in ests)
+    for s, out in enumerate(outs):
+        np.testing.assert_array_equal(out, clone(base).set_params(random_state=s).fit_transform(X))

@@ -263,3 +263,36 @@ def test_heap_reuse_leaves_the_mmap_threshold_where_glibcs_rule_takes_it():
     small, large = (int(x) for x in out)
     assert small == 0
     assert large >= 64 << 20
+
+
+def test_a_view_cached_on_its_own_tensor_does_not_keep_it_alive():
+    """A view holds its base in C++, out of the garbage collector's sight: ``W.values()`` kept
+    in ``W``'s own cache would keep ``W`` (and every cache on it) alive for ever."""
+    import gc
+    import weakref
+
+    from probdr._utils import tensor_cache
+
+    W = torch.sparse_coo_tensor(torch.tensor([[0, 1], [1, 0]]), torch.tensor([1.0, 2.0]),
+                                (2, 2)).coalesce()
+    cached = tensor_cache(W, "_probdr_test_values", lambda: (W.values(), W.values()[:1]))
+    assert torch.equal(cached[0], W.values())  # the same numbers, the same memory
+    assert cached[0].data_ptr() == W.values().data_ptr()
+    ref = weakref.ref(W)
+    del W, cached
+    gc.collect()
+    assert ref() is None
+
+
+def test_a_fits_graph_does_not_outlive_the_estimator(digits_small):
+    import gc
+    import weakref
+
+    X, _ = digits_small
+    for make in (lambda: probdr.TSNE(n_iter=5, early_exaggeration_iter=2, random_state=0),
+                 lambda: probdr.UMAP(n_epochs=3, random_state=0)):
+        est = make().fit(X)
+        ref = weakref.ref(est.model_kwargs_["W_X"])
+        del est
+        gc.collect()
+        assert ref() is None
