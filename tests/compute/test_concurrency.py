@@ -10,6 +10,7 @@ import numpy as np
 import pyro
 import pytest
 import torch
+from helpers import ESTIMATOR_CASES
 
 import probdr
 from probdr._compute import alloc, isolation
@@ -103,6 +104,37 @@ def test_every_kind_of_fit_beside_a_umap_fit_gives_its_bits(name, X600):
     both = run_together([lambda: job(X), lambda: umap(1).fit_transform(X)])
     np.testing.assert_array_equal(np.asarray(both[0]), alone)
     np.testing.assert_array_equal(both[1], umap(1).fit_transform(X))
+
+
+@pytest.mark.parametrize("name", sorted(ESTIMATOR_CASES))
+def test_every_estimator_beside_itself_gives_its_bits(name, X600):
+    """Two fits of the same estimator at two seeds in two threads (the digits cases of the
+    shared table of estimator cases, 150 points)."""
+    X = X600[:150]
+
+    def fit(seed):
+        return lambda: getattr(probdr, name)(**ESTIMATOR_CASES[name]["digits"],
+                                             random_state=seed).fit_transform(X)
+
+    alone = [fit(0)(), fit(1)()]
+    for a, b in zip(alone, run_together([fit(0), fit(1)]), strict=True):
+        np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.filterwarnings("ignore:NUTS")
+def test_two_nuts_posteriors_in_two_threads_give_their_bits(X600):
+    X = X600[:40]
+
+    def nuts(seed):
+        return lambda: probdr.TSNE(perplexity=5, n_iter=40, early_exaggeration_iter=10,
+                                   inference="mcmc", random_state=seed,
+                                   inference_params={"warmup": 5, "num_samples": 5,
+                                                     "max_tree_depth": 3, "num_chains": 1}
+                                   ).fit(X).posterior_samples_
+
+    alone = [nuts(0)(), nuts(1)()]
+    for a, b in zip(alone, run_together([nuts(0), nuts(1)]), strict=True):
+        np.testing.assert_array_equal(a, b)
 
 
 def test_two_posterior_fits_in_two_threads_give_their_bits(X600):

@@ -275,7 +275,7 @@ def test_a_view_cached_on_its_own_tensor_does_not_keep_it_alive():
 
     W = torch.sparse_coo_tensor(torch.tensor([[0, 1], [1, 0]]), torch.tensor([1.0, 2.0]),
                                 (2, 2)).coalesce()
-    cached = tensor_cache(W, "_probdr_test_values", lambda: (W.values(), W.values()[:1]))
+    cached = tensor_cache(W, "_probdr_test_values", lambda w=W: (w.values(), w.values()[:1]))
     assert torch.equal(cached[0], W.values())  # the same numbers, the same memory
     assert cached[0].data_ptr() == W.values().data_ptr()
     ref = weakref.ref(W)
