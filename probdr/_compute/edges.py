@@ -487,6 +487,38 @@ class EpochSchedule:
             self._draw_epoch(epoch)
         return self.slots == s if as_mask else self._positions(s)
 
+    def strided(self, index: int, rows: torch.Tensor, cols: torch.Tensor):
+        r"""The edges of step ``index`` at a shape fixed for the whole fit (sync-free mode):
+        every ``steps``-th edge, from a start that the epoch turns by :data:`STRIDE_TURN`
+        (each edge in exactly one step of each epoch, as umap-learn's edges act at fixed
+        intervals), each used with probability :math:`v_e / v_{\max}`. Returns ``(rows, cols,
+        used)`` of :math:`\lceil m / \mathrm{steps}\rceil` edges: an edge acts at most once per
+        epoch, in one step, with the probability of :meth:`next`, at a ``1 / steps`` share of
+        the work of all the edges; the rows stay sorted (the edge lists are padded to a multiple
+        of ``steps`` with unused copies of the last edge)."""
+        epoch, s = divmod(int(index), self.steps)
+        start = (s + STRIDE_TURN * epoch) % self.steps
+        r, c, v = tensor_cache(self.v, f"_probdr_strided_{self.steps}",
+                               lambda: _padded(rows, cols, self.v, self.steps))
+        r, c, v = r[start::self.steps], c[start::self.steps], v[start::self.steps]
+        u = torch.rand(v.shape, dtype=v.dtype, device=v.device, generator=self.generator)
+        return r, c, u.mul_(self.vmax) < v
+
+
+#: how far the start of the strided steps (:meth:`EpochSchedule.strided`) turns from one epoch
+#: to the next, so that an edge's step changes between epochs
+STRIDE_TURN = 5
+
+
+def _padded(rows, cols, v, steps: int):
+    """The edge lists padded to a multiple of ``steps`` with copies of the last edge at value 0
+    (never used), so that every strided step has the same number of edges."""
+    pad = (-v.numel()) % steps
+    if not pad:
+        return rows, cols, v
+    return (torch.cat([rows, rows[-1:].expand(pad)]), torch.cat([cols, cols[-1:].expand(pad)]),
+            torch.cat([v, v.new_zeros(pad)]))
+
 
 def scheduled_edges(v, vmax, rows, cols, n: int, m: int, steps: int, generator=None):
     """The edges the next step of an epoch of ``steps`` steps uses (:class:`EpochSchedule`),
@@ -496,10 +528,16 @@ def scheduled_edges(v, vmax, rows, cols, n: int, m: int, steps: int, generator=N
     Selected by index: the masks are ``None``, and the rows (edge lists are sorted by row) and
     the negatives' rows are sorted (segment sums in the backward; their row counts are set
     here, not found at every step). On a device in sync-free mode
-    (:func:`probdr.config.sync_free_for`), every edge instead, fixed shapes: the masks (a boolean
-    per edge and per negative) leave the unused edges and their negatives out."""
+    (:func:`probdr.config.sync_free_for`), fixed shapes instead: with several steps an epoch,
+    the step's strided share of the edges (:meth:`EpochSchedule.strided`), else every edge; the
+    masks (a boolean per edge and per negative) leave the unused edges and their negatives
+    out."""
     schedule = EpochSchedule.of(v, vmax, steps, generator)
     if sync_free_for(v.device):
+        index = current_step()
+        if index is not None and schedule.steps > 1:  # a 1 / steps share, at a fixed shape
+            rows, cols, used = schedule.strided(index, rows, cols)
+            return rows, cols, rows.repeat_interleave(m), used, used.repeat_interleave(m)
         used = schedule.next(as_mask=True)
         neg_rows = tensor_cache(rows, f"_probdr_ns_neg_rows_{m}", lambda: rows.repeat_interleave(m))
         return rows, cols, neg_rows, used, used.repeat_interleave(m)

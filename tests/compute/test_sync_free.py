@@ -176,3 +176,56 @@ def test_setting_is_validated_and_decides_by_device(sync_free):
     assert config.sync_free_for("cpu") is True
     with pytest.raises(ValueError, match="sync_free"):
         config.set_sync_free("yes")
+
+
+def test_strided_steps_cover_each_edge_once_an_epoch_at_a_fixed_shape():
+    """Sync-free negative sampling with several steps an epoch: each step a fixed number of
+    edges (every steps-th, rows still sorted), each edge in exactly one step of an epoch and
+    used there with probability v / max(v)."""
+    from probdr._compute.edges import EpochSchedule
+
+    g = torch.Generator().manual_seed(0)
+    m, steps = 1001, 4
+    rows = torch.sort(torch.randint(0, 50, (m,), generator=g)).values
+    cols = torch.randint(0, 50, (m,), generator=g)
+    v = torch.rand(m, generator=g, dtype=torch.float64) + 0.05
+    sched = EpochSchedule(v, float(v.max()), steps, torch.Generator().manual_seed(1))
+    key = rows * 1000 + cols
+    for epoch in range(2):
+        seen = []
+        for s in range(steps):
+            r, c, used = sched.strided(epoch * steps + s, rows, cols)
+            assert r.shape == c.shape == used.shape == (-(-m // steps),)
+            assert bool((r[1:] >= r[:-1]).all())
+            seen.append(r * 1000 + c)
+        pad = key[-1:].expand(steps * -(-m // steps) - m)  # the padding: the last edge again
+        assert torch.equal(torch.sort(torch.cat(seen)).values,
+                           torch.sort(torch.cat([key, pad])).values)
+    counts = torch.zeros(m, dtype=torch.float64)
+    epochs = 400
+    for e in range(epochs):
+        for s in range(steps):
+            start = (s + 5 * e) % steps
+            _, _, used = sched.strided(e * steps + s, rows, cols)
+            counts[start::steps] += used[: counts[start::steps].numel()].double()
+    rate = v / v.max()
+    assert float((counts / epochs - rate).abs().max()) < 5 * float((0.25 / epochs) ** 0.5)
+
+
+def test_strided_negative_sampling_same_quality_and_no_host_reads(digits, sync_free, monkeypatch):
+    """UMAP at 4 steps an epoch: the sync-free path takes a fixed quarter of the edges a step
+    (not all of them, masked) without a host read inside the loop, to the quality of the CPU
+    path's selected edges."""
+    X, y = digits[0][:800], digits[1][:800]
+    q = {}
+    for on in (False, True):
+        sync_free(on)
+        Z = probdr.UMAP(random_state=0, n_epochs=200, epoch_steps=4,
+                        device="cpu").fit_transform(X)
+        q[on] = (metrics.trustworthiness(X, Z, 15), metrics.knn_accuracy(Z, y, 5))
+    assert abs(q[True][0] - q[False][0]) < 0.01
+    assert abs(q[True][1] - q[False][1]) < 0.03
+    sync_free(True)
+    _, calls, steps = _fit_counting("UMAP", dict(n_epochs=10, epoch_steps=4), X[:300],
+                                    monkeypatch)
+    assert steps == 40 and not calls
