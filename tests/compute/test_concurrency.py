@@ -40,6 +40,13 @@ def run_together(jobs):
     return out
 
 
+def assert_alone_bits_in_threads(jobs):
+    """Each job run alone, then all at once in threads: the same arrays."""
+    alone = [np.asarray(job()) for job in jobs]
+    for a, b in zip(alone, run_together(jobs), strict=True):
+        np.testing.assert_array_equal(np.asarray(b), a)
+
+
 @pytest.fixture(scope="module")
 def X600(digits):
     return digits[0][:600]
@@ -54,19 +61,13 @@ def umap(seed=0):
 
 
 def test_a_tsne_and_a_umap_fit_in_two_threads_give_their_bits(X600):
-    alone = [tsne().fit_transform(X600), umap().fit_transform(X600)]
-    together = run_together([lambda: tsne().fit_transform(X600),
-                             lambda: umap().fit_transform(X600)])
-    for a, b in zip(alone, together, strict=True):
-        np.testing.assert_array_equal(a, b)
+    assert_alone_bits_in_threads([lambda: tsne().fit_transform(X600),
+                                  lambda: umap().fit_transform(X600)])
 
 
 def test_two_tsne_fits_in_two_threads_give_their_bits(X600):
-    alone = [tsne(0).fit_transform(X600), tsne(1).fit_transform(X600)]
-    together = run_together([lambda: tsne(0).fit_transform(X600),
-                             lambda: tsne(1).fit_transform(X600)])
-    for a, b in zip(alone, together, strict=True):
-        np.testing.assert_array_equal(a, b)
+    assert_alone_bits_in_threads([lambda: tsne(0).fit_transform(X600),
+                                  lambda: tsne(1).fit_transform(X600)])
 
 
 #: one small fit per kind of estimator and verb: (name, job(X) -> array)
@@ -116,9 +117,7 @@ def test_every_estimator_beside_itself_gives_its_bits(name, X600):
         return lambda: getattr(probdr, name)(**ESTIMATOR_CASES[name]["digits"],
                                              random_state=seed).fit_transform(X)
 
-    alone = [fit(0)(), fit(1)()]
-    for a, b in zip(alone, run_together([fit(0), fit(1)]), strict=True):
-        np.testing.assert_array_equal(a, b)
+    assert_alone_bits_in_threads([fit(0), fit(1)])
 
 
 @pytest.mark.filterwarnings("ignore:NUTS")
@@ -132,9 +131,7 @@ def test_two_nuts_posteriors_in_two_threads_give_their_bits(X600):
                                                      "max_tree_depth": 3, "num_chains": 1}
                                    ).fit(X).posterior_samples_
 
-    alone = [nuts(0)(), nuts(1)()]
-    for a, b in zip(alone, run_together([nuts(0), nuts(1)]), strict=True):
-        np.testing.assert_array_equal(a, b)
+    assert_alone_bits_in_threads([nuts(0), nuts(1)])
 
 
 def test_two_posterior_fits_in_two_threads_give_their_bits(X600):
@@ -145,9 +142,7 @@ def test_two_posterior_fits_in_two_threads_give_their_bits(X600):
                                    inference_params={"num_steps": 30, "num_samples": 5}
                                    ).fit(X).posterior_samples_
 
-    alone = [svi(0)(), svi(1)()]
-    for a, b in zip(alone, run_together([svi(0), svi(1)]), strict=True):
-        np.testing.assert_array_equal(a, b)
+    assert_alone_bits_in_threads([svi(0), svi(1)])
 
 
 def test_fits_leave_the_process_as_they_found_it(X600):
