@@ -215,6 +215,14 @@ def test_validation_off_restores_the_setting_after_overlapping_blocks():
 
 
 @pytest.mark.slow
+def test_default_tsne_and_umap_fits_of_600_digits_in_two_threads(X600):
+    assert_alone_bits_in_threads([lambda: probdr.TSNE(random_state=0).fit_transform(X600),
+                                  lambda: probdr.UMAP(random_state=0).fit_transform(X600)])
+    assert_alone_bits_in_threads([lambda: probdr.TSNE(random_state=0).fit_transform(X600),
+                                  lambda: probdr.TSNE(random_state=1).fit_transform(X600)])
+
+
+@pytest.mark.slow
 def test_eight_threads_of_mixed_fits_give_their_bits_with_flat_memory(digits):
     """8 threads x 20 fits of mixed estimators (each compared with the same fit alone), in
     rounds; the process's resident memory after the last round is within 15 % of the one
