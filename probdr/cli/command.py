@@ -154,10 +154,8 @@ def _make(method: str, args):
         raise ValueError(f"--inference {args.inference} is not available for {method}: the "
                          "SNEkhorn presets are fitted by MAP only.")
     kw = dict(perplexity=args.perplexity, **common)
-    if args.n_iter is not None:
+    if args.n_iter is not None:  # early exaggeration: the estimators' "auto" share of n_iter
         kw["n_iter"] = args.n_iter
-        if method in ("sne", "tsne", "tsnekhorn"):
-            kw["early_exaggeration_iter"] = min(250, args.n_iter // 3)
     return cls(**kw)
 
 

@@ -31,7 +31,15 @@ from .coupling_new_points import NewPointsMixin, attraction_mass, auto_coupling_
 from .docs import reference
 from .inference import PosteriorInference
 from .inputs import ContinueMixin, InputKindsMixin
-from .params import POSITIVE, Int, InvalidParameterError, Num, StrOptions
+from .params import (
+    POSITIVE,
+    Int,
+    InvalidParameterError,
+    Num,
+    StrOptions,
+    check_early_exaggeration,
+    early_exaggeration_steps,
+)
 
 __all__ = ["GraphCoupling", "auto_coupling_weight"]
 
@@ -149,8 +157,8 @@ class GraphCoupling(InputKindsMixin, ContinueMixin, NewPointsMixin, PosteriorInf
         Optimiser steps in all, early exaggeration included.
     early_exaggeration : float
         Multiplier of the attraction during the first ``early_exaggeration_iter`` steps.
-    early_exaggeration_iter : int
-        Steps of early exaggeration (at most ``n_iter``).
+    early_exaggeration_iter : int or "auto"
+        Steps of early exaggeration (at most ``n_iter``); "auto": min(250, n_iter // 3).
     learning_rate : float or "auto"
         Step size. "auto": for the gains optimiser max(50, n / (4 α)) in each phase, α its
         exaggeration (openTSNE's max(200, n / α) in this gradient's scale, which keeps t-SNE's
@@ -303,7 +311,7 @@ class GraphCoupling(InputKindsMixin, ContinueMixin, NewPointsMixin, PosteriorInf
         init="pca",
         n_iter: int = 750,
         early_exaggeration: float = 12.0,
-        early_exaggeration_iter: int = 250,
+        early_exaggeration_iter: int | str = "auto",
         learning_rate="auto",
         momentum: float = 0.8,
         early_momentum: float = 0.5,
@@ -422,9 +430,8 @@ class GraphCoupling(InputKindsMixin, ContinueMixin, NewPointsMixin, PosteriorInf
                 "repulsion='negative_sampling' is implemented for the B latent prior (UMAP, "
                 "LargeVis); use repulsion='exact' with D or E.")
         n_iter = getattr(self, "n_iter", None)  # UMAP counts epochs (n_epochs, epoch_steps)
-        if n_iter is not None and self.early_exaggeration_iter > n_iter:
-            raise InvalidParameterError(f"early_exaggeration_iter={self.early_exaggeration_iter} "
-                                        f"exceeds n_iter={n_iter}.")
+        if n_iter is not None:
+            check_early_exaggeration(self.early_exaggeration_iter, n_iter)
         try:
             self._make_kernel()
         except (TypeError, ValueError) as err:  # kernel_params, UMAP's min_dist and spread
@@ -459,7 +466,8 @@ class GraphCoupling(InputKindsMixin, ContinueMixin, NewPointsMixin, PosteriorInf
         ``coupling_weight``, so that the MAP trajectory (flat prior) does not depend on the
         posterior's temperature."""
         ee = float(self.early_exaggeration)
-        n_ee = int(self.early_exaggeration_iter) if ee != 1.0 else 0
+        n_ee = early_exaggeration_steps(self.early_exaggeration_iter, self._n_iter(n)) \
+            if ee != 1.0 else 0
         n_main = int(self._n_iter(n)) - n_ee
         if self.optimizer == "gains":
             # openTSNE's rule max(200, n / exaggeration) in openTSNE's gradient scale, which

@@ -129,7 +129,7 @@ class SNE(_GainsPreset):
     prior_z = "D"
 
     def __init__(self, perplexity=30.0, n_components=2, *, kernel_z="gaussian", n_iter=750,
-                 early_exaggeration=4.0, early_exaggeration_iter=250, learning_rate=10.0,
+                 early_exaggeration=4.0, early_exaggeration_iter="auto", learning_rate=10.0,
                  momentum=0.8, early_momentum=0.5, init="pca", repulsion="auto",
                  negative_samples=10, observe="mean", edge_prior=None, neighbors="auto",
                  inference="map", inference_params=None, z_prior=None, coupling_weight="auto",
@@ -250,7 +250,7 @@ class TSNE(_GainsPreset):
     kernel_z = "student"
 
     def __init__(self, perplexity=30.0, n_components=2, *, dof=1.0, n_iter=750,
-                 early_exaggeration=12.0, early_exaggeration_iter=250, learning_rate="auto",
+                 early_exaggeration=12.0, early_exaggeration_iter="auto", learning_rate="auto",
                  momentum=0.8, early_momentum=0.5, init="pca", repulsion="auto",
                  negative_samples=10, observe="mean", edge_prior=None, neighbors="auto",
                  inference="map", inference_params=None, z_prior=None, coupling_weight="auto",
