@@ -19,6 +19,7 @@ values of the preset's class attributes (use :class:`GraphCoupling` to change th
 from __future__ import annotations
 
 from ..kernels import find_ab_params, get_kernel
+from .compat import foreign_names
 from .coupling import GraphCoupling
 from .docs import reference
 
@@ -170,6 +171,7 @@ class SNE(_GainsPreset):
         self.affinity = affinity
 
 
+@foreign_names("scikit-learn", "openTSNE")
 @reference
 class TSNE(_GainsPreset):
     """t-SNE (van der Maaten & Hinton 2008) as a graph coupling: entropic input affinities under
@@ -396,6 +398,7 @@ class LargeVis(_SGDPreset):
         self.affinity = affinity
 
 
+@foreign_names("umap-learn")
 @reference
 class UMAP(_SGDPreset):
     """UMAP (McInnes et al. 2018) as a graph coupling: UMAP's fuzzy kNN weights under the
