@@ -185,7 +185,7 @@ class GraphCoupling(InputKindsMixin, ContinueMixin, NewPointsMixin, PosteriorInf
         Weight ω of the coupling likelihood, an inverse temperature: the posterior's spread
         depends on it, the MAP does not (up to the Z prior). "auto": 1 for MAP; for SVI, MCMC
         and ``sample_transform`` the tail rule of probdr.estimators.coupling.auto_coupling_weight
-        (4 for 2-D t-SNE), stored as ``coupling_weight_``.
+        (at most 4 for 2-D t-SNE), stored as ``coupling_weight_``.
     latent_edge_prior : array, sparse matrix, edge-prior object or None
         Edge prior π on the latent graph W_Z.
     metric : str or callable
