@@ -234,6 +234,7 @@ class GraphCoupling(InputKindsMixin, ContinueMixin, NewPointsMixin, PosteriorInf
     posterior_sd_
     reliability_
     map_embedding_
+    posterior_mean_
     z_prior_scale_
 
     See Also
@@ -530,7 +531,9 @@ class GraphCoupling(InputKindsMixin, ContinueMixin, NewPointsMixin, PosteriorInf
             self._y_fit = y
             mean = self._observed_graph(mean)
         W_X = sparse_to(mean, dtype) if mean.is_sparse else mean.to(dtype)
-        self.coupling_weight_ = self._resolve_coupling_weight(mean)
+        # the MAP fit at a plain MAP fit's weight (bit for bit the same MAP); the tail rule after
+        self.coupling_weight_ = self._resolve_coupling_weight(mean, map_fit=True)
+        posterior_weight = self._resolve_coupling_weight(mean)
         Z0 = self._initial(X, mean, gen).to(dtype)
         del mean  # W_X holds what the fit needs (a float64 copy of a large graph's values)
         self.model_kwargs_ = dict(
@@ -559,8 +562,8 @@ class GraphCoupling(InputKindsMixin, ContinueMixin, NewPointsMixin, PosteriorInf
         # the automatic temperature's tail rule
         self.model_kwargs_["z_prior"] = prior = self._posterior_z_prior(res.Z)
         if self.learned_kernel_params_:
-            self.coupling_weight_ = self._resolve_coupling_weight(self.model_kwargs_["W_X"])
-            self.model_kwargs_["coupling_weight"] = self.coupling_weight_
+            posterior_weight = self._resolve_coupling_weight(self.model_kwargs_["W_X"])
+        self.coupling_weight_ = self.model_kwargs_["coupling_weight"] = posterior_weight
         # the posterior weighs each step's share of a negative-sampling epoch as the whole epoch,
         # an epoch cut into at most POSTERIOR_EPOCH_STEPS steps
         steps = self._posterior_epoch_steps()
@@ -619,14 +622,15 @@ class GraphCoupling(InputKindsMixin, ContinueMixin, NewPointsMixin, PosteriorInf
         cw = self.coupling_weight
         return 1.0 if isinstance(cw, str) else float(cw)
 
-    def _resolve_coupling_weight(self, W) -> float:
-        r"""``coupling_weight``, or the automatic one: 1 for MAP, the tail rule for SVI/MCMC with
+    def _resolve_coupling_weight(self, W, map_fit: bool = False) -> float:
+        r"""``coupling_weight``, or the automatic one: 1 for MAP (also ``map_fit``: the MAP fit a
+        posterior starts from, so that it is the plain fit's), the tail rule for SVI/MCMC with
         each point's attraction mass :math:`m_i = \sum_j (W_{ij} + W_{ji})` and the tail of
         ``kernel_`` (a learned number at its starting value before the MAP fit, at its MAP
         value after it)."""
         if not (isinstance(self.coupling_weight, str) and self.coupling_weight == "auto"):
             return float(self.coupling_weight)
-        if self.inference == "map":
+        if self.inference == "map" or map_fit:
             return 1.0
         return auto_coupling_weight(self.kernel_, self.n_components, attraction_mass(W))
 

@@ -104,6 +104,7 @@ class SNE(_GainsPreset):
     posterior_sd_
     reliability_
     map_embedding_
+    posterior_mean_
     z_prior_scale_
 
     See Also
@@ -213,6 +214,7 @@ class TSNE(_GainsPreset):
     posterior_sd_
     reliability_
     map_embedding_
+    posterior_mean_
     z_prior_scale_
 
     See Also
@@ -330,6 +332,7 @@ class LargeVis(_SGDPreset):
     posterior_sd_
     reliability_
     map_embedding_
+    posterior_mean_
     z_prior_scale_
 
     See Also
@@ -458,6 +461,7 @@ class UMAP(_SGDPreset):
     posterior_sd_
     reliability_
     map_embedding_
+    posterior_mean_
     z_prior_scale_
 
     See Also
