@@ -105,3 +105,12 @@ def test_umap_learn_digits_example_with_the_import_changed():
     y = ns["digits"].target
     assert _knn(ns["reducer"].embedding_, y) > 0.95
     assert ns["embedding"].shape == (200, 2) and _knn(ns["embedding"], y[:200]) > 0.9
+
+
+def test_aliases_reach_an_estimator_inside_a_pipeline():
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import StandardScaler
+
+    pipe = make_pipeline(StandardScaler(), probdr.TSNE()).set_params(tsne__max_iter=321)
+    assert pipe.get_params()["tsne__n_iter"] == 321
+    assert clone(pipe).get_params()["tsne__n_iter"] == 321
