@@ -173,7 +173,7 @@ PAPERS_CAPTION = "Reproducing the papers"
 #: does not exist is left out (pages written elsewhere in the project appear once they exist);
 #: the notebooks section lists every notebook of ``notebooks/``.
 SECTIONS = [
-    ("Get started", [("quickstart", None), ("cli", None)]),
+    ("Get started", [("quickstart", None), ("cli", None), ("migrating", None)]),
     ("Embed your data", [("input", None), ("anndata", None), ("bad-inputs", None)]),
     ("New points and saving", [("out-of-sample", None), ("saving", None)]),
     ("The model and custom priors", [("concepts", "Concepts: DR as graph coupling"),

@@ -291,6 +291,20 @@ def _representation(adata, use_rep: str, est):
     return M, use_rep
 
 
+def _default_distances(neighbors_key: str) -> str:
+    """scanpy's ``obsp`` key of a graph's distances when its ``uns`` entry names none."""
+    return "distances" if neighbors_key == "neighbors" else f"{neighbors_key}_distances"
+
+
+def _is_graph_entry(adata, key: str, entry) -> bool:
+    """``adata.uns[key]`` describes a scanpy neighbour graph: a mapping that names its
+    distances, or holds scanpy's ``params`` (older files), or whose default distances exist."""
+    if not hasattr(entry, "get"):
+        return False
+    return ("distances_key" in entry or "params" in entry
+            or _default_distances(key) in adata.obsp)
+
+
 def _neighbor_distances(adata, neighbors_key: str, est):
     """The distance matrix of a scanpy neighbour graph (CSR, or dense square) and the number of
     neighbours ``k`` every row stores (``n_obs - 1`` for a dense matrix)."""
@@ -298,13 +312,11 @@ def _neighbor_distances(adata, neighbors_key: str, est):
         raise TypeError(f"neighbors_key must be a string, got {neighbors_key!r}.")
     entry = adata.uns.get(neighbors_key)
     if entry is None or not hasattr(entry, "get"):
-        found = sorted(k for k, v in adata.uns.items()
-                       if hasattr(v, "get") and "distances_key" in v)
+        found = sorted(k for k, v in adata.uns.items() if _is_graph_entry(adata, k, v))
         raise KeyError(f"adata.uns has no neighbour graph {neighbors_key!r} (graphs found: "
                        f"{found}). Compute one (scanpy.pp.neighbors), or leave "
                        "neighbors_key=None to compute the neighbours of use_rep.")
-    default = "distances" if neighbors_key == "neighbors" else f"{neighbors_key}_distances"
-    dkey = entry.get("distances_key", default)
+    dkey = entry.get("distances_key", _default_distances(neighbors_key))
     if dkey not in adata.obsp:
         raise KeyError(f"adata.uns[{neighbors_key!r}] names the distances "
                        f"adata.obsp[{dkey!r}], which does not exist (obsp keys: "

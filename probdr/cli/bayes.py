@@ -26,7 +26,7 @@ def add_bayes_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentPar
     g.add_argument("--warmup", type=int, default=300, help="NUTS warm-up steps per chain")
     g.add_argument("--coupling-weight", type=_weight, default="auto",
                    help="inverse temperature of the coupling likelihood (sets the spread); "
-                        "'auto' (default): the tail rule, 4 for 2-D t-SNE")
+                        "'auto' (default): the tail rule, at most 4 for 2-D t-SNE")
     g.add_argument("--uncertainty-plot", default=None,
                    help="where to write the uncertainty-ellipse plot (.png); default: next to "
                         "--plot with suffix _uncertainty")

@@ -39,10 +39,34 @@ METRICS = ("euclidean", "sqeuclidean", "cosine", "correlation", "manhattan", "ch
 #: the methods' names as the documentation writes them (plot titles)
 DISPLAY = {"sne": "SNE", "tsne": "t-SNE", "largevis": "LargeVis", "umap": "UMAP",
            "tsnekhorn": "t-SNEkhorn", "snekhorn": "SNEkhorn"}
-#: what the JSON report's ``loss`` is (the progress bar shows the optimised objective)
+#: what the JSON report's ``loss`` is
 LOSS_IS = ("the coupling cross-entropy H(P_X, P_Z) of the final embedding, exact over all pairs, "
-           "without early exaggeration; the progress bar shows the objective being optimised "
-           "(with exaggeration and sampled repulsion), which differs")
+           "without early exaggeration")
+#: what the optimised objective (the progress bar's ``loss=``) is, by the fit's repulsion
+OPTIMISED_IS = {
+    "exact": "the same cross-entropy, every pair summed exactly",
+    "fft": "the cross-entropy with its normaliser interpolated on a grid (FFT), an approximation",
+    "sampled": "a Monte Carlo estimate of the cross-entropy, its normaliser from sampled pairs",
+    "negative_sampling": "umap-learn's negative-sampling surrogate (sampled non-edges, "
+                         "down-weighted), not the cross-entropy itself",
+}
+
+
+def loss_is(est) -> str:
+    """The report's ``loss_is``: what ``loss`` is, and what the fit optimised (by its repulsion,
+    with early exaggeration where the fit had some)."""
+    from ..estimators.params import early_exaggeration_steps
+
+    repulsion = (getattr(est, "model_kwargs_", None) or {}).get("repulsion",
+                                                               getattr(est, "repulsion", None))
+    optimised = OPTIMISED_IS.get(repulsion, "the method's objective")
+    ee, n_iter = float(getattr(est, "early_exaggeration", 1.0)), getattr(est, "n_iter", None)
+    if ee != 1.0 and n_iter is not None:
+        steps = early_exaggeration_steps(est.early_exaggeration_iter, n_iter)
+        optimised += f", its attraction multiplied by {ee:g} during the first {steps} steps"
+    return f"{LOSS_IS}; the fit optimised (the progress bar's loss) {optimised}"
+
+
 #: options that apply to some methods or inferences only: dest -> (applies, what ignores it)
 SCOPED = {
     "perplexity": (lambda a: a.method != "umap", lambda a: "--method umap (it uses --n-neighbors)"),
@@ -88,7 +112,10 @@ def _check_options(args) -> None:
             (args.inference == "map" and args.uncertainty_plot,
              "--uncertainty-plot needs --inference svi, laplace or mcmc"),
             (args.use_rep is not None and file_suffix(args.data) != ".h5ad",
-             "--use-rep applies to .h5ad data only")):
+             "--use-rep applies to .h5ad data only"),
+            (args.drop_columns and (is_bundled(args.data) or file_suffix(args.data) in
+                                    (".npy", ".h5ad")),
+             "--drop-columns applies to .csv, .tsv and .txt tables")):
         if bad:
             raise ValueError(message + ".")
     paths = [(args.out, "--out"), (args.plot, "--plot"), (
@@ -154,10 +181,8 @@ def _make(method: str, args):
         raise ValueError(f"--inference {args.inference} is not available for {method}: the "
                          "SNEkhorn presets are fitted by MAP only.")
     kw = dict(perplexity=args.perplexity, **common)
-    if args.n_iter is not None:
+    if args.n_iter is not None:  # early exaggeration: the estimators' "auto" share of n_iter
         kw["n_iter"] = args.n_iter
-        if method in ("sne", "tsne", "tsnekhorn"):
-            kw["early_exaggeration_iter"] = min(250, args.n_iter // 3)
     return cls(**kw)
 
 
@@ -188,6 +213,8 @@ def _embed(args) -> dict[str, Any] | None:
     quiet = args.quiet or rank() != 0
     note = (lambda m: None) if quiet else (lambda m: print(f"probdr: {m}", file=sys.stderr))
     X, labels, info = load_data(args)
+    for warning in info.get("warnings", []):
+        note(f"warning: {warning}")
     est = _make(args.method, args)
     n, p = int(X.shape[0]), info.pop("p")
     note(f"{args.data}: {n} rows x {p} features" + (
@@ -221,7 +248,7 @@ def _embed(args) -> dict[str, Any] | None:
     if labels is not None and not labels.known.all():
         report["labelled"] = int(labels.known.sum())
     if n <= 20_000:
-        report.update(loss=round(est.loss(Z), 4), loss_is=LOSS_IS)
+        report.update(loss=round(est.loss(Z), 4), loss_is=loss_is(est))
 
     outputs: dict[str, str] = {}
     if args.out:
@@ -285,6 +312,14 @@ def build_parser(defaults: bool = True) -> argparse.ArgumentParser:
     io.add_argument("--header", choices=("auto", "yes", "no"), default="auto",
                     help="whether a table's first row names its columns (auto: it does when a "
                          "cell of it is not a number)")
+    io.add_argument("--drop-columns", type=lambda t: [c.strip() for c in t.split(",")],
+                    action="extend", default=[], metavar="NAME[,NAME...]",
+                    help="leave these columns of a table out (an ID or text column; by "
+                         "0-based position without a header row); repeatable")
+    io.add_argument("--scale", choices=("none", "standard"), default="none",
+                    help="standard: give every feature zero mean and unit variance first "
+                         "(sparse data: unit variance only); none warns when the features' "
+                         "scales differ by 100 times or more")
     io.add_argument("--use-rep", default=None, metavar="KEY",
                     help=".h5ad: embed obsm[KEY], or X (default: X_pca if present, else X)")
     io.add_argument("--out", default=None, help="where to write the embedding: .npy, or .csv / "

@@ -127,8 +127,9 @@ def _parse(pd, path: str, **kw):
                          ) from None
 
 
-def _read_table(path: str, header: str, spec: str | None, minus_one: bool):
-    """A delimited table: numeric feature columns and, optionally, the label column ``spec``."""
+def _read_table(path: str, header: str, spec: str | None, minus_one: bool, drop=()):
+    """A delimited table: numeric feature columns and, optionally, the label column ``spec``;
+    the columns ``drop`` (names, or 0-based positions without a header row) left out."""
     import numpy as np
 
     pd = _pandas()
@@ -166,7 +167,8 @@ def _read_table(path: str, header: str, spec: str | None, minus_one: bool):
                     else f"a column position of {path!r} (it has no header row; "
                     f"0..{df.shape[1] - 1})")
             raise ValueError(f"--labels {spec!r} is neither {what} nor a file{doubt}.")
-    feats = df.drop(columns=[col]) if col is not None else df
+    dropped = [_column(df, c, has_header, path, doubt) for c in drop]
+    feats = df.drop(columns=([col] if col is not None else []) + dropped)
     if feats.shape[1] == 0:
         raise ValueError(f"--data {path!r} has no feature column besides the labels.")
     bad = []
@@ -176,9 +178,10 @@ def _read_table(path: str, header: str, spec: str | None, minus_one: bool):
             i = int(np.flatnonzero(text.to_numpy())[0])
             bad.append(f"{name(c)} ({feats[c].iloc[i]!r} on line {first_line + i})")
     if bad:
-        hint = "give its position with --labels N (no header row), or remove it" if not \
-            has_header and spec is None else "name the label column with --labels COLUMN " \
-            "and remove other text columns"
+        hint = "give its position with --labels N (no header row), or leave it out with " \
+            "--drop-columns N" if not has_header and spec is None else "name the label " \
+            "column with --labels COLUMN and leave other text columns out with --drop-columns " \
+            "NAME[,NAME...]"
         raise ValueError(f"--data {path!r}: non-numeric column{'s' * (len(bad) > 1)} "
                          f"{', '.join(bad)}; probdr embeds numeric features only: {hint}"
                          f"{doubt}.")
@@ -191,6 +194,17 @@ def _read_table(path: str, header: str, spec: str | None, minus_one: bool):
                          "; fill or drop them first.")
     info = {"format": file_suffix(path, compressed=True)[1:], "header": has_header}
     return X, labels, {**info, "row_names": True} if row_names else info
+
+
+def _column(df, spec: str, has_header: bool, path: str, doubt: str = ""):
+    """The column of ``--drop-columns`` named (or, without a header row, numbered) ``spec``."""
+    if spec in df.columns:
+        return spec
+    if not has_header and spec.lstrip("-").isdigit() and -df.shape[1] <= int(spec) < df.shape[1]:
+        return df.columns[int(spec)]
+    what = column_choices(spec, df.columns) if has_header else \
+        f"it has no header row: give positions 0..{df.shape[1] - 1}"
+    raise ValueError(f"--drop-columns {spec!r} is not a column of {path!r} ({what}){doubt}.")
 
 
 def _read_h5ad(path: str, use_rep: str | None, spec: str | None, minus_one: bool):
@@ -278,7 +292,8 @@ def load_data(args):
     elif file_suffix(args.data) == ".h5ad":
         X, labels, info = _read_h5ad(args.data, args.use_rep, spec, minus_one)
     else:
-        X, labels, info = _read_table(args.data, args.header, spec, minus_one)
+        X, labels, info = _read_table(args.data, args.header, spec, minus_one,
+                                      args.drop_columns)
     if spec is not None and (labels is None or labels.source == "bundled"):  # a labels file
         check_path(spec, "--labels", write=False)
         if file_suffix(spec) == ".npy":
@@ -293,6 +308,11 @@ def load_data(args):
     if labels is not None and not labels.known.any():
         raise ValueError(f"no row has a known label ({labels.source}).")
     info["p"] = int(X.shape[1])
+    X, warning = scale_features(X, args.scale)
+    if args.scale != "none":
+        info["scale"] = args.scale
+    if warning:
+        info["warnings"] = [warning]
     if args.pca is not None:
         if not 1 <= args.pca <= min(X.shape):
             raise ValueError(f"--pca must lie in [1, {min(X.shape)}] for these data.")
@@ -303,6 +323,38 @@ def load_data(args):
         else:
             X = datasets._pca(np.asarray(X, dtype=np.float64), args.pca)
     return X, labels, info
+
+
+#: a warning when the largest feature's standard deviation is this many times the median one's
+SCALE_WARN_RATIO = 100.0
+
+
+def scale_features(X, how: str):
+    """``X`` with ``--scale`` applied (``standard``: each feature to unit variance, centred where
+    ``X`` is dense; a constant feature is left as it is) and, with ``none``, a warning when the
+    features' standard deviations differ by :data:`SCALE_WARN_RATIO` or more (the largest
+    then dominate the distances)."""
+    import numpy as np
+    import scipy.sparse as sp
+
+    if sp.issparse(X):
+        X = sp.csr_matrix(X, dtype=np.float64)
+        sd = np.sqrt(np.maximum(np.asarray(X.multiply(X).mean(0)).ravel()
+                                - np.asarray(X.mean(0)).ravel() ** 2, 0.0))
+    else:
+        X = np.asarray(X, dtype=np.float64)
+        sd = X.std(0)
+    live = sd[sd > 0]
+    if how == "standard":
+        unit = np.where(sd > 0, sd, 1.0)
+        return (X.multiply(1.0 / unit).tocsr() if sp.issparse(X)
+                else (X - X.mean(0)) / unit), None
+    if live.size < 2 or live.max() < SCALE_WARN_RATIO * np.median(live):
+        return X, None
+    return X, (f"the features' standard deviations range from {live.min():.3g} to "
+               f"{live.max():.3g} (the largest {live.max() / np.median(live):.0f} times the "
+               "median): the largest dominate the distances; --scale standard gives every "
+               "feature unit variance")
 
 
 def write_embedding(path: str, Z: np.ndarray, labels: Labels | None = None,

@@ -178,6 +178,7 @@ class DREstimator(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimat
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
         cls._parameter_constraints = constraints_for(cls)
+        _wrap_mixin_transform(cls)
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
@@ -409,6 +410,16 @@ def _torch_sparse_to_scipy(X: torch.Tensor):
     C = X.detach().cpu().to_sparse_coo().coalesce()
     (r, c), v = C.indices().cpu().numpy(), C.values().double().cpu().numpy()
     return sp.csr_matrix((v, (r, c)), shape=tuple(C.shape))
+
+
+def _wrap_mixin_transform(cls) -> None:
+    """Honour ``set_output`` in a ``transform`` that ``cls`` inherits from a plain mixin:
+    scikit-learn wraps only the methods written in the classes of its ``_SetOutputMixin``."""
+    from sklearn.utils._set_output import _SetOutputMixin, _wrap_method_output
+
+    owner = next((k for k in cls.__mro__ if "transform" in vars(k)), None)
+    if owner is not None and not issubclass(owner, _SetOutputMixin):
+        cls.transform = _wrap_method_output(vars(owner)["transform"], "transform")
 
 
 def transform_only_if(cls, reason) -> None:

@@ -31,7 +31,15 @@ from .coupling_new_points import NewPointsMixin, attraction_mass, auto_coupling_
 from .docs import reference
 from .inference import PosteriorInference
 from .inputs import ContinueMixin, InputKindsMixin
-from .params import POSITIVE, Int, InvalidParameterError, Num, StrOptions
+from .params import (
+    POSITIVE,
+    Int,
+    InvalidParameterError,
+    Num,
+    StrOptions,
+    check_early_exaggeration,
+    early_exaggeration_steps,
+)
 
 __all__ = ["GraphCoupling", "auto_coupling_weight"]
 
@@ -149,8 +157,8 @@ class GraphCoupling(InputKindsMixin, ContinueMixin, NewPointsMixin, PosteriorInf
         Optimiser steps in all, early exaggeration included.
     early_exaggeration : float
         Multiplier of the attraction during the first ``early_exaggeration_iter`` steps.
-    early_exaggeration_iter : int
-        Steps of early exaggeration (at most ``n_iter``).
+    early_exaggeration_iter : int or "auto"
+        Steps of early exaggeration (at most ``n_iter``); "auto": min(250, n_iter // 3).
     learning_rate : float or "auto"
         Step size. "auto": for the gains optimiser max(50, n / (4 α)) in each phase, α its
         exaggeration (openTSNE's max(200, n / α) in this gradient's scale, which keeps t-SNE's
@@ -177,7 +185,7 @@ class GraphCoupling(InputKindsMixin, ContinueMixin, NewPointsMixin, PosteriorInf
         Weight ω of the coupling likelihood, an inverse temperature: the posterior's spread
         depends on it, the MAP does not (up to the Z prior). "auto": 1 for MAP; for SVI, MCMC
         and ``sample_transform`` the tail rule of probdr.estimators.coupling.auto_coupling_weight
-        (4 for 2-D t-SNE), stored as ``coupling_weight_``.
+        (at most 4 for 2-D t-SNE), stored as ``coupling_weight_``.
     latent_edge_prior : array, sparse matrix, edge-prior object or None
         Edge prior π on the latent graph W_Z.
     metric : str or callable
@@ -226,6 +234,7 @@ class GraphCoupling(InputKindsMixin, ContinueMixin, NewPointsMixin, PosteriorInf
     posterior_sd_
     reliability_
     map_embedding_
+    posterior_mean_
     z_prior_scale_
 
     See Also
@@ -303,7 +312,7 @@ class GraphCoupling(InputKindsMixin, ContinueMixin, NewPointsMixin, PosteriorInf
         init="pca",
         n_iter: int = 750,
         early_exaggeration: float = 12.0,
-        early_exaggeration_iter: int = 250,
+        early_exaggeration_iter: int | str = "auto",
         learning_rate="auto",
         momentum: float = 0.8,
         early_momentum: float = 0.5,
@@ -422,9 +431,8 @@ class GraphCoupling(InputKindsMixin, ContinueMixin, NewPointsMixin, PosteriorInf
                 "repulsion='negative_sampling' is implemented for the B latent prior (UMAP, "
                 "LargeVis); use repulsion='exact' with D or E.")
         n_iter = getattr(self, "n_iter", None)  # UMAP counts epochs (n_epochs, epoch_steps)
-        if n_iter is not None and self.early_exaggeration_iter > n_iter:
-            raise InvalidParameterError(f"early_exaggeration_iter={self.early_exaggeration_iter} "
-                                        f"exceeds n_iter={n_iter}.")
+        if n_iter is not None:
+            check_early_exaggeration(self.early_exaggeration_iter, n_iter)
         try:
             kernel = self._make_kernel()
         except (TypeError, ValueError) as err:  # kernel_params, UMAP's min_dist and spread
@@ -479,7 +487,8 @@ class GraphCoupling(InputKindsMixin, ContinueMixin, NewPointsMixin, PosteriorInf
         ``coupling_weight``, so that the MAP trajectory (flat prior) does not depend on the
         posterior's temperature."""
         ee = float(self.early_exaggeration)
-        n_ee = int(self.early_exaggeration_iter) if ee != 1.0 else 0
+        n_ee = early_exaggeration_steps(self.early_exaggeration_iter, self._n_iter(n)) \
+            if ee != 1.0 else 0
         n_main = int(self._n_iter(n)) - n_ee
         if self.optimizer == "gains":
             # openTSNE's rule max(200, n / exaggeration) in openTSNE's gradient scale, which
@@ -542,7 +551,9 @@ class GraphCoupling(InputKindsMixin, ContinueMixin, NewPointsMixin, PosteriorInf
             self._y_fit = y
             mean = self._observed_graph(mean)
         W_X = sparse_to(mean, dtype) if mean.is_sparse else mean.to(dtype)
-        self.coupling_weight_ = self._resolve_coupling_weight(mean)
+        # the MAP fit at a plain MAP fit's weight (bit for bit the same MAP); the tail rule after
+        self.coupling_weight_ = self._resolve_coupling_weight(mean, map_fit=True)
+        posterior_weight = self._resolve_coupling_weight(mean)
         Z0 = self._initial(X, mean, gen).to(dtype)
         del mean  # W_X holds what the fit needs (a float64 copy of a large graph's values)
         self.model_kwargs_ = dict(
@@ -571,8 +582,8 @@ class GraphCoupling(InputKindsMixin, ContinueMixin, NewPointsMixin, PosteriorInf
         # the automatic temperature's tail rule
         self.model_kwargs_["z_prior"] = prior = self._posterior_z_prior(res.Z)
         if self.learned_kernel_params_:
-            self.coupling_weight_ = self._resolve_coupling_weight(self.model_kwargs_["W_X"])
-            self.model_kwargs_["coupling_weight"] = self.coupling_weight_
+            posterior_weight = self._resolve_coupling_weight(self.model_kwargs_["W_X"])
+        self.coupling_weight_ = self.model_kwargs_["coupling_weight"] = posterior_weight
         # the posterior weighs each step's share of a negative-sampling epoch as the whole epoch,
         # an epoch cut into at most POSTERIOR_EPOCH_STEPS steps
         steps = self._posterior_epoch_steps()
@@ -631,14 +642,15 @@ class GraphCoupling(InputKindsMixin, ContinueMixin, NewPointsMixin, PosteriorInf
         cw = self.coupling_weight
         return 1.0 if isinstance(cw, str) else float(cw)
 
-    def _resolve_coupling_weight(self, W) -> float:
-        r"""``coupling_weight``, or the automatic one: 1 for MAP, the tail rule for SVI/MCMC with
+    def _resolve_coupling_weight(self, W, map_fit: bool = False) -> float:
+        r"""``coupling_weight``, or the automatic one: 1 for MAP (also ``map_fit``: the MAP fit a
+        posterior starts from, so that it is the plain fit's), the tail rule for SVI/MCMC with
         each point's attraction mass :math:`m_i = \sum_j (W_{ij} + W_{ji})` and the tail of
         ``kernel_`` (a learned number at its starting value before the MAP fit, at its MAP
         value after it)."""
         if not (isinstance(self.coupling_weight, str) and self.coupling_weight == "auto"):
             return float(self.coupling_weight)
-        if self.inference == "map":
+        if self.inference == "map" or map_fit:
             return 1.0
         return auto_coupling_weight(self.kernel_, self.n_components, attraction_mass(W))
 

@@ -96,7 +96,8 @@ inference : {"map", "svi", "laplace", "mcmc"}
     then a posterior over Z, p(Z | data) ∝ p(Z) p(data | Z)^ω with ω = ``coupling_weight``,
     started at the MAP embedding (probdr.infer.posterior): SVI (a Gaussian per point, each step
     the cost of a MAP step), the per-point Laplace approximation (the cheap option; graph
-    couplings only) or NUTS (small n). ``embedding_`` is the posterior mean of the draws,
+    couplings only) or NUTS (small n). ``embedding_`` stays the MAP (bit for bit the
+    plain fit's at the same seed) and ``posterior_mean_`` is the mean of the draws,
     aligned to the MAP by Procrustes; ``posterior_sd_`` and ``reliability_`` score each point.
 inference_params : dict or None
     Options of the posterior inference (probdr.infer.posterior.SVI_OPTIONS, LAPLACE_OPTIONS
@@ -156,6 +157,9 @@ reliability_ : ndarray of shape (n_samples,)
     With a posterior: each point's reliability in [0, 1], the share of its 15 nearest
     neighbours that the posterior keeps (Jaccard similarity of the neighbour sets of 20 draws
     and of the posterior mean; low: its neighbours in the map are not set by the data).
+posterior_mean_ : ndarray of shape (n_samples, n_components)
+    With ``inference="svi"``, ``"laplace"`` or ``"mcmc"``: the mean of the posterior draws,
+    aligned to the MAP (``embedding_``) by Procrustes.
 map_embedding_ : ndarray of shape (n_samples, n_components)
     With ``inference="svi"``, ``"laplace"`` or ``"mcmc"``: the MAP embedding the posterior starts from and
     is aligned to.

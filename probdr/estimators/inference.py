@@ -90,11 +90,14 @@ class PosteriorInference:
     ----------
     posterior_ : probdr.infer.posterior.Posterior
         Posterior draws of Z, Procrustes-aligned to the MAP (any ``inference`` but ``"map"``);
-        ``embedding_`` is their mean.
+        ``embedding_`` stays the MAP, ``posterior_mean_`` is their mean.
     posterior_samples_ : ndarray (draws, n, q)
         ``posterior_.samples`` (a Laplace posterior makes its draws on the first read).
     map_embedding_ : ndarray (n, q)
-        The MAP embedding the posterior starts from and is aligned to.
+        The MAP embedding the posterior starts from and is aligned to (``embedding_``, in the
+        fit's dtype).
+    posterior_mean_ : ndarray (n, q)
+        The mean of the aligned draws.
     z_prior_scale_ : float or None
         Scale of the isotropic Gaussian prior of the posterior (``None`` for a user-given
         distribution).
@@ -185,8 +188,8 @@ class PosteriorInference:
                    prior=None) -> torch.Tensor:
         """Fit the posterior from the MAP ``Z_map`` (on the linear change of variables
         ``reparam``, if any) with the prior ``prior`` (default :meth:`_posterior_z_prior`);
-        sets ``posterior_`` (and so ``posterior_samples_``), ``z_prior_scale_`` and
-        ``map_embedding_``; returns the posterior mean."""
+        sets ``posterior_`` (and so ``posterior_samples_``), ``z_prior_scale_``,
+        ``map_embedding_`` and ``posterior_mean_``; returns the MAP (``embedding_``)."""
         if prior is None:
             prior = self._posterior_z_prior(Z_map)
         self.map_embedding_ = Z_map.detach().cpu().numpy().copy()
@@ -197,4 +200,5 @@ class PosteriorInference:
                                         **self._inference_options())
         self.posterior_sd_ = self.posterior_.point_std()
         self.reliability_ = self.posterior_.point_reliability()
-        return torch.as_tensor(self.posterior_.mean)
+        self.posterior_mean_ = np.asarray(self.posterior_.mean, dtype=np.float64)
+        return Z_map

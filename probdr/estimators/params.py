@@ -29,7 +29,8 @@ import torch
 from sklearn.utils._param_validation import Interval, InvalidParameterError, StrOptions
 
 __all__ = ["Int", "Num", "PARAMETERS", "constraints_for", "check_init", "POSITIVE", "StrOptions",
-           "InvalidParameterError", "NEIGHBORS", "MAX_SEED"]
+           "InvalidParameterError", "NEIGHBORS", "MAX_SEED", "EARLY_EXAGGERATION_ITER",
+           "early_exaggeration_steps"]
 
 
 class Int(Interval):
@@ -68,6 +69,32 @@ MAX_SEED = 2**32 - 1
 #: the neighbour searches of :func:`probdr.input.neighbors.knn`
 NEIGHBORS = StrOptions({"auto", "exact", "approximate", "pynndescent"})
 
+#: the early-exaggeration steps of ``early_exaggeration_iter="auto"`` in a long fit
+#: (openTSNE's and scikit-learn's 250)
+EARLY_EXAGGERATION_ITER = 250
+
+
+def early_exaggeration_steps(early_exaggeration_iter, n_iter: int) -> int:
+    """The early-exaggeration steps of a fit of ``n_iter`` steps in all: the number given, or
+    for ``"auto"`` min(250, n_iter // 3) (250 of the default 750; a third of a shorter fit,
+    as the command line does with ``--n-iter``)."""
+    if isinstance(early_exaggeration_iter, str):
+        return min(EARLY_EXAGGERATION_ITER, int(n_iter) // 3)
+    return int(early_exaggeration_iter)
+
+
+def check_early_exaggeration(early_exaggeration_iter, n_iter: int) -> None:
+    """An ``early_exaggeration_iter`` given as a number fits in ``n_iter``; the message says
+    what to set. Raises ``InvalidParameterError``."""
+    if isinstance(early_exaggeration_iter, str) or early_exaggeration_iter <= n_iter:
+        return
+    raise InvalidParameterError(
+        f"early_exaggeration_iter={early_exaggeration_iter} exceeds n_iter={n_iter}: set "
+        f"early_exaggeration_iter='auto' (min(250, n_iter // 3) = "
+        f"{early_exaggeration_steps('auto', n_iter)} here) or a number up to {n_iter}, or a "
+        "larger n_iter.")
+
+
 #: the constraint of each parameter name, shared by every estimator that has it
 PARAMETERS: dict[str, list] = {
     "n_components": [Int(1)],
@@ -80,7 +107,7 @@ PARAMETERS: dict[str, list] = {
     "momentum": [FRACTION],
     "early_momentum": [FRACTION],
     "early_exaggeration": [POSITIVE],
-    "early_exaggeration_iter": [Int(0)],
+    "early_exaggeration_iter": [Int(0), StrOptions({"auto"})],
     "negative_samples": [Int(1)],
     "negative_weight": [POSITIVE],
     "target_weight": [Num(0, 1)],

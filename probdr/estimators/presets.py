@@ -19,6 +19,7 @@ values of the preset's class attributes (use :class:`GraphCoupling` to change th
 from __future__ import annotations
 
 from ..kernels import find_ab_params, get_kernel
+from .compat import foreign_names
 from .coupling import GraphCoupling
 from .docs import reference
 
@@ -103,6 +104,7 @@ class SNE(_GainsPreset):
     posterior_sd_
     reliability_
     map_embedding_
+    posterior_mean_
     z_prior_scale_
 
     See Also
@@ -129,7 +131,7 @@ class SNE(_GainsPreset):
     prior_z = "D"
 
     def __init__(self, perplexity=30.0, n_components=2, *, kernel_z="gaussian", n_iter=750,
-                 early_exaggeration=4.0, early_exaggeration_iter=250, learning_rate=10.0,
+                 early_exaggeration=4.0, early_exaggeration_iter="auto", learning_rate=10.0,
                  momentum=0.8, early_momentum=0.5, init="pca", repulsion="auto",
                  negative_samples=10, observe="mean", edge_prior=None, neighbors="auto",
                  inference="map", inference_params=None, z_prior=None, coupling_weight="auto",
@@ -170,6 +172,7 @@ class SNE(_GainsPreset):
         self.affinity = affinity
 
 
+@foreign_names("scikit-learn", "openTSNE")
 @reference
 class TSNE(_GainsPreset):
     """t-SNE (van der Maaten & Hinton 2008) as a graph coupling: entropic input affinities under
@@ -211,6 +214,7 @@ class TSNE(_GainsPreset):
     posterior_sd_
     reliability_
     map_embedding_
+    posterior_mean_
     z_prior_scale_
 
     See Also
@@ -250,7 +254,7 @@ class TSNE(_GainsPreset):
     kernel_z = "student"
 
     def __init__(self, perplexity=30.0, n_components=2, *, dof=1.0, n_iter=750,
-                 early_exaggeration=12.0, early_exaggeration_iter=250, learning_rate="auto",
+                 early_exaggeration=12.0, early_exaggeration_iter="auto", learning_rate="auto",
                  momentum=0.8, early_momentum=0.5, init="pca", repulsion="auto",
                  negative_samples=10, observe="mean", edge_prior=None, neighbors="auto",
                  inference="map", inference_params=None, z_prior=None, coupling_weight="auto",
@@ -328,6 +332,7 @@ class LargeVis(_SGDPreset):
     posterior_sd_
     reliability_
     map_embedding_
+    posterior_mean_
     z_prior_scale_
 
     See Also
@@ -396,6 +401,7 @@ class LargeVis(_SGDPreset):
         self.affinity = affinity
 
 
+@foreign_names("umap-learn")
 @reference
 class UMAP(_SGDPreset):
     """UMAP (McInnes et al. 2018) as a graph coupling: UMAP's fuzzy kNN weights under the
@@ -455,6 +461,7 @@ class UMAP(_SGDPreset):
     posterior_sd_
     reliability_
     map_embedding_
+    posterior_mean_
     z_prior_scale_
 
     See Also

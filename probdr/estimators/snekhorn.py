@@ -239,7 +239,7 @@ class TSNEkhorn(SNEkhorn):
     def __init__(self, perplexity: float = 30.0, n_components: int = 2, *,
                  sea_tol: float = 1e-5, sinkhorn_tol: float = 1e-5,
                  sinkhorn_max_iter: int = 1000, n_iter: int = 750,
-                 early_exaggeration: float = 4.0, early_exaggeration_iter: int = 250,
+                 early_exaggeration: float = 4.0, early_exaggeration_iter: int | str = "auto",
                  learning_rate="auto", momentum: float = 0.8, early_momentum: float = 0.5,
                  optimizer: str = "gains", learning_rate_decay: bool = False, init="pca",
                  dtype: str = "float32", random_state: int | None = None,

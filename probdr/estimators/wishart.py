@@ -112,8 +112,7 @@ class WishartPCA(LinearMapMixin, PosteriorInference, DREstimator):
     ----------
     embedding_ : ndarray of shape (n_samples, n_components)
         The MAP embedding rotated to its principal axes (the MAP is defined up to a q × q
-        rotation); with ``inference="svi"`` or ``"mcmc"`` the posterior mean of the aligned
-        draws.
+        rotation), also with a posterior (its mean: ``posterior_mean_``).
     gamma_ : float
         γ = (ν_Z + q) / (ν_X + p).
     nu_x_ : float
@@ -140,6 +139,7 @@ class WishartPCA(LinearMapMixin, PosteriorInference, DREstimator):
     posterior_sd_
     reliability_
     map_embedding_
+    posterior_mean_
     z_prior_scale_
 
     See Also
@@ -291,8 +291,8 @@ class WishartEigenmaps(_LaplacianEstimator):
     Attributes
     ----------
     embedding_ : ndarray of shape (n_samples, n_components)
-        The MAP embedding, centred, on its principal axes; with ``inference="svi"`` or
-        ``"mcmc"`` the posterior mean of the aligned draws.
+        The MAP embedding, centred, on its principal axes, also with a posterior (its mean:
+        ``posterior_mean_``).
     input_
     laplacian_
     eigenvalues_ : ndarray of shape (n_components + 1,)
@@ -310,6 +310,7 @@ class WishartEigenmaps(_LaplacianEstimator):
     posterior_sd_
     reliability_
     map_embedding_
+    posterior_mean_
     z_prior_scale_
 
     See Also
@@ -467,8 +468,7 @@ class LaplacianWishart(_LaplacianEstimator):
     Attributes
     ----------
     embedding_ : ndarray of shape (n_samples, n_components)
-        The centred MAP embedding; with ``inference="svi"`` or ``"mcmc"`` the posterior mean of
-        the aligned draws.
+        The centred MAP embedding, also with a posterior (its mean: ``posterior_mean_``).
     input_
     laplacian_
     n_graph_components_
@@ -484,6 +484,7 @@ class LaplacianWishart(_LaplacianEstimator):
     posterior_sd_
     reliability_
     map_embedding_
+    posterior_mean_
     z_prior_scale_
 
     See Also

@@ -91,8 +91,10 @@ def draw_blocks(num_draws: int, per_draw: int) -> list[tuple[int, int]]:
 
 
 def chain_statistics(chains) -> tuple[np.ndarray, np.ndarray]:
-    r"""Split R-hat and effective sample size of each coordinate of draws per chain (Pyro's
-    estimators, ``pyro.ops.stats``; Gelman et al., *Bayesian Data Analysis*, 3rd ed., §11.4-5).
+    r"""Split R-hat (Pyro's estimator, ``pyro.ops.stats``; Gelman et al., *Bayesian Data
+    Analysis*, 3rd ed., §11.4-5) and bulk effective sample size (ArviZ's rank-normalised
+    estimator, Vehtari et al. 2021: never negative, unlike the plain autocorrelation estimate
+    on anticorrelated chains) of each coordinate of draws per chain.
 
     Parameters
     ----------
@@ -103,17 +105,18 @@ def chain_statistics(chains) -> tuple[np.ndarray, np.ndarray]:
     r_hat, ess : ndarray (...)
         NaN everywhere when there are fewer than 4 draws per chain.
     """
+    import arviz as az
     import torch
-    from pyro.ops.stats import effective_sample_size, split_gelman_rubin
+    from pyro.ops.stats import split_gelman_rubin
 
     x = np.asarray(chains, dtype=np.float64)
     if x.ndim < 2:
         raise ValueError(f"chains must have shape (num_chains, num_draws, ...), got {x.shape}.")
     if x.shape[1] < 4:
         return np.full(x.shape[2:], np.nan), np.full(x.shape[2:], np.nan)
-    t = torch.as_tensor(x)
-    return (split_gelman_rubin(t, chain_dim=0, sample_dim=1).numpy(),
-            effective_sample_size(t, chain_dim=0, sample_dim=1).numpy())
+    r_hat = split_gelman_rubin(torch.as_tensor(x), chain_dim=0, sample_dim=1).numpy()
+    ess = az.ess(az.convert_to_dataset({"x": x}), method="bulk")["x"].values
+    return r_hat, np.asarray(ess, dtype=np.float64).reshape(x.shape[2:])
 
 
 def _cross_products(D: np.ndarray) -> np.ndarray:

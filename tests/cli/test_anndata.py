@@ -333,7 +333,8 @@ def test_too_few_graph_neighbours_for_the_perplexity_is_the_estimators_error(ada
 def test_default_key_is_scanpys_so_its_plots_name_the_axes_umap1(adata):
     pad.embed(adata, "umap", **FAST_UMAP)
     assert adata.obsm["X_umap"].shape == (adata.n_obs, 2)
-    sc = pytest.importorskip("scanpy")
+    sc = pytest.importorskip("scanpy", reason="scanpy is in the dev extra; pip install -c "
+                             "constraints.txt scanpy")
     import matplotlib
 
     matplotlib.use("Agg")

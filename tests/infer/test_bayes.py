@@ -423,7 +423,8 @@ def test_svi_through_estimator(svi_fit):
     post = est.posterior_
     assert isinstance(post, Posterior) and post.method == "svi"
     assert est.posterior_samples_.shape == (40, 60, 2)
-    assert np.allclose(est.embedding_, post.mean)
+    assert np.allclose(est.posterior_mean_, post.mean)
+    assert np.array_equal(est.embedding_, est.map_embedding_.astype(np.float64))
     assert np.allclose(post.mean, post.samples.mean(0))
     assert post.diagnostics["elbo"].shape == (150,)
     assert post.diagnostics["guide"] == "AutoNormal"
@@ -461,9 +462,10 @@ def test_graph_coupling_and_wishart_resolve_the_default_prior_by_one_rule(blobs)
     scale = prior.base_dist.scale.unique()
     assert scale.numel() == 1 and float(scale) == pytest.approx(tsne.z_prior_scale_, rel=1e-6)
     assert prior.event_shape == (60, 2) and scale.dtype == torch.float32
-    # the MAP part of a posterior fit is the flat-prior MAP
-    flat = _tsne(**short, coupling_weight=tsne.coupling_weight_).fit(X)
+    # the MAP part of a posterior fit is the plain (flat-prior, weight 1) MAP
+    flat = _tsne(**short).fit(X)
     np.testing.assert_array_equal(tsne.map_embedding_, flat.embedding_.astype(np.float32))
+    np.testing.assert_array_equal(tsne.embedding_, flat.embedding_)
     # a number is the prior's scale, for both
     for est in (_tsne(z_prior=7.0, **short, **svi).fit(X),
                 probdr.WishartPCA(random_state=0, z_prior=7.0, **svi).fit(X)):

@@ -368,7 +368,7 @@ def test_laplace_draws_in_blocks_are_kept_once_in_the_fits_precision(blobs, monk
     S = post.samples.astype(np.float64)
     cov = post.diagnostics["covariances"]
     sd = np.sqrt(np.einsum("nii->ni", cov))
-    assert np.abs((S.mean(0) - est.embedding_) / sd).max() < 5 / np.sqrt(4000) * 1.5
+    assert np.abs((S.mean(0) - est.posterior_mean_) / sd).max() < 5 / np.sqrt(4000) * 1.5
     emp = np.einsum("sni,snj->nij", S - S.mean(0), S - S.mean(0)) / (len(S) - 1)
     assert np.abs(emp / cov - 1)[:, [0, 1], [0, 1]].max() < 0.15
     np.testing.assert_allclose(post.point_covariances(), emp, rtol=1e-10, atol=1e-12)
@@ -418,7 +418,7 @@ def test_laplace_posterior_makes_its_draws_only_when_read(blobs, tmp_path, monke
     sd, rel = est.posterior_sd_.copy(), est.reliability_.copy()
     S = est.posterior_samples_.astype(np.float64)  # made now
     assert S.shape == (2000, X.shape[0], 2) and post._chains is not None
-    np.testing.assert_allclose(est.embedding_, S.mean(0), rtol=0, atol=1e-9)
+    np.testing.assert_allclose(est.posterior_mean_, S.mean(0), rtol=0, atol=1e-9)
     emp = np.einsum("sni,snj->nij", S - S.mean(0), S - S.mean(0)) / (len(S) - 1)
     np.testing.assert_allclose(post.point_covariances(), emp, rtol=1e-8, atol=1e-12)
     np.testing.assert_allclose(sd, np.sqrt(np.einsum("nii->n", emp) / 2), rtol=1e-8)

@@ -55,7 +55,7 @@ def digits150():
 
 
 def _check_concentration(Z_map, fits, *, first, last, factor):
-    rel = [_rel(est.embedding_, Z_map) for est in fits]
+    rel = [_rel(est.posterior_mean_, Z_map) for est in fits]
     spread = [float(est.posterior_.point_std().mean()) for est in fits]
     # the posterior mean tends to the MAP ...
     assert rel[0] < first and rel[-1] < last, rel
@@ -78,7 +78,7 @@ def test_wishart_pca_posterior_mean_approaches_the_map(digits150):
     est = fits[0]
     post = est.posterior_
     assert post.method == "svi" and est.posterior_samples_.shape == (200, 150, 2)
-    assert np.array_equal(est.embedding_, post.mean)
+    assert np.array_equal(est.posterior_mean_, post.mean)
     # the posterior starts at (and is aligned to) the MAP, whose prior scale it derives from
     assert _rel(est.map_embedding_, Z_map) < 1e-6
     assert np.array_equal(post.reference, est.map_embedding_)
