@@ -125,11 +125,14 @@ def embed(adata, method="umap", *, use_rep: str = "X_pca", neighbors_key: str | 
     ``adata.obsm[key]``
         The embedding, ``(n_obs, n_components)``, in the estimator's ``dtype`` (float32 by
         default).
-    ``adata.obsm[key + "_std"]`` and ``adata.obs[key + "_reliability"]``
+    ``adata.obsm[key + "_std"]``, ``adata.obs[key + "_reliability"]``, ``adata.obs[key + "_stability"]``
         With ``inference="svi"``, ``"laplace"`` or ``"mcmc"``: the posterior standard deviation
-        of every coordinate over ``posterior_samples_`` (the embedding is then the posterior
-        mean), and each cell's reliability in [0, 1] (``reliability_``: the share of its 15
-        nearest neighbours that the posterior keeps; colour a UMAP by it with ``sc.pl.umap(adata, color="X_umap_reliability")``). A MAP fit under
+        of every coordinate over ``posterior_samples_`` (the embedding stays the MAP), each
+        cell's reliability in [0, 1] (``reliability_``: the share of its 15 nearest neighbours
+        that the posterior keeps, a relative score) and its stability (``stability_``: the
+        posterior probability that it keeps at least 5 of them; below 0.5 the cell more likely
+        than not loses its neighbourhood; colour a UMAP by it with
+        ``sc.pl.umap(adata, color="X_umap_stability")``). A MAP fit under
         the same key removes earlier ones.
     ``adata.uns[key]``
         ``method``; ``params``, the estimator's ``get_params()`` reduced to what HDF5 stores
@@ -202,10 +205,12 @@ def embed(adata, method="umap", *, use_rep: str = "X_pca", neighbors_key: str | 
     if post is not None:  # each coordinate's sd over the draws, without holding them all
         adata.obsm[key + "_std"] = post.point_coordinate_sd().astype(out_dtype)
         adata.obs[key + "_reliability"] = np.asarray(est.reliability_, dtype=np.float64)
+        adata.obs[key + "_stability"] = np.asarray(est.stability_, dtype=np.float64)
     else:  # a stale spread of an earlier posterior fit
         adata.obsm.pop(key + "_std", None)
-        if (key + "_reliability") in adata.obs:
-            del adata.obs[key + "_reliability"]
+        for score in ("_reliability", "_stability"):
+            if (key + score) in adata.obs:
+                del adata.obs[key + score]
     from . import __version__
 
     adata.uns[key] = {**info, "params": _hdf5_params(est.get_params(deep=False)),

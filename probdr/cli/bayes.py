@@ -81,9 +81,10 @@ def run_bayes_outputs(est, args: argparse.Namespace, y=None, *,
                                "point_std_median": round(float(np.median(sd)), 4),
                                "point_std_max": round(float(sd.max()), 4),
                                "reliability_median": round(float(np.median(est.reliability_)), 4),
-                               "unreliable_points": int((est.reliability_ < 0.5).sum()),
                                "reliability_p10": round(float(np.quantile(est.reliability_,
                                                                           0.1)), 4),
+                               "stability_median": round(float(np.median(est.stability_)), 4),
+                               "unstable_points": int((est.stability_ < 0.5).sum()),
                                "seconds": round(float(diag.get("seconds", 0.0)), 2)}
     if post.method == "mcmc":
         summary.update(r_hat_max=round(diag["r_hat_max"], 4), ess_min=round(diag["ess_min"], 1),

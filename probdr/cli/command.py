@@ -252,8 +252,8 @@ def _embed(args) -> dict[str, Any] | None:
 
     outputs: dict[str, str] = {}
     if args.out:
-        posterior = {"sd": est.posterior_sd_, "reliability": est.reliability_} \
-            if getattr(est, "posterior_", None) is not None else None
+        posterior = None if getattr(est, "posterior_", None) is None else {
+            "sd": est.posterior_sd_, "reliability": est.reliability_, "stability": est.stability_}
         write_embedding(args.out, Z, labels, posterior)
         note(f"embedding written to {args.out}")
         outputs["embedding"] = args.out

@@ -361,7 +361,7 @@ def write_embedding(path: str, Z: np.ndarray, labels: Labels | None = None,
                     extra: dict[str, np.ndarray] | None = None) -> None:
     """Write ``Z`` to exactly ``path``: ``.npy``, or ``.csv`` / ``.tsv`` with a header ``z1, z2,
     ...``, a ``label`` column when labels are given and the per-point columns of ``extra``
-    (a posterior fit's ``sd`` and ``reliability``)."""
+    (a posterior fit's ``sd``, ``reliability`` and ``stability``)."""
     import numpy as np
 
     suffix = file_suffix(path)

@@ -233,6 +233,7 @@ class GraphCoupling(InputKindsMixin, ContinueMixin, NewPointsMixin, PosteriorInf
     posterior_samples_
     posterior_sd_
     reliability_
+    stability_
     map_embedding_
     posterior_mean_
     z_prior_scale_

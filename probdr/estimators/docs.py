@@ -98,7 +98,8 @@ inference : {"map", "svi", "laplace", "mcmc"}
     the cost of a MAP step), the per-point Laplace approximation (the cheap option; graph
     couplings only) or NUTS (small n). ``embedding_`` stays the MAP (bit for bit the
     plain fit's at the same seed) and ``posterior_mean_`` is the mean of the draws,
-    aligned to the MAP by Procrustes; ``posterior_sd_`` and ``reliability_`` score each point.
+    aligned to the MAP by Procrustes; ``posterior_sd_``, ``reliability_`` and ``stability_``
+    score each point.
 inference_params : dict or None
     Options of the posterior inference (probdr.infer.posterior.SVI_OPTIONS, LAPLACE_OPTIONS
     and MCMC_OPTIONS: guide, steps, draws, chains, variance inflation, ...).
@@ -148,7 +149,7 @@ n_graph_components_ : int
     Connected components of the kNN graph.
 posterior_ : probdr.infer.posterior.Posterior
     With ``inference="svi"``, ``"laplace"`` or ``"mcmc"``: the posterior draws of Z, Procrustes-aligned to the
-    MAP embedding; ``embedding_`` is their mean.
+    MAP embedding (``embedding_``); ``posterior_mean_`` is their mean.
 posterior_samples_ : ndarray of shape (draws, n_samples, n_components)
     With ``inference="svi"``, ``"laplace"`` or ``"mcmc"``: ``posterior_.samples``.
 posterior_sd_ : ndarray of shape (n_samples,)
@@ -156,7 +157,12 @@ posterior_sd_ : ndarray of shape (n_samples,)
 reliability_ : ndarray of shape (n_samples,)
     With a posterior: each point's reliability in [0, 1], the share of its 15 nearest
     neighbours that the posterior keeps (Jaccard similarity of the neighbour sets of 20 draws
-    and of the posterior mean; low: its neighbours in the map are not set by the data).
+    and of the posterior mean; low: its neighbours in the map are not set by the data). A
+    relative score: rank points by it.
+stability_ : ndarray of shape (n_samples,)
+    With a posterior: each point's stability in [0, 1], the posterior probability that it keeps
+    at least 5 of its 15 nearest neighbours; below 0.5 the point more likely than not loses
+    most of its neighbourhood (flag points with ``stability_ < 0.5``).
 posterior_mean_ : ndarray of shape (n_samples, n_components)
     With ``inference="svi"``, ``"laplace"`` or ``"mcmc"``: the mean of the posterior draws,
     aligned to the MAP (``embedding_``) by Procrustes.

@@ -105,7 +105,12 @@ class PosteriorInference:
         Each point's posterior spread, :meth:`~probdr.infer.draws.Posterior.point_std`.
     reliability_ : ndarray (n,)
         Each point's reliability in [0, 1]: the share of its 15 nearest neighbours that the
-        posterior keeps (:meth:`~probdr.infer.draws.Posterior.point_reliability`).
+        posterior keeps (:meth:`~probdr.infer.draws.Posterior.point_reliability`): a relative
+        score, for ranking points.
+    stability_ : ndarray (n,)
+        Each point's stability in [0, 1]: the posterior probability that it keeps at least 5 of
+        its 15 nearest neighbours (:meth:`~probdr.infer.draws.Posterior.point_stability`);
+        below 0.5 the point more likely than not loses most of its neighbourhood.
     """
 
     #: the estimator's model declares its per-point curvature (``inference="laplace"``)
@@ -199,6 +204,6 @@ class PosteriorInference:
                                         verbose=bool(getattr(self, "verbose", False)),
                                         **self._inference_options())
         self.posterior_sd_ = self.posterior_.point_std()
-        self.reliability_ = self.posterior_.point_reliability()
+        self.reliability_, self.stability_ = self.posterior_.neighbour_scores()
         self.posterior_mean_ = np.asarray(self.posterior_.mean, dtype=np.float64)
         return Z_map

@@ -103,6 +103,7 @@ class SNE(_GainsPreset):
     posterior_samples_
     posterior_sd_
     reliability_
+    stability_
     map_embedding_
     posterior_mean_
     z_prior_scale_
@@ -213,6 +214,7 @@ class TSNE(_GainsPreset):
     posterior_samples_
     posterior_sd_
     reliability_
+    stability_
     map_embedding_
     posterior_mean_
     z_prior_scale_
@@ -331,6 +333,7 @@ class LargeVis(_SGDPreset):
     posterior_samples_
     posterior_sd_
     reliability_
+    stability_
     map_embedding_
     posterior_mean_
     z_prior_scale_
@@ -460,6 +463,7 @@ class UMAP(_SGDPreset):
     posterior_samples_
     posterior_sd_
     reliability_
+    stability_
     map_embedding_
     posterior_mean_
     z_prior_scale_

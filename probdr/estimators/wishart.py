@@ -138,6 +138,7 @@ class WishartPCA(LinearMapMixin, PosteriorInference, DREstimator):
     posterior_samples_
     posterior_sd_
     reliability_
+    stability_
     map_embedding_
     posterior_mean_
     z_prior_scale_
@@ -309,6 +310,7 @@ class WishartEigenmaps(_LaplacianEstimator):
     posterior_samples_
     posterior_sd_
     reliability_
+    stability_
     map_embedding_
     posterior_mean_
     z_prior_scale_
@@ -483,6 +485,7 @@ class LaplacianWishart(_LaplacianEstimator):
     posterior_samples_
     posterior_sd_
     reliability_
+    stability_
     map_embedding_
     posterior_mean_
     z_prior_scale_

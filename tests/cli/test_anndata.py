@@ -142,9 +142,11 @@ def test_svi_writes_the_posterior_spread(adata):
     rel = adata.obs["X_tsne_reliability"].to_numpy()
     np.testing.assert_array_equal(rel, est.reliability_)
     assert ((rel >= 0) & (rel <= 1)).all()
-    # a MAP refit under the same key removes the stale spread and reliability
+    np.testing.assert_array_equal(adata.obs["X_tsne_stability"].to_numpy(), est.stability_)
+    # a MAP refit under the same key removes the stale spread, reliability and stability
     pad.embed(adata, "tsne", **FAST_TSNE)
     assert "X_tsne_std" not in adata.obsm and "X_tsne_reliability" not in adata.obs
+    assert "X_tsne_stability" not in adata.obs
 
 
 # -- the representation --------------------------------------------------------------------------

@@ -251,10 +251,11 @@ def test_cli_posterior_summary_is_part_of_the_report(tmp_path, capsys, table):
     post = report["posterior"]
     assert post["inference"] == "svi" and post["draws"] == 5
     written = pd.read_csv(out)  # each point's spread and reliability beside its coordinates
-    assert list(written.columns) == ["z1", "z2", "label", "sd", "reliability"]
+    assert list(written.columns) == ["z1", "z2", "label", "sd", "reliability", "stability"]
     assert written["sd"].gt(0).all() and written["reliability"].between(0, 1).all()
+    assert written["stability"].between(0, 1).all()
     assert post["reliability_p10"] == round(float(written["reliability"].quantile(0.1)), 4)
-    assert post["unreliable_points"] == int((written["reliability"] < 0.5).sum())
+    assert post["unstable_points"] == int((written["stability"] < 0.5).sum())
     assert report["outputs"]["uncertainty_plot"] == str(tmp_path / "p_uncertainty.png")
     assert (tmp_path / "p_uncertainty.png").exists()
 

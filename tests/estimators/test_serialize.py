@@ -165,6 +165,7 @@ def test_posterior_draws_are_stored_once_and_read_back_as_views(X, tmp_path):
     assert np.shares_memory(loaded.posterior_samples_, loaded.posterior_.chains)
     assert np.array_equal(loaded.posterior_sd_, est.posterior_sd_)
     assert np.array_equal(loaded.reliability_, est.reliability_)
+    assert np.array_equal(loaded.stability_, est.stability_)
     lap = probdr.TSNE(random_state=0, inference="laplace", **FITS["TSNE"]).fit(X)
     lap.save(tmp_path / "lap.npz")
     with np.load(tmp_path / "lap.npz", allow_pickle=False) as npz:

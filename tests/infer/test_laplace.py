@@ -323,6 +323,41 @@ def test_point_reliability_matches_brute_force_neighbour_lists():
                                want / 12, rtol=0, atol=1e-12)
 
 
+
+def test_point_stability_is_the_probability_of_keeping_a_share_of_neighbours():
+    """Stability against brute-force lists: the share of draws in which a point keeps at least
+    ceil(keep * k) of the k neighbours it has in the mean; one pass gives both scores."""
+    from probdr.infer.draws import GaussianDraws, Posterior
+
+    rng = np.random.default_rng(11)
+    n, k = 250, 6
+    M = rng.normal(size=(n, 2)) * 3
+    post = Posterior("laplace", None, M, draws=GaussianDraws(
+        M, np.tile(np.eye(2) * rng.uniform(0.05, 2.0, size=(n, 1, 1)), 1), 16, seed=4))
+    ref = _lists(post.mean, k)
+    kept = np.array([[len(a & b) for a, b in zip(ref, _lists(post.sample(s), k), strict=True)]
+                     for s in range(16)])
+    for keep, need in ((1 / 3, 2), (0.5, 3), (1.0, 6), (0.01, 1)):
+        np.testing.assert_array_equal(post.point_stability(n_neighbors=k, keep=keep,
+                                                           num_draws=16),
+                                      (kept >= need).mean(0))
+    rel, stab = post.neighbour_scores(n_neighbors=k, num_draws=16)
+    np.testing.assert_array_equal(rel, post.point_reliability(n_neighbors=k, num_draws=16))
+    np.testing.assert_array_equal(stab, (kept >= 2).mean(0))
+    # not a rescaled reliability: points of equal reliability differ in stability
+    assert 0 < stab.mean() < 1 and np.unique(stab).size > 3
+    for bad in (0, -0.1, 1.5, float("nan")):
+        with pytest.raises(ValueError, match="keep"):
+            post.point_stability(n_neighbors=k, keep=bad)
+    # the line of the reliability test: point 0 keeps both neighbours in half of the draws
+    line = np.stack([np.arange(8.0), np.zeros(8)], 1)
+    draws = np.repeat(line[None], 4, 0)
+    draws[:2, 0] = [20.0, 0.0]
+    one = Posterior("svi", draws[None], line)
+    assert one.point_stability(n_neighbors=2, keep=1.0, num_draws=4)[0] == 0.5
+    assert one.point_stability(n_neighbors=2, keep=1.0, num_draws=4)[3] == 1.0
+
+
 def _lists(E, k):
     """Each point's k nearest others by all-pairs distances."""
     d = ((E[:, None] - E[None]) ** 2).sum(-1)

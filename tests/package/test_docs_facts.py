@@ -32,12 +32,14 @@ def laplace_adata():
 
 def test_uncertainty_and_anndata_pages_name_the_keys_a_laplace_fit_writes(laplace_adata):
     new_obsm = sorted(set(laplace_adata.obsm) - {"X_tsne"})
-    assert new_obsm == ["X_tsne_std"] and list(laplace_adata.obs) == ["X_tsne_reliability"]
+    assert new_obsm == ["X_tsne_std"] and list(laplace_adata.obs) == ["X_tsne_reliability",
+                                                             "X_tsne_stability"]
     assert 'adata.obsm["X_tsne_std"]' in _text("uncertainty.md")
     assert "X_probdr_tsne_std" not in _text("uncertainty.md")
     rows = {r.split("|")[1].strip(): r for r in _text("anndata.md").splitlines()
             if r.startswith("| `adata.")}
-    for key in ('`adata.obsm[key + "_std"]`', '`adata.obs[key + "_reliability"]`'):
+    for key in ('`adata.obsm[key + "_std"]`', '`adata.obs[key + "_reliability"]`',
+                '`adata.obs[key + "_stability"]`'):
         assert '"laplace"' in rows[key], key
 
 
