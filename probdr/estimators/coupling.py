@@ -235,6 +235,9 @@ class GraphCoupling(InputKindsMixin, ContinueMixin, NewPointsMixin, PosteriorInf
     reliability_
     stability_
     map_embedding_
+    mode_embedding_
+    map_converged_
+    mode_steps_
     posterior_mean_
     z_prior_scale_
 

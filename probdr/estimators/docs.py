@@ -94,15 +94,16 @@ device : str, torch.device or None
 inference : {"map", "svi", "laplace", "mcmc"}
     "map": the method's point estimate (the classical embedding). "svi", "laplace" or "mcmc":
     then a posterior over Z, p(Z | data) ∝ p(Z) p(data | Z)^ω with ω = ``coupling_weight``,
-    started at the MAP embedding (probdr.infer.posterior): SVI (a Gaussian per point, each step
-    the cost of a MAP step), the per-point Laplace approximation (the cheap option; graph
-    couplings only) or NUTS (small n). ``embedding_`` stays the MAP (bit for bit the
-    plain fit's at the same seed) and ``posterior_mean_`` is the mean of the draws,
-    aligned to the MAP by Procrustes; ``posterior_sd_``, ``reliability_`` and ``stability_``
-    score each point.
+    centred on its mode (the MAP continued on the posterior's density until converged,
+    ``mode_embedding_``; probdr.infer.mode): SVI (a Gaussian per point, each step the cost of a
+    MAP step), the per-point Laplace approximation (the cheap option; graph couplings only) or
+    NUTS (small n). ``embedding_`` stays the MAP (bit for bit the plain fit's at the same
+    seed) and ``posterior_mean_`` is the mean of the draws, aligned to the mode by Procrustes;
+    ``posterior_sd_``, ``reliability_`` and ``stability_`` score each point.
 inference_params : dict or None
     Options of the posterior inference (probdr.infer.posterior.SVI_OPTIONS, LAPLACE_OPTIONS
-    and MCMC_OPTIONS: guide, steps, draws, chains, variance inflation, ...).
+    and MCMC_OPTIONS: guide, steps, draws, chains, variance inflation, ...), and
+    ``"converge"`` (default True; False centres the posterior on the MAP, no mode search).
 z_prior : None, float or torch.distributions.Distribution
     Prior on Z. None: flat in the MAP fit; a posterior then uses the isotropic Gaussian of
     scale 10 × the RMS of the MAP embedding (``z_prior_scale_``). A float: the isotropic
@@ -149,7 +150,7 @@ n_graph_components_ : int
     Connected components of the kNN graph.
 posterior_ : probdr.infer.posterior.Posterior
     With ``inference="svi"``, ``"laplace"`` or ``"mcmc"``: the posterior draws of Z, Procrustes-aligned to the
-    MAP embedding (``embedding_``); ``posterior_mean_`` is their mean.
+    mode (``mode_embedding_``); ``posterior_mean_`` is their mean.
 posterior_samples_ : ndarray of shape (draws, n_samples, n_components)
     With ``inference="svi"``, ``"laplace"`` or ``"mcmc"``: ``posterior_.samples``.
 posterior_sd_ : ndarray of shape (n_samples,)
@@ -165,10 +166,18 @@ stability_ : ndarray of shape (n_samples,)
     most of its neighbourhood (flag points with ``stability_ < 0.5``).
 posterior_mean_ : ndarray of shape (n_samples, n_components)
     With ``inference="svi"``, ``"laplace"`` or ``"mcmc"``: the mean of the posterior draws,
-    aligned to the MAP (``embedding_``) by Procrustes.
+    aligned to the mode (``mode_embedding_``) by Procrustes.
 map_embedding_ : ndarray of shape (n_samples, n_components)
-    With ``inference="svi"``, ``"laplace"`` or ``"mcmc"``: the MAP embedding the posterior starts from and
-    is aligned to.
+    With ``inference="svi"``, ``"laplace"`` or ``"mcmc"``: the MAP embedding of the schedule
+    (``embedding_``), where the search for the posterior's mode starts.
+mode_embedding_ : ndarray of shape (n_samples, n_components)
+    With a posterior: the mode of the posterior's density that the draws are centred on and
+    aligned to (the MAP continued until a convergence rule holds, probdr.infer.mode).
+map_converged_ : bool or None
+    With a posterior: whether the mode search's rule held before its cap (None: turned off by
+    ``inference_params={"converge": False}``).
+mode_steps_ : int or None
+    With a posterior: the mode search's L-BFGS calls (20 iterations each) or Adam steps.
 z_prior_scale_ : float or None
     With ``inference="svi"``, ``"laplace"`` or ``"mcmc"``: the scale of the posterior's isotropic Gaussian
     prior on Z (None for a distribution given as ``z_prior``).

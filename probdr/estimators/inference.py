@@ -33,6 +33,7 @@ import math
 import numpy as np
 import torch
 
+from ..infer.mode import converge_mode
 from ..infer.posterior import check_inference_options, check_mcmc_setup, fit_posterior
 from .params import InvalidParameterError
 
@@ -94,8 +95,19 @@ class PosteriorInference:
     posterior_samples_ : ndarray (draws, n, q)
         ``posterior_.samples`` (a Laplace posterior makes its draws on the first read).
     map_embedding_ : ndarray (n, q)
-        The MAP embedding the posterior starts from and is aligned to (``embedding_``, in the
-        fit's dtype).
+        The MAP embedding of the estimator's schedule (``embedding_``, in the fit's dtype),
+        where the search for the posterior's mode starts.
+    mode_embedding_ : ndarray (n, q)
+        The mode the posterior is centred on and aligned to: the MAP continued on the
+        posterior's own density (its prior and coupling weight, no exaggeration) until a
+        convergence rule holds (:func:`probdr.infer.mode.converge_mode`; the MAP itself with
+        ``inference_params={"converge": False}``).
+    map_converged_ : bool or None
+        Whether the rule held before its cap (a warning says when it did not); ``None`` when
+        the search was turned off.
+    mode_steps_ : int or None
+        The search's steps: L-BFGS calls of 20 iterations (a deterministic density) or Adam
+        steps (a stochastic one, negative sampling).
     posterior_mean_ : ndarray (n, q)
         The mean of the aligned draws.
     z_prior_scale_ : float or None
@@ -137,7 +149,10 @@ class PosteriorInference:
                 f"use inference='svi' for {type(self).__name__}.")
         if self.inference != "map":
             try:
-                check_inference_options(self.inference, **(self.inference_params or {}))
+                options = dict(self.inference_params or {})
+                if not isinstance(options.pop("converge", True), bool):
+                    raise ValueError("converge must be True or False.")
+                check_inference_options(self.inference, **options)
             except (TypeError, ValueError) as err:
                 raise InvalidParameterError(f"The 'inference_params' parameter of "
                                             f"{type(self).__name__}: {err}") from err
@@ -194,15 +209,24 @@ class PosteriorInference:
         """Fit the posterior from the MAP ``Z_map`` (on the linear change of variables
         ``reparam``, if any) with the prior ``prior`` (default :meth:`_posterior_z_prior`);
         sets ``posterior_`` (and so ``posterior_samples_``), ``z_prior_scale_``,
-        ``map_embedding_`` and ``posterior_mean_``; returns the MAP (``embedding_``)."""
+        ``map_embedding_``, ``mode_embedding_`` (and the mode search's ``map_converged_`` and
+        ``mode_steps_``) and ``posterior_mean_``; returns the MAP (``embedding_``)."""
         if prior is None:
             prior = self._posterior_z_prior(Z_map)
         self.map_embedding_ = Z_map.detach().cpu().numpy().copy()
         kwargs = dict(model_kwargs, z_prior=prior, coupling_weight=self._weight_now())
-        self.posterior_ = fit_posterior(model, kwargs, Z_map, method=self.inference,
+        options = self._inference_options()
+        centre = Z_map.detach()
+        self.map_converged_ = self.mode_steps_ = None
+        if options.pop("converge", True):
+            mode = converge_mode(model, kwargs, centre, reparam=reparam,
+                                 desc=type(self).__name__)
+            centre, self.map_converged_, self.mode_steps_ = mode.Z, mode.converged, mode.steps
+        self.mode_embedding_ = centre.cpu().numpy().copy()
+        self.posterior_ = fit_posterior(model, kwargs, centre, method=self.inference,
                                         generator=gen, reparam=reparam,
                                         verbose=bool(getattr(self, "verbose", False)),
-                                        **self._inference_options())
+                                        **options)
         self.posterior_sd_ = self.posterior_.point_std()
         self.reliability_, self.stability_ = self.posterior_.neighbour_scores()
         self.posterior_mean_ = np.asarray(self.posterior_.mean, dtype=np.float64)

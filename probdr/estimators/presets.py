@@ -105,6 +105,9 @@ class SNE(_GainsPreset):
     reliability_
     stability_
     map_embedding_
+    mode_embedding_
+    map_converged_
+    mode_steps_
     posterior_mean_
     z_prior_scale_
 
@@ -216,6 +219,9 @@ class TSNE(_GainsPreset):
     reliability_
     stability_
     map_embedding_
+    mode_embedding_
+    map_converged_
+    mode_steps_
     posterior_mean_
     z_prior_scale_
 
@@ -335,6 +341,9 @@ class LargeVis(_SGDPreset):
     reliability_
     stability_
     map_embedding_
+    mode_embedding_
+    map_converged_
+    mode_steps_
     posterior_mean_
     z_prior_scale_
 
@@ -465,6 +474,9 @@ class UMAP(_SGDPreset):
     reliability_
     stability_
     map_embedding_
+    mode_embedding_
+    map_converged_
+    mode_steps_
     posterior_mean_
     z_prior_scale_
 

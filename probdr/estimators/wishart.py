@@ -140,6 +140,9 @@ class WishartPCA(LinearMapMixin, PosteriorInference, DREstimator):
     reliability_
     stability_
     map_embedding_
+    mode_embedding_
+    map_converged_
+    mode_steps_
     posterior_mean_
     z_prior_scale_
 
@@ -312,6 +315,9 @@ class WishartEigenmaps(_LaplacianEstimator):
     reliability_
     stability_
     map_embedding_
+    mode_embedding_
+    map_converged_
+    mode_steps_
     posterior_mean_
     z_prior_scale_
 
@@ -487,6 +493,9 @@ class LaplacianWishart(_LaplacianEstimator):
     reliability_
     stability_
     map_embedding_
+    mode_embedding_
+    map_converged_
+    mode_steps_
     posterior_mean_
     z_prior_scale_
 

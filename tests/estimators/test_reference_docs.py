@@ -23,7 +23,8 @@ ESTIMATORS = [getattr(probdr, name) for name in probdr.estimators.__all__
               and issubclass(getattr(probdr, name), DREstimator)]
 #: fitted attributes that exist only after a posterior fit (``inference="svi"`` or ``"mcmc"``)
 POSTERIOR_ATTRIBUTES = {"posterior_", "posterior_samples_", "posterior_sd_", "reliability_",
-                        "stability_", "map_embedding_", "posterior_mean_", "z_prior_scale_"}
+                        "stability_", "map_embedding_", "posterior_mean_", "z_prior_scale_",
+                        "mode_embedding_", "map_converged_", "mode_steps_"}
 
 
 def _doc(cls) -> ClassDoc:
