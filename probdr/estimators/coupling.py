@@ -679,8 +679,10 @@ class GraphCoupling(InputKindsMixin, ContinueMixin, NewPointsMixin, PosteriorInf
         return Zt
 
     def latent_law(self, Z) -> GraphLaw:
-        """The posterior law of the latent graph W_Z given Z (float64)."""
-        return self._latent_prior().posterior(KernelWeights(self._check_Z(Z), self._make_kernel()))
+        """The posterior law of the latent graph W_Z given Z (float64), under the fit's latent
+        prior and its kernel (``kernel_``: learned numbers at their MAP)."""
+        Zt = self._check_Z(Z)
+        return self.model_kwargs_["prior_z"].posterior(KernelWeights(Zt, self.kernel_))
 
     def loss(self, Z) -> float:
         """The coupling cross-entropy H(Z) between the laws of W_X and W_Z (Van Assel et al.

@@ -1,0 +1,94 @@
+"""Every verb after a fit uses what the fit resolved -- the fitted kernel with its learned numbers,
+the fitted latent law -- and not the parameters again: after ``TSNE(dof="learn").fit(X)`` (a
+kernel whose number is a latent site until the fit draws it) and after :func:`probdr.load`.
+Small data, few steps: the verbs are what is tested, not the embeddings."""
+
+import numpy as np
+import pytest
+import torch
+
+import probdr
+from probdr.laws.graph import GraphLaw
+from probdr.laws.weights import KernelWeights
+
+
+def _fit(X, **kw):
+    return probdr.TSNE(perplexity=8, dof="learn", n_iter=40, early_exaggeration_iter=10,
+                       random_state=0, **kw).fit(X)
+
+
+@pytest.fixture(scope="module")
+def data(digits_small):
+    X, _ = digits_small
+    return X[:80], X[80:90]
+
+
+@pytest.fixture(scope="module", params=["fitted", "loaded"])
+def learned(request, data, tmp_path_factory):
+    """A TSNE whose dof was learned, as fitted and as read back by ``probdr.load``."""
+    est = _fit(data[0])
+    if request.param == "loaded":
+        path = tmp_path_factory.mktemp("after_fit") / "tsne.probdr"
+        est.save(path)
+        est = probdr.load(path)
+    return est
+
+
+def test_latent_law_uses_the_learned_kernel(learned):
+    Z = learned.embedding_
+    law = learned.latent_law(Z)
+    assert isinstance(law, GraphLaw)
+    dof = learned.learned_kernel_params_["dof"]
+    assert dof != 1.0
+    ref = learned.model_kwargs_["prior_z"].posterior(
+        KernelWeights(torch.as_tensor(Z), probdr.kernels.StudentKernel(dof=dof)))
+    P = learned.input_graph_.mean.double()
+    assert float(law.cross_entropy(P)) == pytest.approx(float(ref.cross_entropy(P)), rel=1e-12)
+
+
+def test_loss_is_the_cross_entropy_at_the_learned_kernel(learned):
+    Z = learned.embedding_
+    loss = learned.loss(Z)
+    assert np.isfinite(loss)
+    assert loss == pytest.approx(float(learned.latent_law(Z).cross_entropy(
+        learned.input_graph_.mean.double())), rel=1e-12)
+
+
+def test_log_joint(learned):
+    assert np.isfinite(learned.log_joint(learned.embedding_))
+
+
+def test_transform_and_sample_transform(learned, data):
+    Y = learned.transform(data[1], n_iter=5)
+    assert Y.shape == (10, 2) and np.isfinite(Y).all()
+    S = learned.sample_transform(data[1], num_samples=4, num_warmup=4, n_iter=5, random_state=0)
+    assert S.shape == (4, 10, 2) and np.isfinite(S).all()
+
+
+def test_optimize_then_the_other_verbs(data):
+    est = _fit(data[0]).optimize(5)
+    assert est.n_iter_ == 45
+    assert np.isfinite(est.loss(est.embedding_))
+    assert isinstance(est.latent_law(est.embedding_), GraphLaw)
+
+
+def test_optimize_after_load(data, tmp_path):
+    est = _fit(data[0])
+    est.save(tmp_path / "m.probdr")
+    back = probdr.load(tmp_path / "m.probdr").optimize(5)
+    est.optimize(5)
+    np.testing.assert_array_equal(back.embedding_, est.embedding_)
+    assert np.isfinite(back.loss(back.embedding_))
+
+
+@pytest.mark.parametrize("inference", ["svi", "laplace"])
+def test_posterior_fit_then_every_verb(inference, data, tmp_path):
+    params = {"num_steps": 20} if inference == "svi" else {}
+    est = _fit(data[0], inference=inference, inference_params=params)
+    assert est.posterior_samples_.shape[1:] == (80, 2)
+    est.save(tmp_path / "m.probdr")
+    for e in (est, probdr.load(tmp_path / "m.probdr")):
+        Z = e.embedding_
+        assert np.isfinite(e.loss(Z)) and np.isfinite(e.log_joint(Z))
+        assert isinstance(e.latent_law(Z), GraphLaw)
+        assert np.isfinite(e.transform(data[1], n_iter=5)).all()
