@@ -236,10 +236,13 @@ class DREstimator(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimat
         looked at; raises ``InvalidParameterError`` (override, calling ``super()``)."""
         check_init(getattr(self, "init", None))
 
-    def _check_params_vs_input(self, n: int, p: int) -> None:
+    def _check_params_vs_input(self, n: int, p: int):
         """The rules that depend on the data: ``n`` samples, ``p`` features, the kind of X
         (override). Every data-independent rule lives in the constraint table or in
-        :meth:`_check_params_together`."""
+        :meth:`_check_params_together`. Returns the input side checked against the data (an
+        :class:`~probdr.input.InputGraph`, which ``fit`` keeps as ``input_``), or ``None``
+        for an estimator without one; sets nothing."""
+        return None
 
     def _check_init_shape(self, n: int) -> None:
         """An ``init`` array has one row per sample and ``n_components`` columns (an estimator
@@ -280,7 +283,9 @@ class DREstimator(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimat
         _check_magnitude(Xt)
         self._check_n_components(p)
         self._fit_dtype = resolve_dtype(getattr(self, "dtype", "float64"))
-        self._check_params_vs_input(n, p)
+        side = self._check_params_vs_input(n, p)
+        if side is not None:
+            self.input_ = side
         self._check_init_shape(n)
         labels = self._check_labels(y, n) if (self._uses_labels and y is not None) else None
         self.random_state_ = resolve_seed(self.random_state)

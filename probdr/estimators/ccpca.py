@@ -164,8 +164,8 @@ class ccPCA(DREstimator):
                 "ccPCA does not take metric='precomputed': it averages the rows of X over the "
                 "posterior graphs' components, so it needs the features; pass X and a metric.")
 
-    def _check_params_vs_input(self, n: int, p: int) -> None:
-        self.input_ = self._make_input().check(n, p)
+    def _check_params_vs_input(self, n: int, p: int) -> InputGraph:
+        return self._make_input().check(n, p)
 
     def _after_fit(self) -> None:
         # a new node joining training node j's component C in draw l has the CC mean

@@ -414,11 +414,6 @@ class GraphCoupling(InputKindsMixin, ContinueMixin, NewPointsMixin, PosteriorInf
         if not isinstance(self.prior_z, GraphPrior) or kz in ("B", "D", "E"):
             check_coupling(kx, kz)
 
-    def _check_input_side(self, n: int, p: int) -> None:
-        """The input side (``input_``, :class:`~probdr.input.InputGraph`) built from the
-        parameters and checked against the data, once."""
-        self.input_ = self._make_input().check(n, p)
-
     def _check_params_together(self) -> None:
         super()._check_params_together()
         self._check_priors()
@@ -459,8 +454,10 @@ class GraphCoupling(InputKindsMixin, ContinueMixin, NewPointsMixin, PosteriorInf
                 f"{name}: repulsion='fft' with the E latent law covers the Student kernels "
                 "(t-SNE's family); use repulsion='exact' or 'sampled' for this kernel.")
 
-    def _check_params_vs_input(self, n: int, p: int) -> None:
-        self._check_input_side(n, p)
+    def _check_params_vs_input(self, n: int, p: int) -> InputGraph:
+        """The input side built from the parameters and checked against the data, once (``fit``
+        keeps it as ``input_``), then the rules of the latent side."""
+        side = self._make_input().check(n, p)
         from ..laws.edge_priors import check_edge_prior
 
         check_edge_prior(self.edge_prior, n, "edge_prior")
@@ -481,6 +478,7 @@ class GraphCoupling(InputKindsMixin, ContinueMixin, NewPointsMixin, PosteriorInf
             if self.latent_edge_prior is not None:
                 raise InvalidParameterError("inference='laplace' covers latent laws without an "
                                             "edge prior; use inference='svi'.")
+        return side
 
     def _phases(self, n: int) -> tuple[list[Phase], float, float | None]:
         """Optimisation schedule, loss scale and gradient clip (umap-learn's per-pair clip at 4

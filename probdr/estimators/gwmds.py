@@ -229,16 +229,15 @@ class GWMDS(DREstimator):
     def _precomputed(self) -> bool:
         return isinstance(self.metric, str) and self.metric == "precomputed"
 
-    def _dissimilarity(self, X: torch.Tensor) -> np.ndarray:
+    def _dissimilarity(self, X: torch.Tensor) -> tuple[np.ndarray, int | None]:
+        """The dissimilarity matrix and the neighbour count of its geodesic graph (``None``
+        without one)."""
         if self.geodesic:
-            D, k = geodesic_distances(X, self.n_neighbors, metric=self.metric,
+            return geodesic_distances(X, self.n_neighbors, metric=self.metric,
                                       metric_params=self.metric_params)
-            self.n_neighbors_ = k
-            return D
-        self.n_neighbors_ = None
         if isinstance(self.metric, str) and self.metric == "euclidean":
-            return euclidean_distance_matrix(X.cpu().numpy())
-        return dense_cost(X, self.metric, self.metric_params).sqrt().cpu().numpy()
+            return euclidean_distance_matrix(X.cpu().numpy()), None
+        return dense_cost(X, self.metric, self.metric_params).sqrt().cpu().numpy(), None
 
     def _initial(self, X: torch.Tensor, scale: float, gen: torch.Generator):
         n, d = X.shape[0], self.n_components
@@ -270,7 +269,7 @@ class GWMDS(DREstimator):
     def _fit(self, X: torch.Tensor) -> torch.Tensor:
         n, d = X.shape[0], self.n_components
         gen = generator(self.random_state_)
-        D = self._dissimilarity(X)
+        D, self.n_neighbors_ = self._dissimilarity(X)
         self.dissimilarity_ = D
         off = ~np.eye(n, dtype=bool)
         scale = float(D[off].mean())

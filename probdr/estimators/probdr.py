@@ -244,9 +244,10 @@ class ProbDR(GraphRowMixin, DREstimator):
                 f"solver='closed_form' needs alpha=0 (the kernel term has no closed form), got "
                 f"alpha={self.alpha!r}.")
 
-    def _check_params_vs_input(self, n: int, p: int) -> None:
+    def _check_params_vs_input(self, n: int, p: int):
+        side = None  # the kNN graph (covariance="laplacian"); places new points
         if isinstance(self.covariance, str) and self.covariance == "laplacian":
-            self.input_ = self._make_input().check(n, p)  # the kNN graph; places new points
+            side = self._make_input().check(n, p)
         q = self.n_components
         if n > self.max_n:
             raise ValueError(
@@ -266,6 +267,7 @@ class ProbDR(GraphRowMixin, DREstimator):
         if not isinstance(self.init, str) and np.shape(self.init) != (n, q):
             raise ValueError(f"init must be 'pca', 'eigen', 'random' or a finite array of shape "
                              f"({n}, {q}), got shape {np.shape(self.init)}.")
+        return side
 
     # -- new points -----------------------------------------------------------------------------
     _keeps_training_data = True  # for the linear map of covariance="sample" (_after_fit)
@@ -291,7 +293,7 @@ class ProbDR(GraphRowMixin, DREstimator):
         return LinearMapMixin._linear_map(self)
 
     # -- the precision -----------------------------------------------------------------------------
-    def _precision(self, X: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
+    def _fit_precision(self, X: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
         r""":math:`\Lambda` (dense) and a factor :math:`W`, :math:`\Lambda = W^\top W` (``None``
         for the Laplacian, which is well conditioned on the embedding's span)."""
         n, p = X.shape
@@ -353,7 +355,7 @@ class ProbDR(GraphRowMixin, DREstimator):
         self.eps_tilde_ = probdr_epsilon(n, self.n_neg, self.n_neighbors)
         self.gamma_ = self._gamma(n)
         self.nu_ = float(n) if self.nu is None else float(self.nu)
-        Lam, W = self._precision(X)
+        Lam, W = self._fit_precision(X)
         self.precision_ = Lam.cpu().numpy()
         self.closed_form_eigenvalues_ = None
         self.loss_history_ = np.empty(0)

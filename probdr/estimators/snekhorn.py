@@ -167,10 +167,11 @@ class SNEkhorn(GraphCoupling):
         """No coupling check: the latent law is the doubly stochastic one."""
 
     def _latent_prior(self) -> GraphPrior:
+        """The fit's latent law (``latent_prior_``), or before a fit a new one from the
+        parameters."""
         prior = getattr(self, "latent_prior_", None)
         if prior is None:
-            prior = self.latent_prior_ = DoublyStochasticPrior(
-                tol=self.sinkhorn_tol, max_iter=self.sinkhorn_max_iter)
+            prior = DoublyStochasticPrior(tol=self.sinkhorn_tol, max_iter=self.sinkhorn_max_iter)
         return prior
 
     def _make_input(self) -> InputGraph:
