@@ -200,9 +200,9 @@ class ccPCA(DREstimator):
         out. A new point equal to a training point gets its fitted position."""
         Xt = self._validate_new(X)
         side = self._fitted_input()
-        JA = side.averaged(Xt, self.join_means_)
-        JB = side.averaged(Xt, self.join_weights_[:, None])
-        match = side.matches(Xt)
+        JA = side.averaged(Xt, self.join_means_, validated=True)
+        JB = side.averaged(Xt, self.join_weights_[:, None], validated=True)
+        match = side.matches(Xt, validated=True)
         Mbar = JA + JB * Xt.cpu().numpy()
         Z = torch.as_tensor((Mbar - self.mean_) @ self.projection_)
         seen = match >= 0

@@ -130,9 +130,10 @@ class NewPointsMixin:
         """The new points' input rows and, for each, the index of a training point it is (-1
         if none): the fit's input side (:class:`probdr.input.InputGraph`), which keeps the
         calibration and the reference points (with a precomputed input, ``X_new`` holds the new
-        points' distances or affinities to the training points)."""
+        points' distances or affinities to the training points). ``X_new``: validated by
+        ``_validate_new``, not scanned again."""
         side = self._fitted_input()
-        return side.rows(X_new), side.matches(X_new)
+        return side.rows(X_new, validated=True), side.matches(X_new, validated=True)
 
     def _field(self, Z_ref: torch.Tensor):
         """The training points' field for new points in 2-D with at least ``FIELD_MIN_N``

@@ -253,7 +253,7 @@ class DistR(DREstimator):
         Xt = self._validate_new(X)
         T = self.assignment_ / self.assignment_.sum(1, keepdims=True).clip(1e-300)
         side = self._fitted_input()
-        return side.averaged(Xt, T), side.matches(Xt), Xt
+        return side.averaged(Xt, T, validated=True), side.matches(Xt, validated=True), Xt
 
     @in_fit_environment
     def predict(self, X) -> np.ndarray:

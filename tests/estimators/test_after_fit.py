@@ -92,3 +92,33 @@ def test_posterior_fit_then_every_verb(inference, data, tmp_path):
         assert np.isfinite(e.loss(Z)) and np.isfinite(e.log_joint(Z))
         assert isinstance(e.latent_law(Z), GraphLaw)
         assert np.isfinite(e.transform(data[1], n_iter=5)).all()
+
+
+@pytest.mark.parametrize("make, verb", [
+    (lambda: probdr.TSNE(perplexity=8, n_iter=30, random_state=0), "transform"),
+    (lambda: probdr.TSNE(perplexity=8, n_iter=30, random_state=0), "sample_transform"),
+    (lambda: probdr.UMAP(n_neighbors=8, n_epochs=10, random_state=0), "transform"),
+    (lambda: probdr.ccPCA(perplexity=8, n_samples=3, random_state=0), "transform"),
+    (lambda: probdr.WishartEigenmaps(n_neighbors=8, n_iter=5, random_state=0), "transform"),
+    (lambda: probdr.DistR(n_prototypes=4, perplexity=8, n_outer=2, random_state=0), "transform"),
+], ids=["TSNE", "TSNE.sample", "UMAP", "ccPCA", "WishartEigenmaps", "DistR"])
+def test_new_points_are_validated_once(make, verb, data, monkeypatch):
+    """``fit(X).transform(X_new)``: scikit-learn's validation of X_new (features, finiteness,
+    names) runs once, and the input side does not scan the validated rows again."""
+    import probdr.estimators.base as base
+    import probdr.input.calibration as calibration
+
+    est = make().fit(data[0])
+    calls = []
+
+    def counted(f, name):
+        def wrapper(*args, **kwargs):
+            calls.append(name)
+            return f(*args, **kwargs)
+        return wrapper
+
+    monkeypatch.setattr(base, "validate_data", counted(base.validate_data, "validate_data"))
+    monkeypatch.setattr(calibration, "check_data", counted(calibration.check_data, "check_data"))
+    kwargs = {"num_samples": 2, "num_warmup": 2, "n_iter": 3} if verb == "sample_transform" else {}
+    getattr(est, verb)(data[1], **kwargs)
+    assert calls == ["validate_data"]
