@@ -209,7 +209,7 @@ class ccPCA(DREstimator):
         Z[seen] = torch.as_tensor(self.embedding_)[match[seen]]
         return self._output(Z, X)
 
-    def _fit(self, X: torch.Tensor) -> torch.Tensor:
+    def _fit(self, X: torch.Tensor, y=None) -> torch.Tensor:
 
         self.input_graph_ = self.input_.fit(X, random_state=self.random_state_)
         gen = generator(self.random_state_)

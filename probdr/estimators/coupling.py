@@ -292,7 +292,6 @@ class GraphCoupling(InputKindsMixin, ContinueMixin, NewPointsMixin, PosteriorInf
         "kernel_z": [StrOptions({"gaussian", "student", "cauchy", "t", "umap", "umap_odds"}),
                      Kernel]}
     _accepts_sparse = True
-    _uses_labels = True
 
     def __init__(
         self,
@@ -696,7 +695,6 @@ class GraphCoupling(InputKindsMixin, ContinueMixin, NewPointsMixin, PosteriorInf
         Zt = self._check_Z(Z)
         kw = dict(self.model_kwargs_, kernel=self.kernel_)  # learned numbers at their MAP
         P = self._observed_graph()
-        kw.update(W_X=P.double().coalesce() if P.is_sparse else P.double(), repulsion="exact",
-                  dtype=torch.float64)
+        kw.update(W_X=P.double().coalesce() if P.is_sparse else P.double(), repulsion="exact")
         tr = poutine.trace(poutine.condition(graph_coupling_model, data={"Z": Zt})).get_trace(**kw)
         return float(tr.log_prob_sum())

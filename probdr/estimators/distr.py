@@ -338,7 +338,7 @@ class DistR(DREstimator):
         # new points: their entropic rows at the fit's perplexity average the training points'
         return InputGraph("D", "entropic", perplexity=self.perplexity)
 
-    def _fit(self, X: torch.Tensor) -> torch.Tensor:
+    def _fit(self, X: torch.Tensor, y=None) -> torch.Tensor:
         N, d = X.shape[0], self.n_components
         self.input_ = self._make_input().reference(X)
         gen = generator(self.random_state_)

@@ -18,13 +18,14 @@ from __future__ import annotations
 
 import numpy as np
 import torch
+from sklearn.utils.metaestimators import available_if
 
 from .._utils import generator
 from ..infer.map import map_estimate
 from ..input.calibration import InputGraph
 from ..laws.wishart import probdr_epsilon, theorem2_solution
 from ..models.probdr_general import KERNELS, closed_form, probdr_general_model
-from .base import DREstimator, in_fit_environment, transform_only_if
+from .base import DREstimator, in_fit_environment, unavailable_because
 from .docs import reference
 from .params import Int, InvalidParameterError, StrOptions
 from .wishart import principal_axes
@@ -37,6 +38,15 @@ COVARIANCES = ("laplacian", "sample")
 
 def _is_sample(cov) -> bool:
     return isinstance(cov, str) and cov == "sample"
+
+
+def _no_map_without_features(est) -> str | None:
+    """Why ``est`` has no ``transform`` (``None`` where it has one)."""
+    if isinstance(est.covariance, str):
+        return None
+    return ("ProbDR with a precomputed covariance matrix has no out-of-sample map: the model "
+            "never sees the data's features. Use covariance='laplacian' or 'sample' to "
+            "transform new points.")
 
 
 @reference
@@ -279,6 +289,7 @@ class ProbDR(GraphRowMixin, DREstimator):
         if _is_sample(self.covariance):
             LinearMapMixin._after_fit(self)
 
+    @available_if(unavailable_because(_no_map_without_features))
     @in_fit_environment
     def transform(self, X):
         """Place new points: with ``covariance="laplacian"`` by the new node's kNN-graph row (the
@@ -348,7 +359,7 @@ class ProbDR(GraphRowMixin, DREstimator):
                                             generator=gen)
         return Z
 
-    def _fit(self, X: torch.Tensor) -> torch.Tensor:
+    def _fit(self, X: torch.Tensor, y=None) -> torch.Tensor:
         n = X.shape[0]
         q = self.n_components
         alpha = float(self.alpha)
@@ -385,10 +396,6 @@ class ProbDR(GraphRowMixin, DREstimator):
         self.gram_eigenvalues_ = torch.linalg.eigvalsh(Z.T @ Z).flip(0).cpu().numpy()
         return Z
 
-
-transform_only_if(ProbDR, lambda est: None if isinstance(est.covariance, str) else (
-    "ProbDR with a precomputed covariance matrix has no out-of-sample map: the model never "
-    "sees the data's features. Use covariance='laplacian' or 'sample' to transform new points."))
 
 
 def _whitening(Lam: torch.Tensor) -> dict:

@@ -213,7 +213,7 @@ class WishartPCA(LinearMapMixin, PosteriorInference, DREstimator):
         default_dofs(n, p, self.n_components, self.nu_x, self.nu_z)
         self._check_inference(n, self.n_components)
 
-    def _fit(self, X: torch.Tensor) -> torch.Tensor:
+    def _fit(self, X: torch.Tensor, y=None) -> torch.Tensor:
         n, p = X.shape
         q = self.n_components
         Xc = X - X.mean(0, keepdim=True) if self.center else X
@@ -393,7 +393,7 @@ class WishartEigenmaps(_LaplacianEstimator):
         # the MAP's columns are eigenvectors 2..q+1 of the Laplacian (principal axes)
         return self.eigenvalues_[1:self.embedding_.shape[1] + 1]
 
-    def _fit(self, X: torch.Tensor) -> torch.Tensor:
+    def _fit(self, X: torch.Tensor, y=None) -> torch.Tensor:
         n = X.shape[0]
         q = self.n_components
         L = self._fit_laplacian(X)
@@ -593,7 +593,7 @@ class LaplacianWishart(_LaplacianEstimator):
         Z = Z - Z.mean(0, keepdim=True)
         return Z / Z[:, 0].std().clamp_min(1e-12)
 
-    def _fit(self, X: torch.Tensor) -> torch.Tensor:
+    def _fit(self, X: torch.Tensor, y=None) -> torch.Tensor:
         n = X.shape[0]
         q = self.n_components
         L = self._fit_laplacian(X)
