@@ -147,11 +147,13 @@ class GraphLaw(TorchDistribution):
     def normaliser(self, value) -> torch.Tensor:
         raise NotImplementedError
 
-    def _with_near(self, value):
-        """Give sampled kernel weights the observed pairs as their exactly-summed near field."""
+    def _near(self, value):
+        """The observed pairs that sampled kernel weights sum exactly (their near field), or
+        ``None``: passed to the normalisers, the weights are not changed."""
         w = self.weights
         if isinstance(w, KernelWeights) and w.normaliser == "sampled" and value.is_sparse:
-            w.near = near_pairs(value)
+            return near_pairs(value)
+        return None
 
     def log_combinatorial(self, value) -> torch.Tensor:
         return torch.zeros(())
@@ -308,8 +310,7 @@ class BinaryGraph(GraphLaw):
 
     def normaliser(self, value):
         # log prod (1 + w_ij): does not depend on the graph
-        self._with_near(value)
-        return self.weights.sum_softplus()
+        return self.weights.sum_softplus(near=self._near(value))
 
     def _logits(self):
         """:math:`\\log w_{ij}`: the edge list's values, or dense with a ``-inf`` diagonal."""
@@ -452,8 +453,8 @@ class UnitDegreeGraph(GraphLaw):
     has_enumerate_support = True
 
     def normaliser(self, value):
-        self._with_near(value)
-        return (row_sums(value, self.n).to(self._dtype()) * self.weights.row_logsumexp()).sum()
+        lse = self.weights.row_logsumexp(near=self._near(value))
+        return (row_sums(value, self.n).to(self._dtype()) * lse).sum()
 
     def _dtype(self):
         w = self.weights
@@ -513,8 +514,7 @@ class NEdgeGraph(GraphLaw):
     has_enumerate_support = True
 
     def normaliser(self, value):
-        self._with_near(value)
-        return graph_total(value) * self.weights.total_logsumexp()
+        return graph_total(value) * self.weights.total_logsumexp(near=self._near(value))
 
     def log_combinatorial(self, value):
         def compute():
