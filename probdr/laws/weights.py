@@ -18,8 +18,8 @@ from .._utils import tensor_cache
 from ..config import check_dense
 from .edge_lists import edge_terms
 
-__all__ = ["Weights", "DenseWeights", "SparseWeights", "KernelWeights", "MAX_LOGIT",
-           "sparse_to"]
+__all__ = ["Weights", "DenseWeights", "SparseWeights", "KernelWeights", "ReferenceWeights",
+           "MAX_LOGIT", "sparse_to"]
 
 NEG_INF = float("-inf")
 
@@ -422,6 +422,59 @@ class KernelWeights(Weights):
         lp = _as_dense_log_pi(log_pi, self.n, self.Z)
         return KernelWeights(self.Z, self.kernel, lp if self.log_pi is None else self.log_pi + lp,
                              self.normaliser, self.n_samples, self.pair_grad_clip, self.shard)
+
+
+class ReferenceWeights(Weights):
+    r"""The weights of new nodes' rows against ``n`` reference nodes pinned at ``Z_ref``:
+    :math:`\log w_{ij} = \log k(\|z_i - z^{\rm ref}_j\|^2)`, :math:`i` over the ``m`` new
+    nodes at ``Z`` (``(..., m, q)``; leading dimensions a batch of positions, e.g. a sampler's
+    proposals), :math:`j` over the reference nodes (a fitted embedding, held fixed).
+
+    A law on these weights scores the new rows alone (:meth:`GraphLaw.rows_log_prob`): each
+    normaliser is per new row, ``(..., m)``, over the reference nodes only (the new nodes are
+    independent given the reference). ``field``: in 2-D, the reference points' field, computed
+    once for many evaluations -- :class:`~probdr._compute.fft.CauchyField` (the row
+    log-normaliser of the Cauchy kernel, interpolated) or
+    :class:`~probdr._compute.pair_field.ReferenceField` of :math:`-\log(1 + w)` (near pairs
+    exact, the far part interpolated); ``None``: every pair is summed.
+    """
+
+    def __init__(self, Z: torch.Tensor, Z_ref: torch.Tensor, kernel, field=None):
+        self.Z, self.Z_ref, self.kernel, self.field = Z, Z_ref, kernel, field
+        self.n, self.m = Z_ref.shape[0], Z.shape[-2]
+
+    def log_at(self, rows, cols):
+        r""":math:`\log w` at (new row, reference column) pairs, ``(..., len(rows))``."""
+        return self.kernel.log_k((self.Z[..., rows, :] - self.Z_ref[cols]).square().sum(-1))
+
+    def row_sums(self, rows, v, batched: bool = True):
+        r""":math:`\sum_e v_e` per new row (``rows`` in ``[0, m)``), ``(..., m)`` (``(m,)``
+        unless ``batched``)."""
+        lead = self.Z.shape[:-2] if batched else ()
+        return torch.zeros(*lead, self.m, dtype=self.Z.dtype).index_add_(-1, rows, v)
+
+    def _sq_distances(self):
+        m, q = self.Z.shape[-2:]
+        return pairwise_sq_distances(self.Z.reshape(-1, q), self.Z_ref).reshape(
+            *self.Z.shape[:-2], m, -1)
+
+    def row_logsumexp(self, near=None):
+        r""":math:`\log \sum_j w_{ij}` per new row, ``(..., m)``."""
+        if self.field is not None:
+            return self.field.log_sum(self.Z)
+        d2 = self._sq_distances()
+        if self.kernel.heavy_tailed:  # no underflow: sum the kernel itself
+            return torch.log(self.kernel.k_and_dlog_k(d2)[0].sum(-1))
+        return torch.logsumexp(self.kernel.log_k(d2), dim=-1)
+
+    def row_sum_softplus(self):
+        r""":math:`\sum_j \log(1 + w_{ij})` per new row, ``(..., m)``."""
+        if self.field is not None:
+            return -self.field.sum(self.Z)
+        d2 = self._sq_distances()
+        if self.kernel.heavy_tailed:
+            return torch.log1p(self.kernel.k_and_dlog_k(d2)[0]).sum(-1)
+        return torch.nn.functional.softplus(self.kernel.log_k(d2)).sum(-1)
 
 
 def _as_dense_log_pi(log_pi, n, like):

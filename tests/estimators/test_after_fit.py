@@ -122,3 +122,50 @@ def test_new_points_are_validated_once(make, verb, data, monkeypatch):
     kwargs = {"num_samples": 2, "num_warmup": 2, "n_iter": 3} if verb == "sample_transform" else {}
     getattr(est, verb)(data[1], **kwargs)
     assert calls == ["validate_data"]
+
+
+@pytest.mark.parametrize("make", [
+    lambda: probdr.SNE(perplexity=8, n_iter=30, random_state=0),
+    lambda: probdr.TSNE(perplexity=8, n_iter=30, random_state=0),
+    lambda: probdr.TSNE(perplexity=8, dof="learn", n_iter=30, random_state=0),
+    lambda: probdr.UMAP(n_neighbors=8, n_epochs=10, repulsion="exact", random_state=0),
+    lambda: probdr.LargeVis(perplexity=8, n_iter=10, repulsion="exact", random_state=0),
+], ids=["SNE", "TSNE", "TSNE-dof", "UMAP", "LargeVis"])
+def test_new_points_log_density_is_the_fit_laws_conditional(make, data):
+    """The log density that ``transform`` and ``sample_transform`` put on a new point is the
+    fitted law's conditional of the new node's row given the fitted embedding: the graph over
+    the n training nodes and the new one, with the fit's kernel (``kernel_``, learned numbers
+    included), scored by the fit's law (D: the row's term of the D law; E: the row given its
+    degree, the D law's; B: the B law on the row's cells), to 1e-10."""
+    from probdr.laws.graph import BinaryGraph, UnitDegreeGraph
+    from probdr.laws.weights import SparseWeights
+    from probdr.models.out_of_sample import new_point_log_likelihood
+
+    est = make().fit(data[0])
+    Xn = data[1]
+    P = est._fitted_input().rows(Xn)
+    n, m = est.n_samples_, Xn.shape[0]
+    Z_ref = torch.as_tensor(est.embedding_, dtype=torch.float64)
+    kw = est._batch_kwargs(P, 0, m, Z_ref, torch.float64)
+    assert kw["nonedge_weight"] is None  # the exact laws (no negative-sampling surrogate)
+    Z_new = torch.as_tensor(est.transform(Xn, n_iter=5), dtype=torch.float64)
+    got = new_point_log_likelihood(Z_new, kw["edges"], Z_ref, est.kernel_, kw["row_law"])
+    kind = est.model_kwargs_["prior_z"].kind
+    rows, cols, p = kw["edges"]
+    for i in range(m):
+        Z_full = torch.cat([Z_ref, Z_new[i:i + 1]])
+        mine = rows == i
+        c, v = cols[mine], p[mine].double()
+        r = torch.full_like(c, n)
+        W = torch.sparse_coo_tensor(torch.stack([r, c]), v, (n + 1, n + 1),
+                                    check_invariants=True).coalesce()
+        weights = KernelWeights(Z_full, est.kernel_)
+        if kind in ("D", "E"):
+            want = UnitDegreeGraph(weights, validate_args=False).log_prob(W)
+        else:  # the B law's cells of the new row: every (new node, training node) pair
+            cells = torch.arange(n)
+            row_law = BinaryGraph(SparseWeights(torch.full_like(cells, n), cells,
+                                                weights.log_at(torch.full_like(cells, n), cells),
+                                                n + 1), validate_args=False)
+            want = row_law.log_prob(W)
+        assert float(got[i]) == pytest.approx(float(want), rel=1e-10, abs=1e-10), (i, kind)
