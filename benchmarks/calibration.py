@@ -154,7 +154,7 @@ def fit(method, Zt, W, kernel, beta, s, seed, svi_steps, inflation,
     large = n > FFT_FROM
     kwargs = dict(W_X=W, prior_z=get_prior(law_name), kernel=kernel, n_components=2,
                   repulsion="fft" if large else repulsion, z_prior=isotropic_gaussian(s, n, 2),
-                  coupling_weight=float(beta), dtype=torch.float64)
+                  coupling_weight=float(beta))
     surrogate = repulsion == SURROGATE_FIT
     if surrogate:
         kwargs.update(negative_samples=SURROGATE[0], negative_weight=SURROGATE[1])

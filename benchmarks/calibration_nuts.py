@@ -268,8 +268,7 @@ def main() -> None:
     beta, s = 4, 3.0
     Zt, W, law, kernel = simulate(a.method, a.n, beta, s, a.seed)
     kw = dict(W_X=W, prior_z=get_prior(law), kernel=kernel, n_components=2, repulsion="exact",
-              z_prior=isotropic_gaussian(s, a.n, 2), coupling_weight=float(beta),
-              dtype=torch.float64)
+              z_prior=isotropic_gaussian(s, a.n, 2), coupling_weight=float(beta))
     chains, Zm = nuts_chains(a, kw, Zt)
     nuts, chain_stats = pooled_reference(chains, Zm.detach().numpy())
     ref, sn = nuts.mean(0), point_sd(nuts)

@@ -64,7 +64,6 @@ def graph_coupling_model(
     pair_grad_clip: float | None = None,
     epoch_steps: int = 1,
     whole_epoch: bool = False,
-    dtype: torch.dtype = torch.float32,
 ):
     """Pyro model of the graph coupling.
 

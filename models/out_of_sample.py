@@ -28,6 +28,11 @@ point :math:`i` the coupling log-likelihood is
 The posterior of a new point's position is
 :math:`p(z_i \mid \cdot) \propto p(z_i)\, e^{\beta \ell_i(z_i)}` with the estimator's
 ``coupling_weight`` :math:`\beta`.
+
+The likelihood is not written here again: it is the graph law's own, evaluated on weights pinned
+to the reference rows (:class:`probdr.laws.weights.ReferenceWeights`) by
+:meth:`probdr.laws.graph.GraphLaw.rows_log_prob` -- the D law's for categorical rows, the B
+law's for Bernoulli rows.
 """
 
 from __future__ import annotations
@@ -35,21 +40,25 @@ from __future__ import annotations
 import pyro
 import pyro.distributions as dist
 import torch
-import torch.nn.functional as F
 from torch.distributions import constraints
 
-from probdr._compute.allpairs import pairwise_sq_distances
+from probdr.laws.graph import BinaryGraph, UnitDegreeGraph
+from probdr.laws.weights import ReferenceWeights
 
 __all__ = ["ROW_LAWS", "new_point_log_likelihood", "new_points_model"]
 
-ROW_LAWS = ("categorical", "bernoulli")
+#: the law that scores a new row: categorical (the D law; the E law's row given its degree) or
+#: Bernoulli (the B law)
+ROW_LAWS = {"categorical": UnitDegreeGraph, "bernoulli": BinaryGraph}
 
 
 def new_point_log_likelihood(Z: torch.Tensor, edges: tuple, Z_ref: torch.Tensor, kernel,
                              row_law: str = "categorical",
                              nonedge_weight: torch.Tensor | None = None,
                              field=None) -> torch.Tensor:
-    r"""Per-point coupling log-likelihood :math:`\ell_i(z_i)` of new points (module docstring).
+    r"""Per-point coupling log-likelihood :math:`\ell_i(z_i)` of new points (module docstring):
+    the row law's :meth:`~probdr.laws.graph.GraphLaw.rows_log_prob` on the weights of the new
+    rows against the reference points (:class:`~probdr.laws.weights.ReferenceWeights`).
 
     Parameters
     ----------
@@ -77,47 +86,10 @@ def new_point_log_likelihood(Z: torch.Tensor, edges: tuple, Z_ref: torch.Tensor,
     -------
     tensor (..., m)
     """
-    rows, cols, p = edges
-    m, q = Z.shape[-2:]
-    lead = Z.shape[:-2]
-    d2_e = (Z[..., rows, :] - Z_ref[cols]).square().sum(-1)  # (..., edges)
-    logk_e = kernel.log_k(d2_e)
-    p = p.to(Z.dtype)
-
-    def per_row(v):  # sum of edge terms per new point
-        return torch.zeros(*lead, m, dtype=Z.dtype).index_add_(-1, rows, v * p)
-
-    if row_law == "categorical":
-        p_tot = torch.zeros(m, dtype=Z.dtype).index_add_(0, rows, p)
-        if field is not None:
-            return per_row(logk_e) - p_tot * field.log_sum(Z)
-        d2 = pairwise_sq_distances(Z.reshape(-1, q), Z_ref).reshape(*lead, m, -1)  # (..., m, n)
-        if kernel.heavy_tailed:  # no underflow: sum the kernel itself
-            log_norm = torch.log(kernel.k_and_dlog_k(d2)[0].sum(-1))
-        else:
-            log_norm = torch.logsumexp(kernel.log_k(d2), dim=-1)
-        return per_row(logk_e) - p_tot * log_norm
-    if row_law == "bernoulli":
-        # log sigma(log K) = log K - log(1 + K); log sigma(-log K) = -log(1 + K)
-        attraction = per_row(logk_e - F.softplus(logk_e))
-        repel = _nonedge_sums(Z, Z_ref, kernel, field)
-        if nonedge_weight is None:  # (1 - p_ij) on every pair
-            return attraction + repel - per_row(-F.softplus(logk_e))
-        return attraction + nonedge_weight * repel
-    raise ValueError(f"row_law must be one of {ROW_LAWS}, got {row_law!r}.")
-
-
-def _nonedge_sums(Z: torch.Tensor, Z_ref: torch.Tensor, kernel, field=None) -> torch.Tensor:
-    """:math:`\\sum_j \\log\\sigma(-\\log K_{ij}) = -\\sum_j \\log(1 + K_{ij})` over all the
-    reference points, (..., m): from the references' field (near pairs exact, far part
-    interpolated) when one is given, else over all pairs."""
-    if field is not None:
-        return field.sum(Z)
-    m, q = Z.shape[-2:]
-    d2 = pairwise_sq_distances(Z.reshape(-1, q), Z_ref).reshape(*Z.shape[:-2], m, -1)
-    if kernel.heavy_tailed:
-        return -torch.log1p(kernel.k_and_dlog_k(d2)[0]).sum(-1)
-    return -F.softplus(kernel.log_k(d2)).sum(-1)
+    if row_law not in ROW_LAWS:
+        raise ValueError(f"row_law must be one of {tuple(ROW_LAWS)}, got {row_law!r}.")
+    law = ROW_LAWS[row_law](ReferenceWeights(Z, Z_ref, kernel, field))
+    return law.rows_log_prob(edges, nonedge_weight)
 
 
 def new_points_model(edges: tuple, Z_ref: torch.Tensor, kernel, n_components: int, n_new: int, *,

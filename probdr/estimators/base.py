@@ -25,6 +25,7 @@ from sklearn.base import (
     TransformerMixin,
     _fit_context,
 )
+from sklearn.utils._available_if import _AvailableIfDescriptor, available_if
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from .._compute.isolation import fit_stream, private_pyro
@@ -35,7 +36,7 @@ from .params import MAX_SEED, InvalidParameterError, check_init, constraints_for
 from .tables import check_table, reword_nonfinite
 
 __all__ = ["DREstimator", "resolve_seed", "resolve_n_jobs", "thread_limit", "fit_environment",
-           "isolated_random_state", "transform_only_if"]
+           "isolated_random_state", "unavailable_because"]
 
 
 def resolve_seed(random_state) -> int:
@@ -150,8 +151,9 @@ class DREstimator(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimat
     """Base class of the probdr estimators.
 
     Subclasses store their parameters in ``__init__`` (one assignment each) and nothing else,
-    keep fixed choices as class attributes, and implement ``_fit(X: torch.Tensor) ->
-    torch.Tensor`` (the embedding). ``fit`` checks the parameters before any work, in three
+    keep fixed choices as class attributes, and implement ``_fit(X: torch.Tensor, y=None) ->
+    torch.Tensor`` (the embedding; ``y`` the labels that ``_check_labels`` validated, ``None``
+    where the estimator uses none). ``fit`` checks the parameters before any work, in three
     steps (:mod:`probdr.estimators.params`): each parameter against its declared constraint
     (scikit-learn's ``_validate_params``, run by ``_fit_context``), then
     ``_check_params_together()`` (relations between parameters; no data), then, once ``X`` is
@@ -169,14 +171,20 @@ class DREstimator(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimat
     _keeps_training_data = False
     #: ``fit`` accepts scipy sparse X (CSR/CSC; the input side never densifies it)
     _accepts_sparse = False
-    #: ``fit(X, y)`` uses the labels (``_fit(X, y)``); other estimators ignore ``y``
-    _uses_labels = False
     #: constraints that differ from the shared table (:data:`probdr.estimators.params.PARAMETERS`)
     _constraint_overrides: dict = {}
     _parameter_constraints: dict = {}
 
     def __init_subclass__(cls, **kwargs):
+        # a ``transform`` declared with scikit-learn's ``available_if`` in the class body: the
+        # set_output wrapper goes inside the availability check (it would otherwise replace
+        # the descriptor by a plain function, and ``hasattr(est, "transform")`` be always True)
+        declared = cls.__dict__.get("transform")
+        if isinstance(declared, _AvailableIfDescriptor):
+            cls.transform = declared.fn
         super().__init_subclass__(**kwargs)
+        if isinstance(declared, _AvailableIfDescriptor):
+            cls.transform = available_if(declared.check)(cls.__dict__["transform"])
         cls._parameter_constraints = constraints_for(cls)
         _wrap_mixin_transform(cls)
 
@@ -236,10 +244,13 @@ class DREstimator(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimat
         looked at; raises ``InvalidParameterError`` (override, calling ``super()``)."""
         check_init(getattr(self, "init", None))
 
-    def _check_params_vs_input(self, n: int, p: int) -> None:
+    def _check_params_vs_input(self, n: int, p: int):
         """The rules that depend on the data: ``n`` samples, ``p`` features, the kind of X
         (override). Every data-independent rule lives in the constraint table or in
-        :meth:`_check_params_together`."""
+        :meth:`_check_params_together`. Returns the input side checked against the data (an
+        :class:`~probdr.input.InputGraph`, which ``fit`` keeps as ``input_``), or ``None``
+        for an estimator without one; sets nothing."""
+        return None
 
     def _check_init_shape(self, n: int) -> None:
         """An ``init`` array has one row per sample and ``n_components`` columns (an estimator
@@ -252,7 +263,7 @@ class DREstimator(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimat
             raise InvalidParameterError(f"init array must have shape ({n}, "
                                         f"{self.n_components}), got {shape}.")
 
-    def _fit(self, X: torch.Tensor) -> torch.Tensor:  # pragma: no cover - abstract
+    def _fit(self, X: torch.Tensor, y=None) -> torch.Tensor:  # pragma: no cover - abstract
         raise NotImplementedError
 
     def _keeps_data_now(self) -> bool:
@@ -260,7 +271,8 @@ class DREstimator(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimat
         return True
 
     def _check_labels(self, y, n: int):
-        """Validate ``y`` for a supervised fit (override); ``None`` when unused."""
+        """Validate ``y`` for a supervised fit (override); ``None`` where the estimator does
+        not use labels (``_fit`` then gets ``y=None``)."""
         return None
 
     @_fit_context(prefer_skip_nested_validation=True)
@@ -280,16 +292,18 @@ class DREstimator(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimat
         _check_magnitude(Xt)
         self._check_n_components(p)
         self._fit_dtype = resolve_dtype(getattr(self, "dtype", "float64"))
-        self._check_params_vs_input(n, p)
+        side = self._check_params_vs_input(n, p)
+        if side is not None:
+            self.input_ = side
         self._check_init_shape(n)
-        labels = self._check_labels(y, n) if (self._uses_labels and y is not None) else None
+        labels = self._check_labels(y, n) if y is not None else None
         self.random_state_ = resolve_seed(self.random_state)
         with fit_environment(self) as device, \
                 isolated_random_state(self.random_state_), \
                 fit_callbacks(callback, getattr(self, "callbacks_every", 50)):
             if isinstance(Xt, torch.Tensor):
                 Xt = Xt.to(device)
-            Z = self._fit(Xt, labels) if self._uses_labels else self._fit(Xt)
+            Z = self._fit(Xt, labels)
         if not torch.isfinite(Z).all():
             raise FloatingPointError(
                 f"{type(self).__name__} produced a non-finite embedding; try a smaller learning "
@@ -422,12 +436,12 @@ def _wrap_mixin_transform(cls) -> None:
         cls.transform = _wrap_method_output(vars(owner)["transform"], "transform")
 
 
-def transform_only_if(cls, reason) -> None:
-    """Make ``cls.transform`` exist only when ``reason(est)`` is ``None``; otherwise accessing
-    it raises an ``AttributeError`` whose cause says why the model has no out-of-sample map
-    (``hasattr(est, "transform")`` is then False, as scikit-learn's meta-estimators expect).
-    Applied after the class is created, over scikit-learn's ``set_output`` wrapper."""
-    from sklearn.utils._available_if import available_if
+def unavailable_because(reason):
+    """A check for scikit-learn's ``available_if`` from ``reason(est)``, the reason why the
+    method does not apply to ``est`` (``None`` where it does): declared in the class body,
+    ``@available_if(unavailable_because(reason))``, the method exists only where the reason is
+    ``None``; otherwise accessing it raises an ``AttributeError`` whose cause says why
+    (``hasattr(est, "transform")`` is then False, as scikit-learn's meta-estimators expect)."""
 
     def check(est) -> bool:
         why = reason(est)
@@ -435,4 +449,4 @@ def transform_only_if(cls, reason) -> None:
             raise AttributeError(why)
         return True
 
-    cls.transform = available_if(check)(cls.transform)
+    return check

@@ -164,8 +164,8 @@ class ccPCA(DREstimator):
                 "ccPCA does not take metric='precomputed': it averages the rows of X over the "
                 "posterior graphs' components, so it needs the features; pass X and a metric.")
 
-    def _check_params_vs_input(self, n: int, p: int) -> None:
-        self.input_ = self._make_input().check(n, p)
+    def _check_params_vs_input(self, n: int, p: int) -> InputGraph:
+        return self._make_input().check(n, p)
 
     def _after_fit(self) -> None:
         # a new node joining training node j's component C in draw l has the CC mean
@@ -200,16 +200,16 @@ class ccPCA(DREstimator):
         out. A new point equal to a training point gets its fitted position."""
         Xt = self._validate_new(X)
         side = self._fitted_input()
-        JA = side.averaged(Xt, self.join_means_)
-        JB = side.averaged(Xt, self.join_weights_[:, None])
-        match = side.matches(Xt)
+        JA = side.averaged(Xt, self.join_means_, validated=True)
+        JB = side.averaged(Xt, self.join_weights_[:, None], validated=True)
+        match = side.matches(Xt, validated=True)
         Mbar = JA + JB * Xt.cpu().numpy()
         Z = torch.as_tensor((Mbar - self.mean_) @ self.projection_)
         seen = match >= 0
         Z[seen] = torch.as_tensor(self.embedding_)[match[seen]]
         return self._output(Z, X)
 
-    def _fit(self, X: torch.Tensor) -> torch.Tensor:
+    def _fit(self, X: torch.Tensor, y=None) -> torch.Tensor:
 
         self.input_graph_ = self.input_.fit(X, random_state=self.random_state_)
         gen = generator(self.random_state_)

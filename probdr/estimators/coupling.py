@@ -295,7 +295,6 @@ class GraphCoupling(InputKindsMixin, ContinueMixin, NewPointsMixin, PosteriorInf
         "kernel_z": [StrOptions({"gaussian", "student", "cauchy", "t", "umap", "umap_odds"}),
                      Kernel]}
     _accepts_sparse = True
-    _uses_labels = True
 
     def __init__(
         self,
@@ -417,11 +416,6 @@ class GraphCoupling(InputKindsMixin, ContinueMixin, NewPointsMixin, PosteriorInf
         if not isinstance(self.prior_z, GraphPrior) or kz in ("B", "D", "E"):
             check_coupling(kx, kz)
 
-    def _check_input_side(self, n: int, p: int) -> None:
-        """The input side (``input_``, :class:`~probdr.input.InputGraph`) built from the
-        parameters and checked against the data, once."""
-        self.input_ = self._make_input().check(n, p)
-
     def _check_params_together(self) -> None:
         super()._check_params_together()
         self._check_priors()
@@ -462,8 +456,10 @@ class GraphCoupling(InputKindsMixin, ContinueMixin, NewPointsMixin, PosteriorInf
                 f"{name}: repulsion='fft' with the E latent law covers the Student kernels "
                 "(t-SNE's family); use repulsion='exact' or 'sampled' for this kernel.")
 
-    def _check_params_vs_input(self, n: int, p: int) -> None:
-        self._check_input_side(n, p)
+    def _check_params_vs_input(self, n: int, p: int) -> InputGraph:
+        """The input side built from the parameters and checked against the data, once (``fit``
+        keeps it as ``input_``), then the rules of the latent side."""
+        side = self._make_input().check(n, p)
         from ..laws.edge_priors import check_edge_prior
 
         check_edge_prior(self.edge_prior, n, "edge_prior")
@@ -484,6 +480,7 @@ class GraphCoupling(InputKindsMixin, ContinueMixin, NewPointsMixin, PosteriorInf
             if self.latent_edge_prior is not None:
                 raise InvalidParameterError("inference='laplace' covers latent laws without an "
                                             "edge prior; use inference='svi'.")
+        return side
 
     def _phases(self, n: int) -> tuple[list[Phase], float, float | None]:
         """Optimisation schedule, loss scale and gradient clip (umap-learn's per-pair clip at 4
@@ -682,8 +679,10 @@ class GraphCoupling(InputKindsMixin, ContinueMixin, NewPointsMixin, PosteriorInf
         return Zt
 
     def latent_law(self, Z) -> GraphLaw:
-        """The posterior law of the latent graph W_Z given Z (float64)."""
-        return self._latent_prior().posterior(KernelWeights(self._check_Z(Z), self._make_kernel()))
+        """The posterior law of the latent graph W_Z given Z (float64), under the fit's latent
+        prior and its kernel (``kernel_``: learned numbers at their MAP)."""
+        Zt = self._check_Z(Z)
+        return self.model_kwargs_["prior_z"].posterior(KernelWeights(Zt, self.kernel_))
 
     def loss(self, Z) -> float:
         """The coupling cross-entropy H(Z) between the laws of W_X and W_Z (Van Assel et al.
@@ -699,7 +698,6 @@ class GraphCoupling(InputKindsMixin, ContinueMixin, NewPointsMixin, PosteriorInf
         Zt = self._check_Z(Z)
         kw = dict(self.model_kwargs_, kernel=self.kernel_)  # learned numbers at their MAP
         P = self._observed_graph()
-        kw.update(W_X=P.double().coalesce() if P.is_sparse else P.double(), repulsion="exact",
-                  dtype=torch.float64)
+        kw.update(W_X=P.double().coalesce() if P.is_sparse else P.double(), repulsion="exact")
         tr = poutine.trace(poutine.condition(graph_coupling_model, data={"Z": Zt})).get_trace(**kw)
         return float(tr.log_prob_sum())

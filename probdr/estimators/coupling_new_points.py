@@ -27,6 +27,7 @@ from .._compute.fft import CauchyField
 from .._compute.pair_field import ReferenceField, kernel_length, non_edge_term
 from .._utils import check_number, generator
 from ..infer.map import Phase, run_map
+from ..infer.metropolis import random_walk_metropolis
 from ..input.graph import prior_kind
 from ..input.neighbors import knn_query
 from ..models.out_of_sample import new_point_log_likelihood, new_points_model
@@ -49,8 +50,6 @@ SAMPLE_PRIOR_SCALE = 10.0
 #: (:class:`probdr._compute.fft.CauchyField`), the non-edge sum of Bernoulli rows
 #: (:class:`probdr._compute.pair_field.ReferenceField`)
 FIELD_MIN_N = 1000
-#: target acceptance rate of the random-walk chains (about optimal in 1 to 3 dimensions)
-TARGET_ACCEPT = 0.35
 
 
 def _check_n_iter(n_iter) -> None:
@@ -130,9 +129,10 @@ class NewPointsMixin:
         """The new points' input rows and, for each, the index of a training point it is (-1
         if none): the fit's input side (:class:`probdr.input.InputGraph`), which keeps the
         calibration and the reference points (with a precomputed input, ``X_new`` holds the new
-        points' distances or affinities to the training points)."""
+        points' distances or affinities to the training points). ``X_new``: validated by
+        ``_validate_new``, not scanned again."""
         side = self._fitted_input()
-        return side.rows(X_new), side.matches(X_new)
+        return side.rows(X_new, validated=True), side.matches(X_new, validated=True)
 
     def _field(self, Z_ref: torch.Tensor):
         """The training points' field for new points in 2-D with at least ``FIELD_MIN_N``
@@ -303,7 +303,7 @@ class NewPointsMixin:
                                               kw["nonedge_weight"], kw["field"])
                 return beta * ll + prior.log_prob(Z).sum(-1)
 
-            d, acc = _random_walk(log_density, Z_map[s:e], num_samples, num_warmup, thin, gen,
+            d, acc = random_walk_metropolis(log_density, Z_map[s:e], num_samples, num_warmup, thin, gen,
                                   _nn_scale(Z_ref, gen))
             draws[:, s:e] = d
             low_accept += int((acc < 0.05).sum())
@@ -315,33 +315,3 @@ class NewPointsMixin:
             return torch.from_numpy(out).to(X.device)
         return out
 
-
-@torch.no_grad()
-def _random_walk(log_density, Z0: torch.Tensor, num_samples: int, num_warmup: int, thin: int,
-                 gen: torch.Generator, scale0: float):
-    """Two random-walk Metropolis chains per point (vectorised over points); returns draws
-    ``(num_samples, m, q)`` (the chains interleaved) and each point's acceptance rate."""
-    m, q = Z0.shape
-    Z = Z0.expand(2, m, q) + 0.1 * scale0 * torch.randn(2, m, q, generator=gen, dtype=Z0.dtype)
-    lp = log_density(Z)
-    step = torch.full((2, m), scale0 / math.sqrt(q), dtype=Z0.dtype)
-    per_chain = math.ceil(num_samples / 2)
-    kept = torch.empty(per_chain, 2, m, q, dtype=Z0.dtype)
-    accepted = torch.zeros(2, m, dtype=Z0.dtype)
-    for t in range(num_warmup + per_chain * thin):
-        prop = Z + step[..., None] * torch.randn(2, m, q, generator=gen, dtype=Z0.dtype)
-        lpp = log_density(prop)
-        u = torch.rand(2, m, generator=gen, dtype=Z0.dtype)
-        ok = torch.log(u) < (lpp - lp)  # NaN proposals (never expected) are rejected
-        Z = torch.where(ok[..., None], prop, Z)
-        lp = torch.where(ok, lpp, lp)
-        if t < num_warmup:
-            step = step * torch.exp((ok.to(Z0.dtype) - TARGET_ACCEPT) / math.sqrt(t + 1.0))
-        else:
-            accepted += ok
-            r = t - num_warmup
-            if (r + 1) % thin == 0:
-                kept[r // thin] = Z
-    rate = accepted.mean(0) / max(per_chain * thin, 1)
-    draws = kept.transpose(0, 1).reshape(2 * per_chain, m, q)[:num_samples]
-    return draws, rate

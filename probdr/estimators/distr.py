@@ -253,7 +253,7 @@ class DistR(DREstimator):
         Xt = self._validate_new(X)
         T = self.assignment_ / self.assignment_.sum(1, keepdims=True).clip(1e-300)
         side = self._fitted_input()
-        return side.averaged(Xt, T), side.matches(Xt), Xt
+        return side.averaged(Xt, T, validated=True), side.matches(Xt, validated=True), Xt
 
     @in_fit_environment
     def predict(self, X) -> np.ndarray:
@@ -338,7 +338,7 @@ class DistR(DREstimator):
         # new points: their entropic rows at the fit's perplexity average the training points'
         return InputGraph("D", "entropic", perplexity=self.perplexity)
 
-    def _fit(self, X: torch.Tensor) -> torch.Tensor:
+    def _fit(self, X: torch.Tensor, y=None) -> torch.Tensor:
         N, d = X.shape[0], self.n_components
         self.input_ = self._make_input().reference(X)
         gen = generator(self.random_state_)

@@ -23,6 +23,7 @@ import warnings
 
 import numpy as np
 import torch
+from sklearn.utils.metaestimators import available_if
 
 from .._utils import generator
 from ..infer.map import MAPFit, Phase
@@ -30,11 +31,17 @@ from ..init import pad_columns
 from ..input.graph import dense_cost, euclidean_distance_matrix, geodesic_distances
 from ..models.ot_gwmds import euclidean_distances, gwmds_model
 from ..ot.costs import pearson_distance_correlation
-from .base import DREstimator, transform_only_if
+from .base import DREstimator, unavailable_because
 from .docs import reference
 from .params import StrOptions
 
 __all__ = ["GWMDS"]
+
+#: why ``GWMDS`` has no ``transform``
+NO_OUT_OF_SAMPLE_MAP = (
+    "GW-MDS defines no out-of-sample map: the embedding is matched to the whole dissimilarity "
+    "matrix of the training points by a Gromov-Wasserstein plan, and a new point has no place "
+    "in that plan. Refit on the training and new points together.")
 
 INITS = ("pca", "random")
 
@@ -229,16 +236,15 @@ class GWMDS(DREstimator):
     def _precomputed(self) -> bool:
         return isinstance(self.metric, str) and self.metric == "precomputed"
 
-    def _dissimilarity(self, X: torch.Tensor) -> np.ndarray:
+    def _dissimilarity(self, X: torch.Tensor) -> tuple[np.ndarray, int | None]:
+        """The dissimilarity matrix and the neighbour count of its geodesic graph (``None``
+        without one)."""
         if self.geodesic:
-            D, k = geodesic_distances(X, self.n_neighbors, metric=self.metric,
+            return geodesic_distances(X, self.n_neighbors, metric=self.metric,
                                       metric_params=self.metric_params)
-            self.n_neighbors_ = k
-            return D
-        self.n_neighbors_ = None
         if isinstance(self.metric, str) and self.metric == "euclidean":
-            return euclidean_distance_matrix(X.cpu().numpy())
-        return dense_cost(X, self.metric, self.metric_params).sqrt().cpu().numpy()
+            return euclidean_distance_matrix(X.cpu().numpy()), None
+        return dense_cost(X, self.metric, self.metric_params).sqrt().cpu().numpy(), None
 
     def _initial(self, X: torch.Tensor, scale: float, gen: torch.Generator):
         n, d = X.shape[0], self.n_components
@@ -267,10 +273,10 @@ class GWMDS(DREstimator):
             max_iter=int(self.gw_max_iter))
         return plan, float(log["gw_dist"])
 
-    def _fit(self, X: torch.Tensor) -> torch.Tensor:
+    def _fit(self, X: torch.Tensor, y=None) -> torch.Tensor:
         n, d = X.shape[0], self.n_components
         gen = generator(self.random_state_)
-        D = self._dissimilarity(X)
+        D, self.n_neighbors_ = self._dissimilarity(X)
         self.dissimilarity_ = D
         off = ~np.eye(n, dtype=bool)
         scale = float(D[off].mean())
@@ -343,12 +349,7 @@ class GWMDS(DREstimator):
         return Y_out
 
 
-def _gwmds_transform(self, X):  # never reachable: hidden by transform_only_if below
-    raise AttributeError("GW-MDS has no out-of-sample map.")
-
-
-GWMDS.transform = _gwmds_transform
-transform_only_if(GWMDS, lambda est: (
-    "GW-MDS defines no out-of-sample map: the embedding is matched to the whole dissimilarity "
-    "matrix of the training points by a Gromov-Wasserstein plan, and a new point has no place "
-    "in that plan. Refit on the training and new points together."))
+    @available_if(unavailable_because(lambda est: NO_OUT_OF_SAMPLE_MAP))
+    def transform(self, X):  # never reachable: the declared availability refuses it
+        """GW-MDS has no out-of-sample map (:data:`NO_OUT_OF_SAMPLE_MAP`)."""
+        raise AttributeError(NO_OUT_OF_SAMPLE_MAP)

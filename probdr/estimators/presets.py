@@ -19,6 +19,7 @@ values of the preset's class attributes (use :class:`GraphCoupling` to change th
 from __future__ import annotations
 
 from ..kernels import find_ab_params, get_kernel
+from ..laws.graph import GraphLaw
 from .compat import foreign_names
 from .coupling import GraphCoupling
 from .docs import reference
@@ -555,14 +556,18 @@ class UMAP(_SGDPreset):
         self.epoch_steps = epoch_steps
 
     def _make_kernel(self):
-        self.a_, self.b_ = find_ab_params(self.spread, self.min_dist)
-        return get_kernel("umap_odds", a=self.a_, b=self.b_)
+        a, b = find_ab_params(self.spread, self.min_dist)
+        return get_kernel("umap_odds", a=a, b=b)
 
     def _n_iter(self, n: int) -> int:
         epochs = int(self.n_epochs) if self.n_epochs is not None else umap_schedule(n)[0]
         return epochs * self._epoch_steps(n)
 
     def _epoch_steps(self, n: int) -> int:
-        self.epoch_steps_ = (umap_schedule(n)[1] if self.epoch_steps == "auto"
-                             else int(self.epoch_steps))
-        return self.epoch_steps_
+        return umap_schedule(n)[1] if self.epoch_steps == "auto" else int(self.epoch_steps)
+
+    def _fit(self, X, y=None):
+        n = X.n if isinstance(X, GraphLaw) else X.shape[0]
+        self.a_, self.b_ = find_ab_params(self.spread, self.min_dist)
+        self.epoch_steps_ = self._epoch_steps(n)
+        return super()._fit(X, y)

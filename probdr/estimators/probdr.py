@@ -18,13 +18,14 @@ from __future__ import annotations
 
 import numpy as np
 import torch
+from sklearn.utils.metaestimators import available_if
 
 from .._utils import generator
 from ..infer.map import map_estimate
 from ..input.calibration import InputGraph
 from ..laws.wishart import probdr_epsilon, theorem2_solution
 from ..models.probdr_general import KERNELS, closed_form, probdr_general_model
-from .base import DREstimator, in_fit_environment, transform_only_if
+from .base import DREstimator, in_fit_environment, unavailable_because
 from .docs import reference
 from .params import Int, InvalidParameterError, StrOptions
 from .wishart import principal_axes
@@ -37,6 +38,15 @@ COVARIANCES = ("laplacian", "sample")
 
 def _is_sample(cov) -> bool:
     return isinstance(cov, str) and cov == "sample"
+
+
+def _no_map_without_features(est) -> str | None:
+    """Why ``est`` has no ``transform`` (``None`` where it has one)."""
+    if isinstance(est.covariance, str):
+        return None
+    return ("ProbDR with a precomputed covariance matrix has no out-of-sample map: the model "
+            "never sees the data's features. Use covariance='laplacian' or 'sample' to "
+            "transform new points.")
 
 
 @reference
@@ -244,9 +254,10 @@ class ProbDR(GraphRowMixin, DREstimator):
                 f"solver='closed_form' needs alpha=0 (the kernel term has no closed form), got "
                 f"alpha={self.alpha!r}.")
 
-    def _check_params_vs_input(self, n: int, p: int) -> None:
+    def _check_params_vs_input(self, n: int, p: int):
+        side = None  # the kNN graph (covariance="laplacian"); places new points
         if isinstance(self.covariance, str) and self.covariance == "laplacian":
-            self.input_ = self._make_input().check(n, p)  # the kNN graph; places new points
+            side = self._make_input().check(n, p)
         q = self.n_components
         if n > self.max_n:
             raise ValueError(
@@ -266,6 +277,7 @@ class ProbDR(GraphRowMixin, DREstimator):
         if not isinstance(self.init, str) and np.shape(self.init) != (n, q):
             raise ValueError(f"init must be 'pca', 'eigen', 'random' or a finite array of shape "
                              f"({n}, {q}), got shape {np.shape(self.init)}.")
+        return side
 
     # -- new points -----------------------------------------------------------------------------
     _keeps_training_data = True  # for the linear map of covariance="sample" (_after_fit)
@@ -277,6 +289,7 @@ class ProbDR(GraphRowMixin, DREstimator):
         if _is_sample(self.covariance):
             LinearMapMixin._after_fit(self)
 
+    @available_if(unavailable_because(_no_map_without_features))
     @in_fit_environment
     def transform(self, X):
         """Place new points: with ``covariance="laplacian"`` by the new node's kNN-graph row (the
@@ -291,7 +304,7 @@ class ProbDR(GraphRowMixin, DREstimator):
         return LinearMapMixin._linear_map(self)
 
     # -- the precision -----------------------------------------------------------------------------
-    def _precision(self, X: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
+    def _fit_precision(self, X: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
         r""":math:`\Lambda` (dense) and a factor :math:`W`, :math:`\Lambda = W^\top W` (``None``
         for the Laplacian, which is well conditioned on the embedding's span)."""
         n, p = X.shape
@@ -346,14 +359,14 @@ class ProbDR(GraphRowMixin, DREstimator):
                                             generator=gen)
         return Z
 
-    def _fit(self, X: torch.Tensor) -> torch.Tensor:
+    def _fit(self, X: torch.Tensor, y=None) -> torch.Tensor:
         n = X.shape[0]
         q = self.n_components
         alpha = float(self.alpha)
         self.eps_tilde_ = probdr_epsilon(n, self.n_neg, self.n_neighbors)
         self.gamma_ = self._gamma(n)
         self.nu_ = float(n) if self.nu is None else float(self.nu)
-        Lam, W = self._precision(X)
+        Lam, W = self._fit_precision(X)
         self.precision_ = Lam.cpu().numpy()
         self.closed_form_eigenvalues_ = None
         self.loss_history_ = np.empty(0)
@@ -383,10 +396,6 @@ class ProbDR(GraphRowMixin, DREstimator):
         self.gram_eigenvalues_ = torch.linalg.eigvalsh(Z.T @ Z).flip(0).cpu().numpy()
         return Z
 
-
-transform_only_if(ProbDR, lambda est: None if isinstance(est.covariance, str) else (
-    "ProbDR with a precomputed covariance matrix has no out-of-sample map: the model never "
-    "sees the data's features. Use covariance='laplacian' or 'sample' to transform new points."))
 
 
 def _whitening(Lam: torch.Tensor) -> dict:

@@ -123,7 +123,6 @@ class SNEkhorn(GraphCoupling):
     precomputed_knn = None
     target_weight = 0.0
     _accepts_sparse = False
-    _uses_labels = False
     _constraint_overrides = {"kernel_z": [StrOptions({"gaussian", "student"})],
                              "perplexity": [Num(1, None, closed="neither")]}
 
@@ -167,10 +166,11 @@ class SNEkhorn(GraphCoupling):
         """No coupling check: the latent law is the doubly stochastic one."""
 
     def _latent_prior(self) -> GraphPrior:
+        """The fit's latent law (``latent_prior_``), or before a fit a new one from the
+        parameters."""
         prior = getattr(self, "latent_prior_", None)
         if prior is None:
-            prior = self.latent_prior_ = DoublyStochasticPrior(
-                tol=self.sinkhorn_tol, max_iter=self.sinkhorn_max_iter)
+            prior = DoublyStochasticPrior(tol=self.sinkhorn_tol, max_iter=self.sinkhorn_max_iter)
         return prior
 
     def _make_input(self) -> InputGraph:
@@ -179,7 +179,10 @@ class SNEkhorn(GraphCoupling):
         return InputGraph(self.prior_x, "sea", perplexity=self.perplexity, metric=self.metric,
                           metric_params=self.metric_params, tol=self.sea_tol)
 
-    def _fit(self, X: torch.Tensor) -> torch.Tensor:
+    def _check_labels(self, y, n: int):
+        return None  # SEA's affinity has no label mixture: ``y`` is ignored
+
+    def _fit(self, X: torch.Tensor, y=None) -> torch.Tensor:
         self.latent_prior_ = DoublyStochasticPrior(tol=self.sinkhorn_tol,
                                                    max_iter=self.sinkhorn_max_iter)
         return super()._fit(X)

@@ -216,7 +216,7 @@ class WishartPCA(LinearMapMixin, PosteriorInference, DREstimator):
         default_dofs(n, p, self.n_components, self.nu_x, self.nu_z)
         self._check_inference(n, self.n_components)
 
-    def _fit(self, X: torch.Tensor) -> torch.Tensor:
+    def _fit(self, X: torch.Tensor, y=None) -> torch.Tensor:
         n, p = X.shape
         q = self.n_components
         Xc = X - X.mean(0, keepdim=True) if self.center else X
@@ -257,10 +257,7 @@ class _LaplacianEstimator(GraphRowMixin, PosteriorInference, DREstimator):
                           neighbors=getattr(self, "neighbors", "auto"), metric=self.metric,
                           metric_params=self.metric_params)
 
-    def _check_neighbors(self, n: int, p: int) -> None:
-        self.input_ = self._make_input().check(n, p)
-
-    def _laplacian(self, X: torch.Tensor) -> KNNLaplacian:
+    def _fit_laplacian(self, X: torch.Tensor) -> KNNLaplacian:
         L = self.input_.fit(X, random_state=self.random_state_)
         self.laplacian_ = L
         self.n_graph_components_ = L.n_connected_components()
@@ -390,21 +387,22 @@ class WishartEigenmaps(_LaplacianEstimator):
                 f"beta={self.beta} is too large for ridge={self.ridge}: the MAP collapses on "
                 f"every axis when beta >= 1/ridge = {1.0 / self.ridge:.4g}.")
 
-    def _check_params_vs_input(self, n: int, p: int) -> None:
-        self._check_neighbors(n, p)
+    def _check_params_vs_input(self, n: int, p: int) -> InputGraph:
+        side = self._make_input().check(n, p)
         if self.n_components > n - 2:
             raise ValueError(f"n_components={self.n_components} needs at least "
                              f"{self.n_components + 2} samples, got {n}.")
         self._check_inference(n, self.n_components)
+        return side
 
     def _column_eigenvalues(self) -> np.ndarray:
         # the MAP's columns are eigenvectors 2..q+1 of the Laplacian (principal axes)
         return self.eigenvalues_[1:self.embedding_.shape[1] + 1]
 
-    def _fit(self, X: torch.Tensor) -> torch.Tensor:
+    def _fit(self, X: torch.Tensor, y=None) -> torch.Tensor:
         n = X.shape[0]
         q = self.n_components
-        L = self._laplacian(X)
+        L = self._fit_laplacian(X)
         ridge = self.ridge
         if ridge is None:
             ridge = L.default_ridge(self.n_graph_components_, warn_for=self.n_neighbors,
@@ -569,8 +567,8 @@ class LaplacianWishart(_LaplacianEstimator):
         return probdr_epsilon(n, self.n_neg, self.n_neighbors) if self.eps_tilde is None \
             else float(self.eps_tilde)
 
-    def _check_params_vs_input(self, n: int, p: int) -> None:
-        self._check_neighbors(n, p)
+    def _check_params_vs_input(self, n: int, p: int) -> InputGraph:
+        side = self._make_input().check(n, p)
         if n > self.max_n:
             raise ValueError(
                 f"LaplacianWishart works with dense n x n matrices (O(n^3) per step); n={n} "
@@ -584,6 +582,7 @@ class LaplacianWishart(_LaplacianEstimator):
         if self.nu is not None and not self.nu > n - 1:
             raise ValueError(f"nu must exceed n - 1 = {n - 1}, got {self.nu!r}.")
         self._check_inference(n, self.n_components)
+        return side
 
     def _init(self, X: torch.Tensor, L: KNNLaplacian, gen: torch.Generator) -> torch.Tensor:
         n, q = X.shape[0], self.n_components
@@ -603,10 +602,10 @@ class LaplacianWishart(_LaplacianEstimator):
         Z = Z - Z.mean(0, keepdim=True)
         return Z / Z[:, 0].std().clamp_min(1e-12)
 
-    def _fit(self, X: torch.Tensor) -> torch.Tensor:
+    def _fit(self, X: torch.Tensor, y=None) -> torch.Tensor:
         n = X.shape[0]
         q = self.n_components
-        L = self._laplacian(X)
+        L = self._fit_laplacian(X)
         self.eps_tilde_ = self._eps(n)
         gen = generator(self.random_state_)
         Z0 = self._init(X, L, gen)

@@ -72,11 +72,11 @@ class GraphRowMixin:
         """Place new points by their kNN-graph rows (class docstring)."""
         Xt = self._validate_new(X)
         side = self._fitted_input()
-        idx = side.nearest(Xt)
+        idx = side.nearest(Xt, validated=True)
         Z_ref = torch.as_tensor(self.embedding_)
         lam = torch.as_tensor(self._column_eigenvalues(), dtype=torch.float64)
         Z = Z_ref[idx].sum(1) / (idx.shape[1] - lam)
-        match = side.matches(Xt)
+        match = side.matches(Xt, validated=True)
         seen = match >= 0
         Z[seen] = Z_ref[match[seen]]
         return self._output(Z, X)

@@ -199,10 +199,13 @@ class InputGraph:
         X = check_data(X, name, min_samples=min_samples)
         return sp.csr_matrix(X, dtype=np.float64) if sp.issparse(X) else X.to(torch.float64)
 
-    def _new_rows(self, X_new):
+    def _new_rows(self, X_new, validated: bool = False):
         """New points validated against the reference points (columns: the reference points'
-        features, or their number with a precomputed input)."""
-        X_new = self._rows(X_new, "X_new", 1)
+        features, or their number with a precomputed input). ``validated``: the caller has
+        validated the rows already (an estimator's ``_validate_new``: a float64 tensor or CSR
+        matrix), only their columns are checked here."""
+        if not validated:
+            X_new = self._rows(X_new, "X_new", 1)
         if self.n_ is None:
             raise RuntimeError("this InputGraph is not fitted: call fit(X) or reference(X).")
         want = self.n_ if self.precomputed else getattr(self, "n_features_", None)
@@ -252,15 +255,16 @@ class InputGraph:
         return self._X if sp.issparse(self._X) else torch.as_tensor(
             np.asarray(self._X, dtype=np.float64))
 
-    def rows(self, X_new) -> torch.Tensor:
+    def rows(self, X_new, *, validated: bool = False) -> torch.Tensor:
         r"""The new points' input rows against the reference points, ``(m, n)`` sparse COO,
         float64: :math:`\mathbb E[W_{X,i\cdot} \mid X]` of each new node under the same prior
         and calibration (:func:`~probdr.input.graph.new_point_rows`; ``"sea"``: the entropic row
         at the same perplexity). With a precomputed input ``X_new`` holds the new points'
-        distances or affinities to the reference points."""
+        distances or affinities to the reference points. ``validated``: ``X_new`` is already
+        validated (the rows are then not scanned again; their columns are checked)."""
         if self.affinity == "knn":
             raise ValueError("the kNN Laplacian has no row law of new points; use nearest().")
-        X_new = self._new_rows(X_new)
+        X_new = self._new_rows(X_new, validated)
         kind = self.precomputed
         X_ref = None if kind is not None else self.reference_data()
         if kind == "affinity":
@@ -271,11 +275,11 @@ class InputGraph:
                               metric=self.metric, metric_params=self.metric_params,
                               n_ref=self.n_)
 
-    def matches(self, X_new) -> torch.Tensor:
+    def matches(self, X_new, *, validated: bool = False) -> torch.Tensor:
         """For each new point, the reference point it is (``-1`` if none): a row equal to a
         training row, or a distance of exactly 0 with precomputed distances; none with a
         precomputed affinity. A new point that is a training point is that node of the fit."""
-        X_new = self._new_rows(X_new)
+        X_new = self._new_rows(X_new, validated)
         kind = self.precomputed
         if kind == "affinity":
             return torch.full((X_new.shape[0],), -1, dtype=torch.long)
@@ -283,20 +287,20 @@ class InputGraph:
             return zero_distance_matches(X_new)
         return training_matches(X_new, self.reference_data())
 
-    def nearest(self, X_new, k: int | None = None) -> torch.Tensor:
+    def nearest(self, X_new, k: int | None = None, *, validated: bool = False) -> torch.Tensor:
         """The ``k`` nearest reference points of each new point (default ``n_neighbors``, at
         most n), ``(m, k)``, nearest first, under the fit's metric."""
-        X_new = self._new_rows(X_new)
+        X_new = self._new_rows(X_new, validated)
         k = min(int(self.n_neighbors if k is None else k), self.n_)
         idx, _ = query_lists(None if self.precomputed else self.reference_data(), X_new, k,
                              metric=self.metric, metric_params=self.metric_params)
         return idx
 
-    def averaged(self, X_new, M) -> np.ndarray:
+    def averaged(self, X_new, M, *, validated: bool = False) -> np.ndarray:
         r""":math:`\sum_j p_{ij} M_j / p_{i+}` for each new point: its entropic input row (the
         fit's prior, at the fit's perplexity, at most n) averaging the rows of ``M`` (n, d), a
         quantity of the training points."""
-        X_new = self._new_rows(X_new)
+        X_new = self._new_rows(X_new, validated)
         X_ref = self.reference_data()
         P = new_point_rows(X_new, X_ref, self.kind, "entropic",
                            perplexity=float(min(self.perplexity, self.n_)), metric=self.metric,

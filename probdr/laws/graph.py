@@ -90,6 +90,7 @@ from .weights import (
     NEG_INF,
     DenseWeights,
     KernelWeights,
+    ReferenceWeights,
     SparseWeights,
     Weights,
     sparse_coo,
@@ -147,11 +148,30 @@ class GraphLaw(TorchDistribution):
     def normaliser(self, value) -> torch.Tensor:
         raise NotImplementedError
 
-    def _with_near(self, value):
-        """Give sampled kernel weights the observed pairs as their exactly-summed near field."""
+    def rows_log_prob(self, edges, nonedge_weight=None) -> torch.Tensor:
+        r"""The log-probability of new nodes' rows, one per row ``(..., m)``, under this law
+        with weights pinned to reference nodes (:class:`~probdr.laws.weights.ReferenceWeights`):
+        eq. (5) restricted to the rows, ``edges = (rows, cols, values)`` their nonzero entries
+        :math:`p_{ij}` (an expected row, or a graph's). Each law writes its own (B, D, E)."""
+        raise NotImplementedError(f"{type(self).__name__} does not score new rows.")
+
+    def _row_edges(self, edges):
+        r"""The new rows' entries in the weights' dtype, and each row's attraction
+        :math:`\sum_j p_{ij} \log w_{ij}`'s terms :math:`\log w_{ij}`."""
+        w = self.weights
+        if not isinstance(w, ReferenceWeights):
+            raise TypeError("rows_log_prob scores new rows against reference nodes: the law's "
+                            "weights must be ReferenceWeights.")
+        rows, cols, p = edges
+        return rows, p.to(w.Z.dtype), w.log_at(rows, cols)
+
+    def _near(self, value):
+        """The observed pairs that sampled kernel weights sum exactly (their near field), or
+        ``None``: passed to the normalisers, the weights are not changed."""
         w = self.weights
         if isinstance(w, KernelWeights) and w.normaliser == "sampled" and value.is_sparse:
-            w.near = near_pairs(value)
+            return near_pairs(value)
+        return None
 
     def log_combinatorial(self, value) -> torch.Tensor:
         return torch.zeros(())
@@ -308,8 +328,23 @@ class BinaryGraph(GraphLaw):
 
     def normaliser(self, value):
         # log prod (1 + w_ij): does not depend on the graph
-        self._with_near(value)
-        return self.weights.sum_softplus()
+        return self.weights.sum_softplus(near=self._near(value))
+
+    def rows_log_prob(self, edges, nonedge_weight=None):
+        r"""Independent cells: :math:`\ell_i = \sum_j p_{ij}\log\sigma(\log w_{ij})
+        + \sum_j \omega_{ij}\log\sigma(-\log w_{ij})` with :math:`\omega_{ij} = 1 - p_{ij}`
+        (the B law), or a weight :math:`\omega_i` of every non-edge term of row :math:`i`
+        (``nonedge_weight``, ``(m,)``: the expectation of a fit by negative sampling,
+        :mod:`probdr.models.coupling`)."""
+        import torch.nn.functional as F
+
+        rows, p, logk = self._row_edges(edges)
+        w = self.weights
+        attraction = w.row_sums(rows, (logk - F.softplus(logk)) * p)
+        repel = -w.row_sum_softplus()  # sum_j log sigma(-log w_ij)
+        if nonedge_weight is None:  # (1 - p_ij) on every pair
+            return attraction + repel - w.row_sums(rows, -F.softplus(logk) * p)
+        return attraction + nonedge_weight * repel
 
     def _logits(self):
         """:math:`\\log w_{ij}`: the edge list's values, or dense with a ``-inf`` diagonal."""
@@ -452,8 +487,16 @@ class UnitDegreeGraph(GraphLaw):
     has_enumerate_support = True
 
     def normaliser(self, value):
-        self._with_near(value)
-        return (row_sums(value, self.n).to(self._dtype()) * self.weights.row_logsumexp()).sum()
+        lse = self.weights.row_logsumexp(near=self._near(value))
+        return (row_sums(value, self.n).to(self._dtype()) * lse).sum()
+
+    def rows_log_prob(self, edges, nonedge_weight=None):
+        r"""Independent categorical rows: :math:`\ell_i = \sum_j p_{ij}\log w_{ij}
+        - p_{i+}\log\sum_j w_{ij}`."""
+        rows, p, logk = self._row_edges(edges)
+        w = self.weights
+        p_tot = w.row_sums(rows, p, batched=False)
+        return w.row_sums(rows, logk * p) - p_tot * w.row_logsumexp()
 
     def _dtype(self):
         w = self.weights
@@ -513,8 +556,13 @@ class NEdgeGraph(GraphLaw):
     has_enumerate_support = True
 
     def normaliser(self, value):
-        self._with_near(value)
-        return graph_total(value) * self.weights.total_logsumexp()
+        return graph_total(value) * self.weights.total_logsumexp(near=self._near(value))
+
+    def rows_log_prob(self, edges, nonedge_weight=None):
+        r"""A row given its degree: the multinomial of the E law restricted to a row's cells
+        and conditioned on their total is the multinomial over them, so the row scores as the
+        D law's, :math:`\ell_i = \sum_j p_{ij}\log w_{ij} - p_{i+}\log\sum_j w_{ij}`."""
+        return UnitDegreeGraph.rows_log_prob(self, edges)
 
     def log_combinatorial(self, value):
         def compute():

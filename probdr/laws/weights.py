@@ -18,8 +18,8 @@ from .._utils import tensor_cache
 from ..config import check_dense
 from .edge_lists import edge_terms
 
-__all__ = ["Weights", "DenseWeights", "SparseWeights", "KernelWeights", "MAX_LOGIT",
-           "sparse_to"]
+__all__ = ["Weights", "DenseWeights", "SparseWeights", "KernelWeights", "ReferenceWeights",
+           "MAX_LOGIT", "sparse_to"]
 
 NEG_INF = float("-inf")
 
@@ -83,13 +83,15 @@ class Weights:
     def dense(self) -> torch.Tensor:
         raise NotImplementedError
 
-    def row_logsumexp(self) -> torch.Tensor:
+    # the normalisers; ``near``: an observed graph's pairs (:func:`~probdr.laws.edge_lists.near_pairs`)
+    # that a Monte Carlo normaliser sums exactly (:class:`KernelWeights`); exact ones ignore it
+    def row_logsumexp(self, near=None) -> torch.Tensor:
         return torch.logsumexp(self.dense(), 1)
 
-    def total_logsumexp(self) -> torch.Tensor:
+    def total_logsumexp(self, near=None) -> torch.Tensor:
         return torch.logsumexp(self.dense().flatten(), 0)
 
-    def sum_softplus(self) -> torch.Tensor:
+    def sum_softplus(self, near=None) -> torch.Tensor:
         return torch.nn.functional.softplus(self.dense()).sum()
 
     def with_log_prior(self, log_pi) -> Weights:
@@ -155,7 +157,7 @@ class SparseWeights(Weights):
         D[self.rows, self.cols] = self.values
         return D
 
-    def row_logsumexp(self):
+    def row_logsumexp(self, near=None):
         m = torch.full((self.n,), NEG_INF, dtype=self.values.dtype)
         m = m.scatter_reduce(0, self.rows, self.values, "amax")
         m_safe = torch.where(torch.isfinite(m), m, torch.zeros_like(m))
@@ -163,10 +165,10 @@ class SparseWeights(Weights):
             0, self.rows, torch.exp(self.values - m_safe[self.rows]))
         return torch.log(s) + m_safe
 
-    def total_logsumexp(self):
+    def total_logsumexp(self, near=None):
         return torch.logsumexp(self.values, 0)
 
-    def sum_softplus(self):
+    def sum_softplus(self, near=None):
         return torch.nn.functional.softplus(self.values).sum()
 
     def with_log_prior(self, log_pi):
@@ -290,28 +292,27 @@ class KernelWeights(Weights):
         return _mask_diag(lw)
 
     # -- stratified Monte Carlo normalisers ---------------------------------------------------
-    # near field: the observed graph's pairs (symmetrised), summed exactly; far field: uniform
-    # partners, rejected when near, reweighted by the number of far pairs.
-    near: tuple | None = None
-
-    def _far_samples(self):
+    # near field: the observed graph's pairs (symmetrised; ``near``, given by the law that
+    # observes the graph), summed exactly; far field: uniform partners, rejected when near,
+    # reweighted by the number of far pairs.
+    def _far_samples(self, near):
         m, n = self.n_samples, self.n
         rows = torch.arange(n).repeat_interleave(m)
         cols = (rows + torch.randint(1, n, (rows.numel(),), generator=self.generator)) % n
         far = torch.ones(rows.numel(), dtype=torch.bool)
         n_far_row = torch.full((n,), float(n - 1), dtype=self.Z.dtype)
-        if self.near is not None:
-            keys, deg = self.near[2], self.near[3]
+        if near is not None:
+            keys, deg = near[2], near[3]
             q = rows * n + cols
             pos = torch.searchsorted(keys, q).clamp_max(keys.numel() - 1)
             far = keys[pos] != q
             n_far_row = n_far_row - deg.to(self.Z.dtype)
         return rows, cols, far, n_far_row
 
-    def _near_log_w(self):
-        if self.near is None:
+    def _near_log_w(self, near):
+        if near is None:
             return None, None, None
-        r, c = self.near[0], self.near[1]
+        r, c = near[0], near[1]
         return r, c, self.log_at(r, c)
 
     def _rows(self):
@@ -320,9 +321,9 @@ class KernelWeights(Weights):
     def _replicated(self, value):
         return value if self.shard is None else value * self.share
 
-    def row_logsumexp(self):
+    def row_logsumexp(self, near=None):
         if self.normaliser == "sampled":
-            return self._replicated(self._sampled_row_logsumexp())
+            return self._replicated(self._sampled_row_logsumexp(near))
         if self.normaliser == "fft":
             raise ValueError("the FFT normaliser covers the E law (t-SNE) and the B law (UMAP, "
                              "LargeVis); use repulsion='sampled' or 'exact' for the D law.")
@@ -332,13 +333,13 @@ class KernelWeights(Weights):
             out = torch.nn.functional.pad(out, (rows[0], self.n - rows[1]))
         return out
 
-    def _sampled_row_logsumexp(self):
+    def _sampled_row_logsumexp(self, near):
         n, m = self.n, self.n_samples
-        rows, cols, far, n_far = self._far_samples()
+        rows, cols, far, n_far = self._far_samples(near)
         lw = self.log_at(rows, cols).masked_fill(~far, NEG_INF).view(n, m)
         hits = far.view(n, m).sum(1).clamp_min(1).to(lw.dtype)
         parts = [torch.logsumexp(lw, 1) + torch.log(n_far.clamp_min(1e-12) / hits)]
-        r, _, lwn = self._near_log_w()
+        r, _, lwn = self._near_log_w(near)
         if r is not None:
             mx = torch.full((n,), NEG_INF, dtype=lwn.dtype).scatter_reduce(
                 0, r, lwn.detach(), "amax")
@@ -347,9 +348,9 @@ class KernelWeights(Weights):
             parts.append(torch.log(s) + mx)
         return torch.logsumexp(torch.stack(parts), 0)
 
-    def total_logsumexp(self):
+    def total_logsumexp(self, near=None):
         if self.normaliser == "sampled":
-            return self._replicated(self._sampled_total_logsumexp())
+            return self._replicated(self._sampled_total_logsumexp(near))
         rows = self._rows()
         if self.normaliser == "fft":
             from .._compute.fft import kernel_log_total
@@ -368,8 +369,8 @@ class KernelWeights(Weights):
             partial = pair_reduce(self.Z, "total", self.kernel, self.log_pi, rows)
         return self.shard.logsumexp(partial) * self.shard.share
 
-    def _sampled_total_logsumexp(self):
-        rows, cols, far, n_far = self._far_samples()
+    def _sampled_total_logsumexp(self, near):
+        rows, cols, far, n_far = self._far_samples(near)
         lw = self.log_at(rows, cols)
         if config.sync_free_for(lw.device):  # the near samples at weight 0: fixed shapes
             lw, hits = lw.masked_fill(~far, NEG_INF), far.sum().clamp_min(1)
@@ -377,14 +378,14 @@ class KernelWeights(Weights):
             lw = lw[far]
             hits = max(lw.numel(), 1)
         parts = [torch.logsumexp(lw, 0) + torch.log(n_far.sum() / hits)]
-        r, _, lwn = self._near_log_w()
+        r, _, lwn = self._near_log_w(near)
         if r is not None:
             parts.append(torch.logsumexp(lwn, 0))
         return torch.logsumexp(torch.stack(parts), 0)
 
-    def sum_softplus(self):
+    def sum_softplus(self, near=None):
         if self.normaliser == "sampled":
-            return self._replicated(self._sampled_sum_softplus())
+            return self._replicated(self._sampled_sum_softplus(near))
         if self.normaliser == "fft":
             return self._replicated(self._field_sum_softplus())
         return pair_reduce(self.Z, "softplus", self.kernel, self.log_pi, self._rows())
@@ -402,15 +403,15 @@ class KernelWeights(Weights):
         kernel = self.kernel
         return -pair_sum(self.Z, non_edge_term(kernel), kernel_length(kernel))
 
-    def _sampled_sum_softplus(self):
-        rows, cols, far, n_far = self._far_samples()
+    def _sampled_sum_softplus(self, near):
+        rows, cols, far, n_far = self._far_samples(near)
         sp = torch.nn.functional.softplus(self.log_at(rows, cols))
         if config.sync_free_for(sp.device):  # the near samples at weight 0: fixed shapes
             out = (sp * far).sum() / far.sum().clamp_min(1) * n_far.sum()
         else:
             sp = sp[far]
             out = sp.mean() * n_far.sum() if sp.numel() else self.Z.new_zeros(())
-        r, _, lwn = self._near_log_w()
+        r, _, lwn = self._near_log_w(near)
         if r is not None:
             out = out + torch.nn.functional.softplus(lwn).sum()
         return out
@@ -421,6 +422,59 @@ class KernelWeights(Weights):
         lp = _as_dense_log_pi(log_pi, self.n, self.Z)
         return KernelWeights(self.Z, self.kernel, lp if self.log_pi is None else self.log_pi + lp,
                              self.normaliser, self.n_samples, self.pair_grad_clip, self.shard)
+
+
+class ReferenceWeights(Weights):
+    r"""The weights of new nodes' rows against ``n`` reference nodes pinned at ``Z_ref``:
+    :math:`\log w_{ij} = \log k(\|z_i - z^{\rm ref}_j\|^2)`, :math:`i` over the ``m`` new
+    nodes at ``Z`` (``(..., m, q)``; leading dimensions a batch of positions, e.g. a sampler's
+    proposals), :math:`j` over the reference nodes (a fitted embedding, held fixed).
+
+    A law on these weights scores the new rows alone (:meth:`GraphLaw.rows_log_prob`): each
+    normaliser is per new row, ``(..., m)``, over the reference nodes only (the new nodes are
+    independent given the reference). ``field``: in 2-D, the reference points' field, computed
+    once for many evaluations -- :class:`~probdr._compute.fft.CauchyField` (the row
+    log-normaliser of the Cauchy kernel, interpolated) or
+    :class:`~probdr._compute.pair_field.ReferenceField` of :math:`-\log(1 + w)` (near pairs
+    exact, the far part interpolated); ``None``: every pair is summed.
+    """
+
+    def __init__(self, Z: torch.Tensor, Z_ref: torch.Tensor, kernel, field=None):
+        self.Z, self.Z_ref, self.kernel, self.field = Z, Z_ref, kernel, field
+        self.n, self.m = Z_ref.shape[0], Z.shape[-2]
+
+    def log_at(self, rows, cols):
+        r""":math:`\log w` at (new row, reference column) pairs, ``(..., len(rows))``."""
+        return self.kernel.log_k((self.Z[..., rows, :] - self.Z_ref[cols]).square().sum(-1))
+
+    def row_sums(self, rows, v, batched: bool = True):
+        r""":math:`\sum_e v_e` per new row (``rows`` in ``[0, m)``), ``(..., m)`` (``(m,)``
+        unless ``batched``)."""
+        lead = self.Z.shape[:-2] if batched else ()
+        return torch.zeros(*lead, self.m, dtype=self.Z.dtype).index_add_(-1, rows, v)
+
+    def _sq_distances(self):
+        m, q = self.Z.shape[-2:]
+        return pairwise_sq_distances(self.Z.reshape(-1, q), self.Z_ref).reshape(
+            *self.Z.shape[:-2], m, -1)
+
+    def row_logsumexp(self, near=None):
+        r""":math:`\log \sum_j w_{ij}` per new row, ``(..., m)``."""
+        if self.field is not None:
+            return self.field.log_sum(self.Z)
+        d2 = self._sq_distances()
+        if self.kernel.heavy_tailed:  # no underflow: sum the kernel itself
+            return torch.log(self.kernel.k_and_dlog_k(d2)[0].sum(-1))
+        return torch.logsumexp(self.kernel.log_k(d2), dim=-1)
+
+    def row_sum_softplus(self):
+        r""":math:`\sum_j \log(1 + w_{ij})` per new row, ``(..., m)``."""
+        if self.field is not None:
+            return -self.field.sum(self.Z)
+        d2 = self._sq_distances()
+        if self.kernel.heavy_tailed:
+            return torch.log1p(self.kernel.k_and_dlog_k(d2)[0]).sum(-1)
+        return torch.nn.functional.softplus(self.kernel.log_k(d2)).sum(-1)
 
 
 def _as_dense_log_pi(log_pi, n, like):

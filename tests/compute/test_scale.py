@@ -74,7 +74,7 @@ def test_negative_sampling_gradient_mean_matches_its_expected_objective(Z0):
 
         tr = poutine.trace(poutine.condition(graph_coupling_model, data={"Z": Z})).get_trace(
             W, prior, kern, 2, repulsion="negative_sampling", negative_samples=m,
-            negative_weight=gamma, dtype=torch.float64)
+            negative_weight=gamma)
         return -tr.log_prob_sum()
 
     r, c, vv = W.indices()[0], W.indices()[1], W.values()

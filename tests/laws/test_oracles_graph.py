@@ -494,3 +494,30 @@ def test_symmetrized_binary_sparse_weights_mean_is_fuzzy_union():
     M = law.mean.to_dense()
     torch.testing.assert_close(M, expected, rtol=1e-10, atol=1e-12)
     assert not torch.equal(P, P.T)  # the input is not symmetric: the union matters
+
+
+@pytest.mark.parametrize("kind", ["B", "D", "E"])
+def test_scoring_a_graph_leaves_the_law_and_its_weights_as_they_were(kind):
+    """A law's getters do not write: scoring an observed sparse graph under Monte Carlo
+    normalisers (which sum the observed pairs exactly) passes those pairs to the weights, not
+    stores them there; the same draws give the same value as the normaliser given them."""
+    gen = torch.Generator().manual_seed(3)
+    n = 20
+    Z = torch.randn(n, 2, generator=gen, dtype=DT)
+    w = KernelWeights(Z, StudentKernel(1.0), normaliser="sampled", n_samples=4)
+    law = get_prior(kind).posterior(w)
+    rows = torch.arange(n)
+    W = torch.sparse_coo_tensor(torch.stack([rows, (rows + 1) % n]), torch.ones(n, dtype=DT),
+                                (n, n)).coalesce()
+    before = dict(vars(w))
+    torch.manual_seed(0)
+    value = law.normaliser(W)
+    assert vars(w).keys() == before.keys() and all(vars(w)[k] is v for k, v in before.items())
+    from probdr.laws.edge_lists import near_pairs
+
+    torch.manual_seed(0)
+    near = near_pairs(W)
+    direct = {"B": lambda: w.sum_softplus(near=near),
+              "D": lambda: w.row_logsumexp(near=near).sum(),
+              "E": lambda: n * w.total_logsumexp(near=near)}[kind]()
+    torch.testing.assert_close(value, direct, rtol=1e-12, atol=0)

@@ -109,7 +109,7 @@ def test_ee_coupling_exact_cross_entropy_by_enumeration():
         law = get_prior("E").posterior(KernelWeights(Z, StudentKernel(1.0)))
         torch.testing.assert_close(law.cross_entropy(n * PE) + const, H, rtol=1e-10, atol=1e-10)
         tr = _trace(graph_coupling_model, Z, W_X=n * PE, prior_z=get_prior("E"),
-                    kernel=StudentKernel(1.0), n_components=2, dtype=DT)
+                    kernel=StudentKernel(1.0), n_components=2)
         # log joint = attraction - normaliser + log n! - sum lgamma(P + 1) at the expected graph
         c_model = math.lgamma(n + 1) - torch.lgamma(n * PE + 1).sum()
         torch.testing.assert_close(tr.log_prob_sum(), -closed + c_model, rtol=1e-10,
@@ -274,7 +274,7 @@ def test_monte_carlo_coupling_gradient_is_unbiased(pair):
     for W in draws:
         Z = Z0.clone().requires_grad_(True)
         tr = poutine.trace(poutine.condition(graph_coupling_model, data={"Z": Z})).get_trace(
-            W_X=W, prior_z=prior, kernel=kern, n_components=q, dtype=DT)
+            W_X=W, prior_z=prior, kernel=kern, n_components=q)
         grads.append(torch.autograd.grad(tr.log_prob_sum(), Z)[0])
     G = torch.stack(grads)
     mean, se = G.mean(0), G.std(0) / math.sqrt(N)
