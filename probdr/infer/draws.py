@@ -448,7 +448,7 @@ class Posterior:
         :meth:`point_reliability`. Below 0.5, the point more likely than not loses most of its
         neighbourhood: the cut of the estimators' ``stability_`` and of ``probdr embed``'s
         ``unstable_points`` (with t-SNE on digits, pbmc68k and MNIST-5k, such points' 5-NN
-        labels are wrong 1.4 to 8 times as often as the rest's: docs, "Which points should I
+        labels are wrong 1.4 to 20 times as often as the rest's: docs, "Which points should I
         not trust?")."""
         return self.neighbour_scores(n_neighbors, num_draws, keep=keep)[1]
 
