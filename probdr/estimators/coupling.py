@@ -24,11 +24,12 @@ from ..input.graph import AFFINITIES, prior_kind
 from ..kernels import Kernel, UMAPKernel, get_kernel
 from ..laws.edge_priors import check_support
 from ..laws.graph import GraphLaw, GraphPrior, check_coupling, get_prior
-from ..laws.weights import KernelWeights, sparse_to
+from ..laws.weights import sparse_to
 from ..models.coupling import graph_coupling_model
 from .base import DREstimator
 from .coupling_new_points import NewPointsMixin, attraction_mass, auto_coupling_weight
 from .docs import reference
+from .fitted import FittedCoupling
 from .inference import PosteriorInference
 from .inputs import ContinueMixin, InputKindsMixin
 from .params import (
@@ -572,7 +573,12 @@ class GraphCoupling(InputKindsMixin, ContinueMixin, NewPointsMixin, PosteriorInf
         self.n_iter_ = res.n_iter
         self.n_rescued_ = res.n_rescued
         self.stopped_by_callback_ = res.stopped
-        self._keep_map_state(res, phases)
+        self._keep_map_state(res)
+        mk = self.model_kwargs_
+        self._coupling = FittedCoupling(
+            prior_z=mk["prior_z"], kernel=self.kernel_, repulsion=mk["repulsion"],
+            negative_samples=mk["negative_samples"], negative_weight=mk["negative_weight"],
+            schedule=list(phases), loss_scale=scale, grad_clip=clip)
         if self.inference == "map":
             return res.Z
         # the posterior's prior, by the rule of PosteriorInference (from the MAP embedding);
@@ -675,11 +681,29 @@ class GraphCoupling(InputKindsMixin, ContinueMixin, NewPointsMixin, PosteriorInf
                              f"{tuple(Zt.shape)}.")
         return Zt
 
+    def _fitted_coupling(self) -> FittedCoupling:
+        """What the fit resolved (:class:`~probdr.estimators.fitted.FittedCoupling`); for a
+        model saved before it was kept, made from the fitted attributes (not stored)."""
+        self._check_fitted()
+        coupling = self.__dict__.get("_coupling")
+        if coupling is not None:
+            return coupling
+        mk = self.model_kwargs_
+        schedule = getattr(self, "_schedule", None)
+        if schedule is None:  # saved before the schedule was kept: its last rate, constant
+            lr, mom = self._last_step
+            schedule = [Phase(0, lr, mom, name="main")]
+        _, scale, clip = self._phases(self.embedding_.shape[0])
+        return FittedCoupling(prior_z=mk["prior_z"], kernel=self.kernel_,
+                              repulsion=mk["repulsion"], negative_samples=mk["negative_samples"],
+                              negative_weight=mk["negative_weight"], schedule=list(schedule),
+                              loss_scale=scale, grad_clip=clip)
+
     def latent_law(self, Z) -> GraphLaw:
         """The posterior law of the latent graph W_Z given Z (float64), under the fit's latent
         prior and its kernel (``kernel_``: learned numbers at their MAP)."""
         Zt = self._check_Z(Z)
-        return self.model_kwargs_["prior_z"].posterior(KernelWeights(Zt, self.kernel_))
+        return self._fitted_coupling().latent_law(Zt)
 
     def loss(self, Z) -> float:
         """The coupling cross-entropy H(Z) between the laws of W_X and W_Z (Van Assel et al.

@@ -28,7 +28,6 @@ from .._compute.pair_field import ReferenceField, kernel_length, non_edge_term
 from .._utils import check_number, generator
 from ..infer.map import Phase, run_map
 from ..infer.metropolis import random_walk_metropolis
-from ..input.graph import prior_kind
 from ..input.neighbors import knn_query
 from ..models.out_of_sample import new_point_log_likelihood, new_points_model
 from .base import in_fit_environment
@@ -117,13 +116,9 @@ class NewPointsMixin:
 
     # -- the model of a new row ---------------------------------------------------------------
     def _row_model(self, n: int) -> tuple[str, float | None]:
-        """``(row_law, nonedge weight factor)``: the factor multiplies :math:`p_{i+}`."""
-        kind = prior_kind(self._latent_prior())
-        if kind in ("D", "E", "DS"):  # DS: the row given its degree, duals not carried over
-            return "categorical", None
-        if self._repulsion(n) == "negative_sampling":
-            return "bernoulli", self.negative_weight * self.negative_samples / n
-        return "bernoulli", None
+        """``(row_law, nonedge weight factor)``: the factor multiplies :math:`p_{i+}` (the
+        fitted coupling's, :meth:`~probdr.estimators.fitted.FittedCoupling.row_model`)."""
+        return self._fitted_coupling().row_model(n)
 
     def _new_rows(self, X_new) -> tuple[torch.Tensor, torch.Tensor]:
         """The new points' input rows and, for each, the index of a training point it is (-1

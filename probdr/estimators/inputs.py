@@ -84,21 +84,18 @@ class InputKindsMixin:
 class ContinueMixin:
     """``optimize``: more MAP steps from the fitted state."""
 
-    def _keep_map_state(self, res, phases: list[Phase]) -> None:
-        """What ``optimize`` continues, kept right after the MAP fit: the optimiser's state,
-        the schedule and torch's random stream (negative samples, sampled graphs)."""
+    def _keep_map_state(self, res) -> None:
+        """What ``optimize`` continues, kept right after the MAP fit: the optimiser's state and
+        torch's random stream (negative samples, sampled graphs); the schedule is the fitted
+        coupling's."""
         self._optimizer_state = res.optimizer_state
-        self._schedule = list(phases)
         self._stream = res.stream
 
     def _continuation(self, n_iter, learning_rate, momentum, exaggeration) -> list[Phase]:
         """The phases of ``optimize``: the schedule continued (``continue_schedule``), with the
         given values in place of the schedule's."""
-        schedule = getattr(self, "_schedule", None)
-        if schedule is None:  # saved before the schedule was kept: its last rate, constant
-            lr, mom = self._last_step
-            schedule = [Phase(0, lr, mom, name="main")]
-        phases = continue_schedule(schedule, int(self.n_iter_), int(n_iter))
+        phases = continue_schedule(self._fitted_coupling().schedule, int(self.n_iter_),
+                                   int(n_iter))
         for ph in phases:
             ph.name = f"optimize ({ph.name})"
             if learning_rate is not None:
@@ -148,8 +145,8 @@ class ContinueMixin:
             raise ValueError("optimize continues a MAP fit; with inference="
                              f"{self.inference!r} refit the estimator instead.")
         phases = self._continuation(n_iter, learning_rate, momentum, exaggeration)
-        n = self.embedding_.shape[0]
-        _, scale, clip = self._phases(n)
+        coupling = self._fitted_coupling()
+        scale, clip = coupling.loss_scale, coupling.grad_clip
         Z0 = torch.as_tensor(self.embedding_).to(self._fit_dtype)
         init, sites = self._map_start(Z0, getattr(self, "learned_kernel_params_", None))
         seed = (self.random_state_ + int(self.n_iter_)) % (2**32)  # for files without _stream
@@ -163,6 +160,7 @@ class ContinueMixin:
                           **sites)
         self._stream = res.stream
         self._keep_learned_kernel(res.values)
+        self._coupling = coupling.with_kernel(self.kernel_)
         if not torch.isfinite(res.Z).all():
             raise FloatingPointError(f"{type(self).__name__}.optimize produced a non-finite "
                                      "embedding; lower the learning rate.")
