@@ -11,10 +11,12 @@ input side is the fit's :class:`~probdr.input.InputGraph` (``input_``), kept bes
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from numbers import Real
 
 import torch
+from sklearn.utils import check_scalar
 
-from ..infer.schedule import Phase
+from ..infer.schedule import Phase, continue_schedule
 from ..input.graph import prior_kind
 from ..kernels import Kernel
 from ..laws.graph import GraphLaw, GraphPrior
@@ -68,6 +70,26 @@ class FittedCoupling:
         if self.repulsion == "negative_sampling":
             return "bernoulli", self.negative_weight * self.negative_samples / n
         return "bernoulli", None
+
+    def continuation(self, n_done: int, n_iter: int, learning_rate=None, momentum=None,
+                     exaggeration=None) -> list[Phase]:
+        """The phases of ``optimize``: the schedule continued after ``n_done`` steps for
+        ``n_iter`` more (:func:`~probdr.infer.schedule.continue_schedule`), with the given
+        values in place of the schedule's."""
+        phases = continue_schedule(self.schedule, n_done, n_iter)
+        for ph in phases:
+            ph.name = f"optimize ({ph.name})"
+            if learning_rate is not None:
+                ph.learning_rate, ph.final_learning_rate = learning_rate, None
+            if momentum is not None:
+                ph.momentum = momentum
+            if exaggeration is not None:
+                ph.model_kwargs = {} if exaggeration == 1.0 else {"exaggeration": exaggeration}
+            check_scalar(ph.learning_rate, "learning_rate", Real, min_val=0,
+                         include_boundaries="neither")
+            check_scalar(ph.momentum, "momentum", Real, min_val=0, max_val=1,
+                         include_boundaries="left")
+        return phases
 
     def with_kernel(self, kernel: Kernel) -> FittedCoupling:
         """The same configuration with the kernel's learned numbers moved on (``optimize``)."""

@@ -146,7 +146,7 @@ def test_new_points_log_density_is_the_fit_laws_conditional(make, data):
     P = est._fitted_input().rows(Xn)
     n, m = est.n_samples_, Xn.shape[0]
     Z_ref = torch.as_tensor(est.embedding_, dtype=torch.float64)
-    kw = est._batch_kwargs(P, 0, m, Z_ref, torch.float64)
+    kw = est._new_points().batch_kwargs(P, 0, m, Z_ref, torch.float64)
     assert kw["nonedge_weight"] is None  # the exact laws (no negative-sampling surrogate)
     Z_new = torch.as_tensor(est.transform(Xn, n_iter=5), dtype=torch.float64)
     got = new_point_log_likelihood(Z_new, kw["edges"], Z_ref, est.kernel_, kw["row_law"])
