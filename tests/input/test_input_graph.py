@@ -120,6 +120,7 @@ def test_a_model_saved_before_the_input_object_still_places_new_points(digits):
     del est.input_
     est._X_fit = old._X
     np.testing.assert_array_equal(est.transform(X_new), expect)
+    assert "input_" not in vars(est)  # rebuilt on demand: transform sets no fitted attribute
 
 
 def test_sparse_reference_points_are_kept_sparse(digits):
