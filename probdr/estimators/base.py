@@ -384,7 +384,8 @@ class DREstimator(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimat
     def _fitted_input(self):
         """The fitted input side (``input_``): the calibration and the reference points that
         new points are placed against. A model saved by probdr 0.1.0 has none; it is rebuilt
-        from the parameters and the training data kept then (``_X_fit``)."""
+        from the parameters and the training data kept then (``_X_fit``), at each call (not
+        stored: no getter writes a fitted attribute)."""
         self._check_fitted()
         side = getattr(self, "input_", None)
         if side is None:
@@ -393,7 +394,6 @@ class DREstimator(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimat
             side.n_ = int(self.n_samples_)
             if X is not None:
                 side.reference(X if sp.issparse(X) else torch.as_tensor(X))
-            self.input_ = side
         return side
 
     @staticmethod

@@ -11,10 +11,14 @@ returns the exact cross-entropy (Van Assel et al. 2022, §3.1), whatever the opt
 
 from __future__ import annotations
 
+import warnings
+from numbers import Integral, Real
 from typing import Any
 
 import numpy as np
 import torch
+from sklearn.utils import check_scalar
+from sklearn.utils.metadata_routing import UNUSED
 
 from .._utils import generator
 from ..infer import Phase, run_map
@@ -24,13 +28,20 @@ from ..input.graph import AFFINITIES, prior_kind
 from ..kernels import Kernel, UMAPKernel, get_kernel
 from ..laws.edge_priors import check_support
 from ..laws.graph import GraphLaw, GraphPrior, check_coupling, get_prior
-from ..laws.weights import KernelWeights, sparse_to
+from ..laws.weights import sparse_to
 from ..models.coupling import graph_coupling_model
-from .base import DREstimator
-from .coupling_new_points import NewPointsMixin, attraction_mass, auto_coupling_weight
+from .base import DREstimator, in_fit_environment
+from .coupling_new_points import (
+    NewPoints,
+    attraction_mass,
+    auto_coupling_weight,
+    check_n_iter,
+    check_sampling_options,
+)
 from .docs import reference
+from .fitted import FittedCoupling
 from .inference import PosteriorInference
-from .inputs import ContinueMixin, InputKindsMixin
+from .inputs import initial_embedding
 from .params import (
     POSITIVE,
     Int,
@@ -96,8 +107,7 @@ SAMPLED_LR_SHRINK = 16.0
 
 
 @reference
-class GraphCoupling(InputKindsMixin, ContinueMixin, NewPointsMixin, PosteriorInference,
-                    DREstimator):
+class GraphCoupling(PosteriorInference, DREstimator):
     """Probabilistic graph coupling (Van Assel et al. 2022) fitted by MAP: the estimator of which
     SNE, TSNE, LargeVis and UMAP are presets, with every choice open.
 
@@ -410,6 +420,45 @@ class GraphCoupling(InputKindsMixin, ContinueMixin, NewPointsMixin, PosteriorInf
         return InputGraph(self.prior_x, self.affinity,
                           **{k: params[k] for k in INPUT_PARAMETERS if k in params})
 
+    # -- what X may be -------------------------------------------------------------------------
+    def _precomputed(self) -> str | None:
+        """``"distances"`` (``metric="precomputed"``), ``"affinity"``
+        (``affinity="precomputed"``) or ``None`` (X holds features), as the input side reads
+        the parameters (:attr:`probdr.input.InputGraph.precomputed`)."""
+        return self._make_input().precomputed
+
+    def _validate_X(self, X):
+        if self._precomputed() == "affinity" and isinstance(X, GraphLaw):
+            self.n_features_in_ = X.n
+            if hasattr(self, "feature_names_in_"):
+                del self.feature_names_in_
+            return X
+        return super()._validate_X(X)
+
+    def _check_labels(self, y, n: int):
+        from ..input.labels import check_labels
+
+        return check_labels(y, n)
+
+    def _sparse_ok(self) -> bool:
+        return self._accepts_sparse and not (isinstance(self.init, str) and self.init == "ccpca")
+
+    def _initial(self, X, mean, gen) -> torch.Tensor:
+        """The initial embedding (:func:`~probdr.estimators.inputs.initial_embedding`)."""
+        return initial_embedding(self.init, X, mean, self.input_graph_, self.n_components,
+                                 self.init_scale, self._precomputed(), gen)
+
+    def _observed_graph(self, W=None):
+        r"""The graph the latent graph is coupled with: :math:`W_X` (its mean unless given), or
+        after ``fit(X, y)`` the label mixture :math:`(1-\alpha) W_X + \alpha W_Y` of the
+        labelled rows (:func:`probdr.input.labels.supervised_mean`)."""
+        W = self.input_graph_.mean if W is None else W
+        if getattr(self, "label_graph_", None) is None:
+            return W
+        from ..input.labels import supervised_mean
+
+        return supervised_mean(W, self.label_graph_, self._y_fit, float(self.target_weight))
+
     def _check_priors(self) -> None:
         """The pair of priors has a defined cross-entropy (Van Assel et al. 2022, Table 1)."""
         kx, kz = prior_kind(self.prior_x), prior_kind(self.prior_z)
@@ -575,7 +624,14 @@ class GraphCoupling(InputKindsMixin, ContinueMixin, NewPointsMixin, PosteriorInf
         self.n_iter_ = res.n_iter
         self.n_rescued_ = res.n_rescued
         self.stopped_by_callback_ = res.stopped
-        self._keep_map_state(res, phases)
+        # what optimize continues: the optimiser's state and torch's random stream (negative
+        # samples, sampled graphs); the schedule is the fitted coupling's
+        self._optimizer_state, self._stream = res.optimizer_state, res.stream
+        mk = self.model_kwargs_
+        self._coupling = FittedCoupling(
+            prior_z=mk["prior_z"], kernel=self.kernel_, repulsion=mk["repulsion"],
+            negative_samples=mk["negative_samples"], negative_weight=mk["negative_weight"],
+            schedule=list(phases), loss_scale=scale, grad_clip=clip)
         if self.inference == "map":
             return res.Z
         # the posterior's prior, by the rule of PosteriorInference (from the MAP embedding);
@@ -678,11 +734,29 @@ class GraphCoupling(InputKindsMixin, ContinueMixin, NewPointsMixin, PosteriorInf
                              f"{tuple(Zt.shape)}.")
         return Zt
 
+    def _fitted_coupling(self) -> FittedCoupling:
+        """What the fit resolved (:class:`~probdr.estimators.fitted.FittedCoupling`); for a
+        model saved before it was kept, made from the fitted attributes (not stored)."""
+        self._check_fitted()
+        coupling = self.__dict__.get("_coupling")
+        if coupling is not None:
+            return coupling
+        mk = self.model_kwargs_
+        schedule = getattr(self, "_schedule", None)
+        if schedule is None:  # saved before the schedule was kept: its last rate, constant
+            lr, mom = self._last_step
+            schedule = [Phase(0, lr, mom, name="main")]
+        _, scale, clip = self._phases(self.embedding_.shape[0])
+        return FittedCoupling(prior_z=mk["prior_z"], kernel=self.kernel_,
+                              repulsion=mk["repulsion"], negative_samples=mk["negative_samples"],
+                              negative_weight=mk["negative_weight"], schedule=list(schedule),
+                              loss_scale=scale, grad_clip=clip)
+
     def latent_law(self, Z) -> GraphLaw:
         """The posterior law of the latent graph W_Z given Z (float64), under the fit's latent
         prior and its kernel (``kernel_``: learned numbers at their MAP)."""
         Zt = self._check_Z(Z)
-        return self.model_kwargs_["prior_z"].posterior(KernelWeights(Zt, self.kernel_))
+        return self._fitted_coupling().latent_law(Zt)
 
     def loss(self, Z) -> float:
         """The coupling cross-entropy H(Z) between the laws of W_X and W_Z (Van Assel et al.
@@ -701,3 +775,149 @@ class GraphCoupling(InputKindsMixin, ContinueMixin, NewPointsMixin, PosteriorInf
         kw.update(W_X=P.double().coalesce() if P.is_sparse else P.double(), repulsion="exact")
         tr = poutine.trace(poutine.condition(graph_coupling_model, data={"Z": Zt})).get_trace(**kw)
         return float(tr.log_prob_sum())
+
+    # -- continuing the fit --------------------------------------------------------------------
+    @in_fit_environment
+    def optimize(self, n_iter: int, *, learning_rate: float | None = None,
+                 momentum: float | None = None, exaggeration: float | None = None):
+        """Continue optimising the fitted embedding for ``n_iter`` more steps (openTSNE's
+        ``optimize``), from where the previous ``fit`` or ``optimize`` stopped: the optimiser's
+        state (gains, velocity, moments) and torch's random stream (negative samples, sampled
+        graphs) go on as in one longer run, and so does the schedule:
+
+        * a fit stopped before the end of its schedule (by a callback) first runs the rest of
+          it, as planned: ``fit`` of ``N`` steps stopped after ``a``, then ``optimize(N - a)``
+          (with ``callbacks=None``: optimize runs the callbacks too, counting from 1), is
+          bitwise the uninterrupted fit (also for UMAP's and LargeVis's decaying rate);
+        * past the end, the last phase goes on. A constant learning rate stays (t-SNE,
+          GraphCoupling: ``fit`` of ``a`` steps then ``optimize(b)`` is bitwise a fit of
+          ``a + b``). A linear decay to 0 (UMAP, LargeVis) cannot go on past 0: it is stretched,
+          the new steps taking the rates that a decay planned ``a + b`` steps long gives its
+          steps ``a`` to ``a + b - 1``, from ``lr0 * b / (a + b)`` down towards 0. Only the
+          first ``a`` steps' rates then differ from a fit of ``a + b`` steps.
+
+        ``learning_rate`` (held constant), ``momentum`` and ``exaggeration`` replace the
+        schedule's in every new step. Updates ``embedding_``, ``loss_history_`` and
+        ``loss_steps_`` (appended) and ``n_iter_``; the callbacks run as in ``fit``. Returns
+        ``self``."""
+        from ..infer.map import fit_callbacks
+        from .base import isolated_random_state
+
+        self._check_fitted()
+        check_scalar(n_iter, "n_iter", Integral, min_val=1)
+        if exaggeration is not None:
+            check_scalar(exaggeration, "exaggeration", Real, min_val=0,
+                         include_boundaries="neither")
+        if self.inference != "map":
+            raise ValueError("optimize continues a MAP fit; with inference="
+                             f"{self.inference!r} refit the estimator instead.")
+        coupling = self._fitted_coupling()
+        phases = coupling.continuation(int(self.n_iter_), int(n_iter), learning_rate, momentum,
+                                       exaggeration)
+        scale, clip = coupling.loss_scale, coupling.grad_clip
+        Z0 = torch.as_tensor(self.embedding_).to(self._fit_dtype)
+        init, sites = self._map_start(Z0, getattr(self, "learned_kernel_params_", None))
+        seed = (self.random_state_ + int(self.n_iter_)) % (2**32)  # for files without _stream
+        with isolated_random_state(seed), fit_callbacks(self._callback(), self.callbacks_every):
+            res = run_map(graph_coupling_model, self.model_kwargs_, init, phases,
+                          optimizer=self.optimizer, loss_scale=scale, grad_clip=clip,
+                          observe=self._observe(), verbose=self.verbose,
+                          desc=f"{type(self).__name__}.optimize",
+                          optimizer_state=self._optimizer_state,
+                          stream=getattr(self, "_stream", None), first_step=int(self.n_iter_),
+                          **sites)
+        self._stream = res.stream
+        self._keep_learned_kernel(res.values)
+        self._coupling = coupling.with_kernel(self.kernel_)
+        if not torch.isfinite(res.Z).all():
+            raise FloatingPointError(f"{type(self).__name__}.optimize produced a non-finite "
+                                     "embedding; lower the learning rate.")
+        self.embedding_ = res.Z.detach().to(torch.float64).cpu().numpy()
+        self.loss_history_ = np.concatenate([self.loss_history_, res.loss_history])
+        done = getattr(self, "loss_steps_", None)  # absent in estimators saved before it
+        done = np.arange(1, len(self.loss_history_) + 1) if done is None else done
+        self.loss_steps_ = np.concatenate([done, int(self.n_iter_) + res.loss_steps])
+        self.n_iter_ = int(self.n_iter_) + res.n_iter
+        self.stopped_by_callback_ = res.stopped
+        self._optimizer_state = res.optimizer_state
+        return self
+
+    # -- new points ------------------------------------------------------------------------------
+    #: ``transform``'s ``n_iter`` is an option, not metadata that a meta-estimator routes:
+    #: scikit-learn then adds no ``set_transform_request`` method
+    __metadata_request__transform = {"n_iter": UNUSED}
+
+    def _new_points(self) -> NewPoints:
+        """New points against this fit (:class:`~probdr.estimators.coupling_new_points.NewPoints`):
+        the fitted coupling, embedding and dtype, and the ``coupling_weight`` and ``z_prior``
+        of the new points' model."""
+        return NewPoints(self._fitted_coupling(), self.embedding_, self._fit_dtype,
+                         coupling_weight=self.coupling_weight, z_prior=self.z_prior,
+                         verbose=self.verbose, name=type(self).__name__)
+
+    def _new_rows(self, X_new) -> tuple[torch.Tensor, torch.Tensor]:
+        """The new points' input rows and, for each, the index of a training point it is (-1
+        if none): the fit's input side (:class:`probdr.input.InputGraph`), which keeps the
+        calibration and the reference points (with a precomputed input, ``X_new`` holds the new
+        points' distances or affinities to the training points). ``X_new``: validated by
+        ``_validate_new``, not scanned again."""
+        side = self._fitted_input()
+        return side.rows(X_new, validated=True), side.matches(X_new, validated=True)
+
+    @in_fit_environment
+    def transform(self, X, *, n_iter: int = 100):
+        r"""Place new points into the fitted embedding (MAP of each new point's position given
+        the fitted embedding, which is not changed; :mod:`probdr.estimators.coupling_new_points`).
+
+        Parameters
+        ----------
+        X : array (m, n_features)
+        n_iter : int
+            Adam steps per batch of new points (learning rate ``TRANSFORM_LR`` times the
+            embedding's median nearest-neighbour distance, decaying linearly to 0).
+
+        Returns
+        -------
+        array (m, n_components): numpy in -> numpy out, torch in -> torch out.
+        """
+        Xt = self._validate_new(X)
+        check_n_iter(n_iter)
+        P, match = self._new_rows(Xt)
+        return self._output(self._new_points().place(P, match, int(n_iter)), X)
+
+    @in_fit_environment
+    def sample_transform(self, X, num_samples: int = 200, random_state=None, *,
+                         num_warmup: int = 300, thin: int = 4, n_iter: int = 100):
+        """Draws from each new point's conditional posterior given the fitted embedding,
+        p(z_i | ·) ∝ p(z_i) exp(β ℓ_i(z_i)), ℓ_i its coupling log-likelihood, at the
+        estimator's ``coupling_weight`` β; "auto" (the default) applies the tail rule of
+        :func:`auto_coupling_weight` to the new rows (4 for 2-D t-SNE), so that spreads reflect
+        the data rather than the prior.
+
+        Exact per-point Markov chains: two random-walk Metropolis chains per new point, started
+        at the MAP (:meth:`transform`), each point's step adapted during ``num_warmup`` steps,
+        then every ``thin``-th state kept (:func:`probdr.infer.metropolis.random_walk_metropolis`).
+        The prior: ``z_prior`` as a scale, or (``None``) an isotropic Gaussian centred on the
+        embedding with ``SAMPLE_PRIOR_SCALE`` times its RMS spread. Summaries:
+        :func:`probdr.infer.draws.point_summary`; plot with
+        :func:`probdr.plotting.plot_uncertainty`.
+
+        Returns
+        -------
+        array (num_samples, m, n_components)
+        """
+        from .base import resolve_seed
+
+        check_sampling_options(num_samples, num_warmup, thin, n_iter)
+        Xt = self._validate_new(X)
+        seed = resolve_seed(random_state)
+        P, match = self._new_rows(Xt)
+        draws, low_accept = self._new_points().sample(P, match, num_samples, num_warmup, thin,
+                                                      int(n_iter), seed)
+        if low_accept:
+            warnings.warn(f"{low_accept} new point(s) had an acceptance rate below 5% in "
+                          "sample_transform: raise num_warmup.", RuntimeWarning, stacklevel=2)
+        out = draws.to(torch.float64).cpu().numpy()
+        if isinstance(X, torch.Tensor):
+            return torch.from_numpy(out).to(X.device)
+        return out

@@ -295,7 +295,7 @@ class KernelWeights(Weights):
     # near field: the observed graph's pairs (symmetrised; ``near``, given by the law that
     # observes the graph), summed exactly; far field: uniform partners, rejected when near,
     # reweighted by the number of far pairs.
-    def _far_samples(self, near):
+    def _far_samples(self, near=None):
         m, n = self.n_samples, self.n
         rows = torch.arange(n).repeat_interleave(m)
         cols = (rows + torch.randint(1, n, (rows.numel(),), generator=self.generator)) % n
@@ -309,7 +309,7 @@ class KernelWeights(Weights):
             n_far_row = n_far_row - deg.to(self.Z.dtype)
         return rows, cols, far, n_far_row
 
-    def _near_log_w(self, near):
+    def _near_log_w(self, near=None):
         if near is None:
             return None, None, None
         r, c = near[0], near[1]

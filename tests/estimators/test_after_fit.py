@@ -146,7 +146,7 @@ def test_new_points_log_density_is_the_fit_laws_conditional(make, data):
     P = est._fitted_input().rows(Xn)
     n, m = est.n_samples_, Xn.shape[0]
     Z_ref = torch.as_tensor(est.embedding_, dtype=torch.float64)
-    kw = est._batch_kwargs(P, 0, m, Z_ref, torch.float64)
+    kw = est._new_points().batch_kwargs(P, 0, m, Z_ref, torch.float64)
     assert kw["nonedge_weight"] is None  # the exact laws (no negative-sampling surrogate)
     Z_new = torch.as_tensor(est.transform(Xn, n_iter=5), dtype=torch.float64)
     got = new_point_log_likelihood(Z_new, kw["edges"], Z_ref, est.kernel_, kw["row_law"])
@@ -169,3 +169,20 @@ def test_new_points_log_density_is_the_fit_laws_conditional(make, data):
                                                 n + 1), validate_args=False)
             want = row_law.log_prob(W)
         assert float(got[i]) == pytest.approx(float(want), rel=1e-10, abs=1e-10), (i, kind)
+
+
+def test_a_model_saved_before_the_fitted_coupling_was_kept_continues_the_same(data):
+    """Files written before ``_coupling`` kept the schedule as ``_schedule``: the fitted
+    coupling is then made from the fitted attributes, and ``optimize`` goes on bit for bit."""
+    import copy
+
+    est = _fit(data[0])
+    old = copy.deepcopy(est)
+    old._schedule = list(old._coupling.schedule)
+    del old._coupling
+    made, kept = old._fitted_coupling(), est._fitted_coupling()
+    for field in ("repulsion", "schedule", "loss_scale", "grad_clip", "negative_samples"):
+        assert getattr(made, field) == getattr(kept, field), field
+    assert made.kernel.dof == kept.kernel.dof and made.prior_z.kind == kept.prior_z.kind
+    assert "_coupling" not in vars(old)  # made on demand, not stored by the getter
+    np.testing.assert_array_equal(old.optimize(5).embedding_, est.optimize(5).embedding_)

@@ -209,7 +209,7 @@ def test_umap_new_points_from_the_field_agree_with_the_all_pairs_sums(digits, mo
 
     X, _ = digits
     est = probdr.UMAP(random_state=0, n_epochs=100).fit(X[:1500])
-    assert est._field(torch.as_tensor(est.embedding_)) is not None
+    assert est._new_points().field(torch.as_tensor(est.embedding_)) is not None
     new = X[1500:1600]
     field_map = est.transform(new)
     field_draws = est.sample_transform(new, num_samples=100, random_state=0)

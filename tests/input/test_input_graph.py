@@ -120,6 +120,7 @@ def test_a_model_saved_before_the_input_object_still_places_new_points(digits):
     del est.input_
     est._X_fit = old._X
     np.testing.assert_array_equal(est.transform(X_new), expect)
+    assert "input_" not in vars(est)  # rebuilt on demand: transform sets no fitted attribute
 
 
 def test_sparse_reference_points_are_kept_sparse(digits):
@@ -144,22 +145,22 @@ def test_precomputed_inputs_keep_no_reference_data(digits):
 
 
 @pytest.mark.parametrize("name", ["TSNE", "UMAP", "SNEkhorn"])
-def test_every_host_name_the_new_points_mixin_reads_exists_on_a_fitted_host(digits, name):
-    """The mixin reads its host's attributes by name: a renamed attribute fails here, not
-    silently in a user's transform."""
+def test_new_points_read_only_what_the_fit_gave_them(digits, name):
+    """New points are an object made from the fit (``_new_points()``), not a mixin reading its
+    host's attributes by name: every attribute they read is theirs."""
     import ast
     import inspect
 
     from probdr.estimators import coupling_new_points as cnp
 
-    tree = ast.parse(inspect.getsource(cnp.NewPointsMixin))
+    tree = ast.parse(inspect.getsource(cnp.NewPoints))
     used = {node.attr for node in ast.walk(tree) if isinstance(node, ast.Attribute)
             and isinstance(node.value, ast.Name) and node.value.id == "self"}
     X, _ = digits
     fast = {"TSNE": dict(n_iter=30, early_exaggeration_iter=10), "UMAP": dict(n_epochs=10),
             "SNEkhorn": dict(n_iter=10)}[name]
-    est = getattr(probdr, name)(random_state=0, **fast).fit(X[:100])
-    missing = sorted(a for a in used if not hasattr(est, a))
+    new_points = getattr(probdr, name)(random_state=0, **fast).fit(X[:100])._new_points()
+    missing = sorted(a for a in used if not hasattr(new_points, a))
     assert not missing, missing
 
 

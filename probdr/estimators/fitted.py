@@ -1,0 +1,96 @@
+r"""What a graph-coupling fit resolved, once: :class:`FittedCoupling`.
+
+``GraphCoupling.fit`` turns the estimator's parameters into one configuration -- the latent law's
+prior, the kernel with its learned numbers, the repulsion ("auto" resolved), the optimiser's
+schedule with its loss scale and clip -- and keeps it as this object. The verbs that come after
+the fit (``loss``, ``latent_law``, ``optimize``, ``transform``, ``sample_transform``) read it,
+not the parameters again, as openTSNE's ``TSNEEmbedding`` carries what its ``optimize`` needs. The
+input side is the fit's :class:`~probdr.input.InputGraph` (``input_``), kept beside it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from numbers import Real
+
+import torch
+from sklearn.utils import check_scalar
+
+from ..infer.schedule import Phase, continue_schedule
+from ..input.graph import prior_kind
+from ..kernels import Kernel
+from ..laws.graph import GraphLaw, GraphPrior
+from ..laws.weights import KernelWeights
+
+__all__ = ["FittedCoupling"]
+
+
+@dataclass(frozen=True)
+class FittedCoupling:
+    """The resolved configuration of a graph-coupling fit (module docstring).
+
+    Attributes
+    ----------
+    prior_z : GraphPrior
+        The latent graph's prior (its edge prior included).
+    kernel : Kernel
+        The latent kernel, learned numbers at their MAP (``kernel_``).
+    repulsion : str
+        How the all-pairs part was computed: "exact", "fft", "sampled" or "negative_sampling".
+    negative_samples, negative_weight : int, float
+        The Monte Carlo / negative-sampling settings of the fit.
+    schedule : list of Phase
+        The MAP fit's phases, which ``optimize`` continues.
+    loss_scale : float
+        The factor of the optimised loss (1/n for t-SNE's gains optimiser), over the coupling
+        weight of the MAP fit.
+    grad_clip : float or None
+        The optimiser's clip of every gradient coordinate.
+    """
+
+    prior_z: GraphPrior
+    kernel: Kernel
+    repulsion: str
+    negative_samples: int
+    negative_weight: float
+    schedule: list[Phase]
+    loss_scale: float
+    grad_clip: float | None
+
+    def latent_law(self, Z: torch.Tensor) -> GraphLaw:
+        """The posterior law of the latent graph W_Z given Z under the fit's prior and kernel."""
+        return self.prior_z.posterior(KernelWeights(Z, self.kernel))
+
+    def row_model(self, n: int) -> tuple[str, float | None]:
+        """How a new node's row is scored against ``n`` training nodes: ``(row_law, nonedge
+        factor)``, the factor (of :math:`p_{i+}`) for a fit by negative sampling."""
+        kind = prior_kind(self.prior_z)
+        if kind in ("D", "E", "DS"):  # DS: the row given its degree, duals not carried over
+            return "categorical", None
+        if self.repulsion == "negative_sampling":
+            return "bernoulli", self.negative_weight * self.negative_samples / n
+        return "bernoulli", None
+
+    def continuation(self, n_done: int, n_iter: int, learning_rate=None, momentum=None,
+                     exaggeration=None) -> list[Phase]:
+        """The phases of ``optimize``: the schedule continued after ``n_done`` steps for
+        ``n_iter`` more (:func:`~probdr.infer.schedule.continue_schedule`), with the given
+        values in place of the schedule's."""
+        phases = continue_schedule(self.schedule, n_done, n_iter)
+        for ph in phases:
+            ph.name = f"optimize ({ph.name})"
+            if learning_rate is not None:
+                ph.learning_rate, ph.final_learning_rate = learning_rate, None
+            if momentum is not None:
+                ph.momentum = momentum
+            if exaggeration is not None:
+                ph.model_kwargs = {} if exaggeration == 1.0 else {"exaggeration": exaggeration}
+            check_scalar(ph.learning_rate, "learning_rate", Real, min_val=0,
+                         include_boundaries="neither")
+            check_scalar(ph.momentum, "momentum", Real, min_val=0, max_val=1,
+                         include_boundaries="left")
+        return phases
+
+    def with_kernel(self, kernel: Kernel) -> FittedCoupling:
+        """The same configuration with the kernel's learned numbers moved on (``optimize``)."""
+        return replace(self, kernel=kernel)
