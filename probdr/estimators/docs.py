@@ -94,16 +94,16 @@ device : str, torch.device or None
 inference : {"map", "svi", "laplace", "mcmc"}
     "map": the method's point estimate (the classical embedding). "svi", "laplace" or "mcmc":
     then a posterior over Z, p(Z | data) ∝ p(Z) p(data | Z)^ω with ω = ``coupling_weight``,
-    centred on its mode (the MAP continued on the posterior's density until converged,
-    ``mode_embedding_``; probdr.infer.mode): SVI (a Gaussian per point, each step the cost of a
-    MAP step), the per-point Laplace approximation (the cheap option; graph couplings only) or
-    NUTS (small n). ``embedding_`` stays the MAP (bit for bit the plain fit's at the same
-    seed) and ``posterior_mean_`` is the mean of the draws, aligned to the mode by Procrustes;
+    started at the MAP embedding, and for Laplace at the mode of the posterior's density (the
+    MAP continued until converged, ``mode_embedding_``; probdr.infer.mode): SVI (a Gaussian
+    per point, each step the cost of a MAP step), the per-point Laplace approximation (the
+    cheap option; graph couplings only) or NUTS (small n). ``embedding_`` stays the MAP (bit for bit the plain fit's at the same
+    seed) and ``posterior_mean_`` is the mean of the draws, aligned to ``mode_embedding_``;
     ``posterior_sd_``, ``reliability_`` and ``stability_`` score each point.
 inference_params : dict or None
     Options of the posterior inference (probdr.infer.posterior.SVI_OPTIONS, LAPLACE_OPTIONS
     and MCMC_OPTIONS: guide, steps, draws, chains, variance inflation, ...), and
-    ``"converge"`` (default True; False centres the posterior on the MAP, no mode search).
+    ``"converge"`` (the mode search: default True for Laplace, False for SVI and NUTS).
 z_prior : None, float or torch.distributions.Distribution
     Prior on Z. None: flat in the MAP fit; a posterior then uses the isotropic Gaussian of
     scale 10 × the RMS of the MAP embedding (``z_prior_scale_``). A float: the isotropic
@@ -171,11 +171,11 @@ map_embedding_ : ndarray of shape (n_samples, n_components)
     With ``inference="svi"``, ``"laplace"`` or ``"mcmc"``: the MAP embedding of the schedule
     (``embedding_``), where the search for the posterior's mode starts.
 mode_embedding_ : ndarray of shape (n_samples, n_components)
-    With a posterior: the mode of the posterior's density that the draws are centred on and
-    aligned to (the MAP continued until a convergence rule holds, probdr.infer.mode).
+    With a posterior: the point the draws are centred on and aligned to: the mode of the
+    posterior's density (the MAP continued until a convergence rule holds, probdr.infer.mode)
+    with ``converge`` (Laplace's default), else the MAP.
 map_converged_ : bool or None
-    With a posterior: whether the mode search's rule held before its cap (None: turned off by
-    ``inference_params={"converge": False}``).
+    With a posterior: whether the mode search's rule held before its cap (None: no search).
 mode_steps_ : int or None
     With a posterior: the mode search's L-BFGS calls (20 iterations each) or Adam steps.
 z_prior_scale_ : float or None

@@ -100,11 +100,12 @@ class PosteriorInference:
     mode_embedding_ : ndarray (n, q)
         The mode the posterior is centred on and aligned to: the MAP continued on the
         posterior's own density (its prior and coupling weight, no exaggeration) until a
-        convergence rule holds (:func:`probdr.infer.mode.converge_mode`; the MAP itself with
-        ``inference_params={"converge": False}``).
+        convergence rule holds (:func:`probdr.infer.mode.converge_mode`), by default for the
+        Laplace approximation, which needs a mode; ``inference_params={"converge": True}`` asks
+        for it with SVI and NUTS too, ``False`` centres the posterior on the MAP itself.
     map_converged_ : bool or None
         Whether the rule held before its cap (a warning says when it did not); ``None`` when
-        the search was turned off.
+        no search ran.
     mode_steps_ : int or None
         The search's steps: L-BFGS calls of 20 iterations (a deterministic density) or Adam
         steps (a stochastic one, negative sampling).
@@ -150,7 +151,7 @@ class PosteriorInference:
         if self.inference != "map":
             try:
                 options = dict(self.inference_params or {})
-                if not isinstance(options.pop("converge", True), bool):
+                if not isinstance(options.pop("converge", False), bool):
                     raise ValueError("converge must be True or False.")
                 check_inference_options(self.inference, **options)
             except (TypeError, ValueError) as err:
@@ -218,7 +219,7 @@ class PosteriorInference:
         options = self._inference_options()
         centre = Z_map.detach()
         self.map_converged_ = self.mode_steps_ = None
-        if options.pop("converge", True):
+        if options.pop("converge", self.inference == "laplace"):
             mode = converge_mode(model, kwargs, centre, reparam=reparam,
                                  desc=type(self).__name__)
             centre, self.map_converged_, self.mode_steps_ = mode.Z, mode.converged, mode.steps

@@ -87,5 +87,13 @@ def test_custom_coupling_posterior_is_centred_on_its_mode():
     np.testing.assert_array_equal(off.embedding_, est.embedding_)
     np.testing.assert_array_equal(off.mode_embedding_, off.map_embedding_)
     assert off.map_converged_ is None and off.mode_steps_ is None
+    # SVI starts at the MAP unless asked (its own steps move the means)
+    svi = probdr.GraphCoupling(**{**kw, "inference": "svi",
+                                  "inference_params": {"num_steps": 20, "num_samples": 5}})
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        svi.fit(W.numpy())
+    assert svi.map_converged_ is None
+    np.testing.assert_array_equal(svi.mode_embedding_, svi.map_embedding_)
     with pytest.raises(ValueError, match="converge"):
         probdr.GraphCoupling(**{**kw, "inference_params": {"converge": 1}}).fit(W.numpy())

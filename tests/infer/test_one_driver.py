@@ -79,11 +79,11 @@ def test_wishart_pca_posterior_mean_approaches_the_map(digits150):
     post = est.posterior_
     assert post.method == "svi" and est.posterior_samples_.shape == (200, 150, 2)
     assert np.array_equal(est.posterior_mean_, post.mean)
-    # the posterior's prior scale comes from the MAP; it is centred on (and aligned to) the mode
-    # of its own density, which that broad prior moves a little from the flat-prior MAP
+    # SVI starts at (and is aligned to) the MAP, whose prior scale it derives from; no mode
+    # search unless asked
     assert _rel(est.map_embedding_, Z_map) < 1e-6
-    assert np.array_equal(post.reference, est.mode_embedding_)
-    assert 0 < _rel(est.mode_embedding_, Z_map) < 0.01 and est.map_converged_
+    assert np.array_equal(post.reference, est.map_embedding_)
+    assert np.array_equal(est.mode_embedding_, est.map_embedding_) and est.map_converged_ is None
     rms = math.sqrt(float((est.map_embedding_ ** 2).mean()))
     assert est.z_prior_scale_ == pytest.approx(10 * rms, rel=1e-12)
     assert isinstance(est.precision_posterior_, ConjugateWishartPosterior)
