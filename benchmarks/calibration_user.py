@@ -32,6 +32,7 @@ import argparse
 import json
 import time
 import warnings
+from pathlib import Path
 
 import numpy as np
 from calibration import scores, simulate
@@ -39,7 +40,7 @@ from calibration import scores, simulate
 import probdr
 from probdr.infer.draws import procrustes_align
 
-RESULTS = __import__("pathlib").Path(__file__).parent / "results" / "calibration_user.jsonl"
+RESULTS = Path(__file__).parent / "results" / "calibration_user.jsonl"
 
 
 #: the laws of the simulation and of the fit: t-SNE's (E law, Cauchy kernel) and a custom (B, B)
