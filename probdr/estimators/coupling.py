@@ -22,12 +22,15 @@ from sklearn.utils.metadata_routing import UNUSED
 
 from .._utils import generator
 from ..infer import Phase, run_map
-from ..init import INITS
+from ..infer.calibrate import Simulation
+from ..init import INITS, initialize
 from ..input.calibration import InputGraph
 from ..input.graph import AFFINITIES, prior_kind
-from ..kernels import Kernel, UMAPKernel, get_kernel
+from ..kernels import Kernel, get_kernel
+from ..laws.edge_lists import graph_total
 from ..laws.edge_priors import check_support
 from ..laws.graph import GraphLaw, GraphPrior, check_coupling, get_prior
+from ..laws.simulate import SIMULATED_PRIORS, simulate_observed_graph
 from ..laws.weights import sparse_to
 from ..models.coupling import graph_coupling_model
 from .base import DREstimator, in_fit_environment
@@ -57,16 +60,6 @@ __all__ = ["GraphCoupling", "auto_coupling_weight"]
 REPULSIONS = ("auto", "exact", "fft", "sampled", "negative_sampling")
 #: with repulsion="auto", the exact O(n^2) normaliser is used up to this many points
 EXACT_REPULSION_MAX_N = 4000
-#: the variance inflation that makes the per-point 50 % and 90 % credible regions cover their
-#: share of true positions, measured by simulation from the model (benchmarks/calibration.py,
-#: docs "How sure is the map?"): (inference, latent law, kernel) -> factor. The mean-field guide
-#: and the per-point Laplace approximation ignore the correlations between points, which the
-#: exact posterior has; NUTS needs none. Each factor brings both the 200-point study (100
-#: replications) and the 10,000-point one (5) into 42-58 % and 85-95 % (UMAP's Laplace: 2.0
-#: covered 0.83 of the 90 % regions at 10,000 points, 2.2 covers 0.85, and 0.90 at 200).
-CALIBRATED_INFLATION = {("svi", "E", "cauchy"): 2.2, ("laplace", "E", "cauchy"): 7.0,
-                        ("svi", "B", "umap"): 2.0, ("laplace", "B", "umap"): 2.2}
-
 #: the most optimiser steps a negative-sampling epoch is cut into for SVI, whatever the MAP fit's
 #: ``epoch_steps``: each SVI step weighs its share of the epoch as the whole epoch, so its
 #: gradient's noise grows with the steps, and the guide's spreads with it. On 70,000 deformed
@@ -82,16 +75,6 @@ POSTERIOR_EPOCH_STEPS = 4
 SPLIT_EPOCH_SVI_STEPS = 500
 
 
-def _kernel_family(kernel) -> str | None:
-    """``"cauchy"`` (t-SNE's kernel), ``"umap"`` (UMAP's curve as odds, its default a, b) or
-    ``None``: the kernels the calibration study covers."""
-    if getattr(kernel, "is_cauchy", False):
-        return "cauchy"
-    if (isinstance(kernel, UMAPKernel) and kernel.odds and isinstance(kernel.a, float)
-            and isinstance(kernel.b, float) and abs(kernel.a / 1.577 - 1) < 0.01
-            and abs(kernel.b / 0.8951 - 1) < 0.01):
-        return "umap"
-    return None
 #: with repulsion="auto", 2-D t-SNE switches to the FFT normaliser above this many points
 FFT_REPULSION_MIN_N = 1000
 #: Adam's learning rate for a kernel's learned numbers, in log space (a step changes the number
@@ -548,6 +531,7 @@ class GraphCoupling(PosteriorInference, DREstimator):
             # scikit-learn's max(n / exaggeration / 4, 50). With the Monte Carlo normaliser the
             # gradient is noisy and a 16x smaller step was needed for stability (measured).
             shrink = SAMPLED_LR_SHRINK if self._repulsion(n) == "sampled" else 1.0
+            shrink *= self._row_mass(n)
 
             def lr(alpha):
                 if self.learning_rate != "auto":
@@ -571,6 +555,18 @@ class GraphCoupling(PosteriorInference, DREstimator):
         phases.append(Phase(n_main, lr0, mom, name="main",
                             final_learning_rate=0.0 if self.learning_rate_decay else None))
         return phases, 1.0 / self._weight_now(), self.grad_clip
+
+    def _row_mass(self, n: int) -> float:
+        r"""The observed graph's mass per row, :math:`P_{++}/n`, for a latent B law (1 for the
+        E and D laws, whose graphs have unit mass per row by construction). t-SNE's automatic
+        rate is for unit mass: a B law's gradient on a point grows with its degree (its
+        attraction and its repulsion both sum over about that many edges), so the rate is
+        divided by it. Without this, a (B, B) coupling with UMAP's curve on 200 points drawn
+        from its law and started at the truth ended at a loss 1.65 times the truth's, the map
+        3.3 times too large; with it, below the truth's."""
+        if prior_kind(self._latent_prior()) != "B" or not hasattr(self, "model_kwargs_"):
+            return 1.0
+        return max(1.0, float(graph_total(self.model_kwargs_["W_X"])) / max(n, 1))
 
     # -- fitting ---------------------------------------------------------------------------
     def _repulsion(self, n: int) -> str:
@@ -634,19 +630,24 @@ class GraphCoupling(PosteriorInference, DREstimator):
             schedule=list(phases), loss_scale=scale, grad_clip=clip)
         if self.inference == "map":
             return res.Z
-        # the posterior's prior, by the rule of PosteriorInference (from the MAP embedding);
-        # a learned kernel's numbers are held at their MAP (empirical Bayes), which also sets
-        # the automatic temperature's tail rule
-        self.model_kwargs_["z_prior"] = prior = self._posterior_z_prior(res.Z)
+        return self._fit_posterior(res.Z, Z0, gen, posterior_weight)
+
+    def _fit_posterior(self, Z_map, Z0, gen, posterior_weight: float) -> torch.Tensor:
+        """The posterior from the MAP ``Z_map`` (the fit started at ``Z0``): the prior by the
+        rule of PosteriorInference (from the MAP embedding); a learned kernel's numbers held at
+        their MAP (empirical Bayes), which also sets the automatic temperature's tail rule; the
+        fit's simulation for the variance factor (:meth:`_simulation`)."""
+        map_kwargs = dict(self.model_kwargs_, kernel=self.kernel_)
+        self.model_kwargs_["z_prior"] = prior = self._posterior_z_prior(Z_map)
         if self.learned_kernel_params_:
             posterior_weight = self._resolve_coupling_weight(self.model_kwargs_["W_X"])
         self.coupling_weight_ = self.model_kwargs_["coupling_weight"] = posterior_weight
         # the posterior weighs each step's share of a negative-sampling epoch as the whole epoch,
         # an epoch cut into at most POSTERIOR_EPOCH_STEPS steps
-        steps = self._posterior_epoch_steps()
-        return self._posterior(graph_coupling_model, {**self.model_kwargs_, "kernel": self.kernel_,
-                                                      "whole_epoch": True, "epoch_steps": steps},
-                               res.Z, gen, prior=prior)
+        kwargs = {**self.model_kwargs_, "kernel": self.kernel_, "whole_epoch": True,
+                  "epoch_steps": self._posterior_epoch_steps()}
+        return self._posterior(graph_coupling_model, kwargs, Z_map, gen, prior=prior,
+                               simulation=self._simulation(kwargs, map_kwargs, Z0))
 
     def _posterior_epoch_steps(self) -> int:
         """The optimiser steps a negative-sampling epoch is cut into for the posterior: the
@@ -655,21 +656,57 @@ class GraphCoupling(PosteriorInference, DREstimator):
         return min(steps, POSTERIOR_EPOCH_STEPS)
 
     def _inference_options(self) -> dict:
-        """``inference_params``, with the calibrated variance inflation
-        (:data:`CALIBRATED_INFLATION`) where the user gives none and the simulation study
-        covers the setting: SVI's mean-field guide or the Laplace approximation, with t-SNE's
-        E law and Cauchy kernel or UMAP's B law and curve; and SVI's default ``num_steps``
-        :data:`SPLIT_EPOCH_SVI_STEPS` where an epoch is cut into several steps."""
+        """``inference_params``, with SVI's default ``num_steps`` :data:`SPLIT_EPOCH_SVI_STEPS`
+        where an epoch is cut into several steps."""
         opts = dict(self.inference_params or {})
         if self.inference == "svi" and self._posterior_epoch_steps() > 1:
             opts.setdefault("num_steps", SPLIT_EPOCH_SVI_STEPS)
-        if "inflation" in opts or opts.get("guide", "normal") != "normal":
-            return opts
-        factor = CALIBRATED_INFLATION.get((self.inference, prior_kind(self._latent_prior()),
-                                           _kernel_family(self.kernel_)))
-        if factor is not None:
-            opts["inflation"] = factor
         return opts
+
+    def _simulation(self, kwargs: dict, map_kwargs: dict, Z0: torch.Tensor):
+        """The fit's simulation (:class:`probdr.infer.calibrate.Simulation`): the observed
+        graph drawn from the fitted latent law at an embedding, at the posterior's temperature
+        (:func:`probdr.laws.simulate.simulate_observed_graph`), in the fit's dtype; the MAP
+        schedule of this fit on it from this fit's start ``Z0`` (the MAP's arguments
+        ``map_kwargs``, the kernel held at its fitted numbers). The negative-sampling
+        surrogate's maps have another size than the B law's (``scale``). A latent edge prior
+        or a doubly stochastic law cannot be simulated (a string says why)."""
+        kind = prior_kind(kwargs["prior_z"])
+        if self.latent_edge_prior is not None:
+            return "a latent edge prior"
+        if kind not in SIMULATED_PRIORS:
+            return f"the latent law {kind!r}"
+        kernel, weight = kwargs["kernel"], float(kwargs["coupling_weight"])
+        dtype, c = kwargs["W_X"].dtype, self._coupling
+
+        def draw(Z, gen):
+            return sparse_to(simulate_observed_graph(kind, Z, kernel, weight, gen), dtype)
+
+        def map_fit(W):
+            start = self._graph_start(W, Z0)
+            res = run_map(graph_coupling_model, dict(map_kwargs, W_X=W), {"Z": start},
+                          c.schedule, optimizer=self.optimizer, loss_scale=c.loss_scale,
+                          grad_clip=c.grad_clip, observe=self._observe(), warn_collapse=False,
+                          desc=f"{type(self).__name__} (simulated)")
+            return res.Z.detach()
+
+        return Simulation(draw, lambda W: dict(kwargs, W_X=W), map_fit,
+                          scale=kwargs.get("repulsion") == "negative_sampling")
+
+    def _graph_start(self, W: torch.Tensor, Z0: torch.Tensor) -> torch.Tensor:
+        """The start of a fit of the graph ``W`` in place of the data: the spectral embedding
+        of ``W`` where this fit's start came from its graph (``init="spectral"``, or ``"pca"``
+        of a precomputed graph), else this fit's start ``Z0`` (features' PCA, random, given)."""
+        graph_init = isinstance(self.init, str) and (
+            self.init == "spectral" or (self.init == "pca" and self._precomputed() is not None
+                                        and self._precomputed() != "distances"))
+        if not graph_init:
+            return Z0.clone()
+        gen = generator(self.random_state_)
+        Z = initialize("spectral", torch.empty(W.shape[0], 0, dtype=torch.float64),
+                       self.n_components, graph=W.double().coalesce() if W.is_sparse
+                       else W.double(), scale=self.init_scale, generator=gen)
+        return Z.to(Z0.dtype)
 
     def _map_start(self, Z0, values: dict | None = None):
         """The MAP fit's start ``{site: value}`` -- Z0, and a learned kernel's numbers at

@@ -29,10 +29,12 @@ MAP embedding before they are summarised; the embedding is then their mean.
 from __future__ import annotations
 
 import math
+import warnings
 
 import numpy as np
 import torch
 
+from ..infer.calibrate import Calibration, Simulation, calibrate_by_simulation, replications
 from ..infer.mode import converge_mode
 from ..infer.posterior import check_inference_options, check_mcmc_setup, fit_posterior
 from .params import InvalidParameterError
@@ -44,6 +46,36 @@ __all__ = ["PosteriorInference", "DEFAULT_Z_PRIOR_RMS_FACTOR", "default_z_prior_
 #: RMS of the MAP embedding (see the module docstring)
 DEFAULT_Z_PRIOR_RMS_FACTOR = 10.0
 INFERENCES = ("map", "svi", "laplace", "mcmc")
+#: draws of each refitted approximation in a calibration (its per-point covariances)
+CALIBRATION_DRAWS = 200
+#: distances the calibration scores, at least (points x replications, at most
+#: :data:`~probdr.infer.calibrate.MAX_REPLICATIONS` replications): SVI refits a guide each time
+CALIBRATION_POINTS = {"laplace": 2000, "svi": 1000}
+
+
+def _estimator_options(options: dict, inference: str) -> dict:
+    """Pop the estimator's own options from ``options`` (``inference_params``) and return them
+    checked, defaults filled in: ``converge`` (the mode search; default: Laplace only),
+    ``calibrate`` (the measured variance factor; default True) and ``calibration_points``."""
+    out = {"converge": options.pop("converge", inference == "laplace"),
+           "calibrate": options.pop("calibrate", inference in ("svi", "laplace")),
+           "calibration_points": options.pop("calibration_points",
+                                             CALIBRATION_POINTS.get(inference, 1000))}
+    for key in ("converge", "calibrate"):
+        if not isinstance(out[key], bool):
+            raise ValueError(f"{key} must be True or False, got {out[key]!r}.")
+    points = out["calibration_points"]
+    if isinstance(points, bool) or not isinstance(points, int) or points < 1:
+        raise ValueError(f"calibration_points must be a positive integer, got {points!r}.")
+    if out["calibrate"] and inference == "mcmc":
+        raise ValueError("calibrate is for the approximations (svi, laplace); NUTS needs no "
+                         "factor.")
+    return out
+
+
+def _child_seed(gen: torch.Generator) -> int:
+    """A seed for a side computation, fixed by ``gen``'s seed and leaving its stream as it is."""
+    return (gen.initial_seed() * 1_000_003 + 7_919) % (2**63)
 
 
 def default_z_prior_scale(Z_map: torch.Tensor) -> float:
@@ -77,7 +109,12 @@ class PosteriorInference:
         :mod:`probdr.infer.laplace`) or NUTS.
     inference_params : dict, optional
         Options of the posterior inference (:data:`probdr.infer.posterior.SVI_OPTIONS`,
-        :data:`probdr.infer.posterior.MCMC_OPTIONS`: guide, steps, draws, chains, ...).
+        :data:`probdr.infer.posterior.MCMC_OPTIONS`: guide, steps, draws, chains, ...), and
+        the estimator's own: ``converge`` (search the mode first; default for Laplace),
+        ``calibrate`` (measure the approximation's variance factor for this fit by
+        simulation, ``calibration_``; default True for SVI and Laplace, skipped where
+        ``inflation`` is given) and ``calibration_points`` (distances it scores, at least:
+        2000 for Laplace, 1000 for SVI).
     z_prior : None, float or distribution
         Prior on Z. ``None``: flat for MAP; for SVI/MCMC the isotropic Gaussian of scale
         :data:`DEFAULT_Z_PRIOR_RMS_FACTOR` times the RMS of the MAP embedding. A float:
@@ -109,6 +146,18 @@ class PosteriorInference:
     mode_steps_ : int or None
         The search's steps: L-BFGS calls of 20 iterations (a deterministic density) or Adam
         steps (a stochastic one, negative sampling).
+    mode_grad_ratio_ : float or None
+        The RMS gradient of the negative log posterior at the mode over its RMS at the MAP
+        (a deterministic density; ``nan`` for a stochastic one, whose gradient at the mode is
+        noise).
+    calibration_ : probdr.infer.calibrate.Calibration or None
+        The variance factor of the approximation (SVI's mean-field guide, Laplace) measured for
+        this fit by simulation (:mod:`probdr.infer.calibrate`): data drawn from the model at
+        the mode, the approximation refitted to them, the factor that makes its 50 % and 90 %
+        regions hold the simulated truth, with the coverage before and after. ``None`` where
+        nothing was measured (NUTS; a user's ``inflation``; ``calibrate=False``; a model
+        that cannot be simulated, which warns); ``posterior_.diagnostics["calibration"]``
+        says which.
     posterior_mean_ : ndarray (n, q)
         The mean of the aligned draws.
     z_prior_scale_ : float or None
@@ -151,8 +200,7 @@ class PosteriorInference:
         if self.inference != "map":
             try:
                 options = dict(self.inference_params or {})
-                if not isinstance(options.pop("converge", False), bool):
-                    raise ValueError("converge must be True or False.")
+                _estimator_options(options, self.inference)
                 check_inference_options(self.inference, **options)
             except (TypeError, ValueError) as err:
                 raise InvalidParameterError(f"The 'inference_params' parameter of "
@@ -206,29 +254,93 @@ class PosteriorInference:
 
     def _posterior(self, model, model_kwargs: dict, Z_map: torch.Tensor,
                    gen: torch.Generator, reparam: dict | None = None, *,
-                   prior=None) -> torch.Tensor:
+                   prior=None, simulation: Simulation | str | None = None) -> torch.Tensor:
         """Fit the posterior from the MAP ``Z_map`` (on the linear change of variables
-        ``reparam``, if any) with the prior ``prior`` (default :meth:`_posterior_z_prior`);
+        ``reparam``, if any) with the prior ``prior`` (default :meth:`_posterior_z_prior`)
+        and the variance factor measured on ``simulation`` (a string: why there is none);
         sets ``posterior_`` (and so ``posterior_samples_``), ``z_prior_scale_``,
         ``map_embedding_``, ``mode_embedding_`` (and the mode search's ``map_converged_`` and
-        ``mode_steps_``) and ``posterior_mean_``; returns the MAP (``embedding_``)."""
+        ``mode_steps_``), ``calibration_`` and ``posterior_mean_``; returns the MAP
+        (``embedding_``)."""
         if prior is None:
             prior = self._posterior_z_prior(Z_map)
         self.map_embedding_ = Z_map.detach().cpu().numpy().copy()
         kwargs = dict(model_kwargs, z_prior=prior, coupling_weight=self._weight_now())
         options = self._inference_options()
-        centre = Z_map.detach()
-        self.map_converged_ = self.mode_steps_ = None
-        if options.pop("converge", self.inference == "laplace"):
-            mode = converge_mode(model, kwargs, centre, reparam=reparam,
-                                 desc=type(self).__name__)
-            centre, self.map_converged_, self.mode_steps_ = mode.Z, mode.converged, mode.steps
+        steps = _estimator_options(options, self.inference)
+        self.map_converged_ = self.mode_steps_ = self.mode_grad_ratio_ = None
+        centre = self._mode(model, kwargs, Z_map.detach(), reparam, steps["converge"])
         self.mode_embedding_ = centre.cpu().numpy().copy()
+        self.calibration_ = None
+        if steps["calibrate"] and "inflation" not in options and \
+                options.get("guide", "normal") == "normal":
+            self.calibration_ = self._calibrate(model, centre, gen, reparam, steps, options,
+                                                simulation)
+            options["inflation"] = 1.0 if self.calibration_ is None \
+                else self.calibration_.inflation
         self.posterior_ = fit_posterior(model, kwargs, centre, method=self.inference,
                                         generator=gen, reparam=reparam,
                                         verbose=bool(getattr(self, "verbose", False)),
                                         **options)
+        self.posterior_.diagnostics["calibration"] = (
+            self.calibration_.as_dict() if self.calibration_ is not None
+            else self._not_calibrated(steps, options))
         self.posterior_sd_ = self.posterior_.point_std()
         self.reliability_, self.stability_ = self.posterior_.neighbour_scores()
         self.posterior_mean_ = np.asarray(self.posterior_.mean, dtype=np.float64)
         return Z_map
+
+    def _mode(self, model, kwargs: dict, Z: torch.Tensor, reparam, converge: bool,
+              record: bool = True) -> torch.Tensor:
+        """The posterior's centre: the mode searched from ``Z`` (:func:`converge_mode`) where
+        ``converge``, else ``Z``; ``record`` sets ``map_converged_`` and ``mode_steps_``."""
+        if not converge:
+            return Z
+        mode = converge_mode(model, kwargs, Z, reparam=reparam, desc=type(self).__name__,
+                             warn=record)
+        if record:
+            self.map_converged_, self.mode_steps_ = mode.converged, mode.steps
+            self.mode_grad_ratio_ = mode.grad_ratio
+        return mode.Z
+
+    def _calibrate(self, model, centre: torch.Tensor, gen: torch.Generator, reparam,
+                   steps: dict, options: dict, simulation) -> Calibration | None:
+        """The variance factor of the approximation measured for this fit
+        (:func:`probdr.infer.calibrate.calibrate_by_simulation`): data simulated at the mode
+        ``centre``, the estimator's MAP schedule, mode search and approximation refitted;
+        ``None`` (and a warning) where the model cannot be simulated."""
+        if not isinstance(simulation, Simulation):
+            why = simulation or f"{type(self).__name__} has no simulation of its data"
+            warnings.warn(f"{type(self).__name__}: the posterior's variance factor is not "
+                          f"measured ({why}); its regions are the raw approximation's, "
+                          "narrower than the posterior's. Pass "
+                          "inference_params={'inflation': c} to set one.", RuntimeWarning,
+                          stacklevel=4)
+            return None
+        cal_gen = torch.Generator().manual_seed(_child_seed(gen))
+        refit_options = dict(options, inflation=1.0, num_samples=CALIBRATION_DRAWS)
+
+        def refit(data):
+            kwargs = simulation.kwargs(data)
+            start = centre if simulation.map_fit is None else simulation.map_fit(data)
+            start = self._mode(model, kwargs, start.to(centre.dtype), reparam,
+                               steps["converge"], record=False)
+            return fit_posterior(model, kwargs, start, method=self.inference,
+                                 generator=cal_gen, reparam=reparam, **refit_options)
+
+        reps = replications(centre.shape[0], steps["calibration_points"])
+        return calibrate_by_simulation(lambda g: simulation.draw(centre, g), refit, centre,
+                                       generator=cal_gen, n_replications=reps,
+                                       scale=simulation.scale)
+
+    def _not_calibrated(self, steps: dict, options: dict) -> str:
+        """Why the posterior carries no measured factor (``diagnostics["calibration"]``)."""
+        if "inflation" in (self.inference_params or {}):
+            return f"the user's factor {options['inflation']!r}"
+        if self.inference == "mcmc":
+            return "not needed: NUTS samples the posterior itself"
+        if options.get("guide", "normal") != "normal":
+            return "not measured: a guide other than the mean-field one"
+        if not steps["calibrate"]:
+            return "not measured: calibrate=False"
+        return "not measured: the model cannot be simulated"

@@ -84,9 +84,9 @@ def is_stochastic(model: Callable, kwargs: dict[str, Any], Z: torch.Tensor) -> b
 def converge_mode(model: Callable, model_kwargs: dict[str, Any], Z0: torch.Tensor, *,
                   reparam: dict | None = None, tol: float = MODE_TOL,
                   max_calls: int = MODE_MAX_CALLS, max_windows: int = MAX_WINDOWS,
-                  desc: str = "mode") -> Mode:
+                  desc: str = "mode", warn: bool = True) -> Mode:
     """The mode of ``model``'s log density from ``Z0`` by the rule of the module's docstring;
-    warns when the cap was hit first."""
+    warns (``warn``) when the cap was hit first."""
     Z0 = Z0.detach()
     if is_stochastic(model, model_kwargs, Z0):
         mode = _adam_windows(model, model_kwargs, Z0, reparam, max_windows)
@@ -100,7 +100,7 @@ def converge_mode(model: Callable, model_kwargs: dict[str, Any], Z0: torch.Tenso
         end = _grad_rms(model, model_kwargs, Z)
         mode = Mode(Z, res.n_iter < max_calls, res.n_iter, end / start if start > 0 else 0.0,
                     "lbfgs")
-    if not mode.converged:
+    if warn and not mode.converged:
         warnings.warn(f"{desc}: the posterior's mode search hit its cap ({mode.steps} "
                       f"{'L-BFGS calls' if mode.rule == 'lbfgs' else 'Adam steps'}) before "
                       "its convergence rule held; the posterior is centred where it stopped.",

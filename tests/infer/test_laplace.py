@@ -114,11 +114,11 @@ def test_estimator_laplace_and_reliability(blobs, tmp_path):
                       inference="laplace",
                         inference_params={"num_samples": 100}).fit(X)
     np.testing.assert_array_equal(est.embedding_, again.embedding_)
-    # the calibrated variance inflation of t-SNE's Laplace approximation
-    from probdr.estimators.coupling import CALIBRATED_INFLATION
-
-    assert est.posterior_.diagnostics["inflation"] == CALIBRATED_INFLATION[("laplace", "E",
-                                                                            "cauchy")]
+    # the variance factor measured for this fit by simulation, applied to its covariances
+    cal = est.calibration_
+    assert cal is not None and cal.inflation > 1.0
+    assert est.posterior_.diagnostics["inflation"] == cal.inflation
+    assert est.posterior_.diagnostics["calibration"]["inflation"] == cal.inflation
     # save and load keep the posterior and its scores
     path = tmp_path / "tsne.probdr"
     est.save(path)
@@ -365,26 +365,28 @@ def _lists(E, k):
     return [set(r) for r in np.argsort(d, 1, kind="stable")[:, :k]]
 
 
-def test_svi_default_inflation_is_the_calibrated_one(blobs):
-    from probdr.estimators.coupling import CALIBRATED_INFLATION
-
+def test_the_default_factor_is_measured_for_each_fit_and_said_where_it_is_not(blobs):
+    """SVI and Laplace carry the factor measured for the fit (its calibration), whatever the
+    kernel; another guide, a user's factor or calibrate=False carry none and say why."""
     X, _ = blobs
     base = dict(perplexity=10, n_iter=100, early_exaggeration_iter=30, random_state=0,
                 inference="svi")
-    est = probdr.TSNE(**base, inference_params={"num_steps": 20}).fit(X)
-    assert est.posterior_.diagnostics["inflation"] == CALIBRATED_INFLATION[("svi", "E", "cauchy")]
-    # another guide, or a kernel the study does not cover: no correction
-    low = probdr.TSNE(**base, inference_params={"num_steps": 20, "guide": "lowrank"}).fit(X)
-    assert low.posterior_.diagnostics["inflation"] == 1.0
-    sne = probdr.SNE(perplexity=10, n_iter=100, early_exaggeration_iter=30, random_state=0,
-                     inference="svi", inference_params={"num_steps": 20}).fit(X)
-    assert sne.posterior_.diagnostics["inflation"] == 1.0
-    umap = probdr.UMAP(n_neighbors=10, n_epochs=30, random_state=0, inference="laplace").fit(X)
-    assert umap.posterior_.diagnostics["inflation"] == CALIBRATED_INFLATION[("laplace", "B",
-                                                                             "umap")]
+    svi = {"num_steps": 20, "calibration_points": 1}
+    est = probdr.TSNE(**base, inference_params=svi).fit(X)
+    assert est.posterior_.diagnostics["inflation"] == est.calibration_.inflation
+    assert est.calibration_.replications == 1
+    low = probdr.TSNE(**base, inference_params={**svi, "guide": "lowrank"}).fit(X)
+    assert low.calibration_ is None and low.posterior_.diagnostics["inflation"] == 1.0
+    assert "guide" in low.posterior_.diagnostics["calibration"]
+    given = probdr.TSNE(**base, inference_params={**svi, "inflation": 3.0}).fit(X)
+    assert given.calibration_ is None and given.posterior_.diagnostics["inflation"] == 3.0
+    off = probdr.TSNE(**base, inference_params={**svi, "calibrate": False}).fit(X)
+    assert off.posterior_.diagnostics["inflation"] == 1.0
+    assert "calibrate=False" in off.posterior_.diagnostics["calibration"]
     other = probdr.UMAP(n_neighbors=10, n_epochs=30, min_dist=0.5, random_state=0,
-                        inference="laplace").fit(X)
-    assert other.posterior_.diagnostics["inflation"] == 1.0
+                        inference="laplace", inference_params={"calibration_points": 1}
+                        ).fit(X)
+    assert other.posterior_.diagnostics["inflation"] == other.calibration_.inflation
 
 
 def test_laplace_draws_in_blocks_are_kept_once_in_the_fits_precision(blobs, monkeypatch):
