@@ -322,7 +322,14 @@ def _fit_laplace(model, kwargs, Z_init, opts, seed, latent) -> Posterior:
     gc.collect()
     release_free()
     reference = _reference(opts, Z_init)
-    cov = torch.cholesky_inverse(torch.linalg.cholesky(P)) * float(opts["inflation"])
+    L, info = torch.linalg.cholesky_ex(P)
+    if bool((info != 0).any()):
+        bad = torch.nonzero(info).flatten()[:5].tolist()
+        raise FloatingPointError(
+            f"Laplace: the curvature of {int((info != 0).sum())} point(s) (e.g. {bad}) is not "
+            "positive definite or not finite at the mode; use inference='svi', or check the "
+            "fit (its map, its kernel's scale) for points far from all others.")
+    cov = torch.cholesky_inverse(L) * float(opts["inflation"])
     draws = _laplace_law(Z_init, cov, int(opts["num_samples"]),
                          reference if opts["align"] else None, gen)
     diag = {"precisions": _numpy(P), "covariances": _numpy(cov),

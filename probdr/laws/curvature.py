@@ -373,22 +373,37 @@ def _total_repulsion(H, Z, W, kernel) -> None:
 
 
 def _row_repulsion(H, Z, W, kernel) -> None:
-    r"""D: :math:`-W_{i+}\nabla^2\log S_i - \sum_j W_{j+}\nabla^2_{z_i}\log S_j`."""
+    r"""D: :math:`-W_{i+}\nabla^2\log S_i - \sum_j W_{j+}\nabla^2_{z_i}\log S_j`. Each term is a
+    ratio of kernel sums of one row, so each row's kernel is taken relative to its largest
+    entry (:math:`k_{ij} e^{-m_i}`, :math:`m_i = \max_j \log k_{ij}`): a point far from all
+    others under a light-tailed kernel (a Gaussian's :math:`k` underflows to 0) keeps a finite
+    curvature."""
     n = Z.shape[0]
     tot = _row_totals(W, n, Z.dtype)
     S = torch.zeros(n, dtype=Z.dtype, device=Z.device)
+    top = torch.zeros(n, dtype=Z.dtype, device=Z.device)
     blocks = list(_blocks(Z))
     for rows, C, w in blocks:
         _, d2 = _pairs(Z, rows, C)
-        S[rows] = (w * torch.exp(kernel.log_k(d2))).sum(-1)
+        lk = torch.where(w > 0, kernel.log_k(d2), torch.full_like(d2, float("-inf")))
+        top[rows] = lk.amax(-1)
+        S[rows] = (w * torch.exp(lk - top[rows][:, None])).sum(-1)
     for rows, C, w in blocks:
         u, d2 = _pairs(Z, rows, C)
-        _, d1, d2_ = derivatives(_kernel(kernel), d2)
+        _, d1, d2_ = derivatives(_shifted_kernel(kernel, top[rows][:, None]), d2)
         g = _grad(d1, u, w)
         own = _hess(d1, d2_, u, w) / S[rows][:, None, None] - (
             g[:, :, None] * g[:, None, :]) / S[rows][:, None, None] ** 2
-        # the partner's row: W_j+ (grad^2 k_ij / S_j - grad k grad k^T / S_j^2)
+        # the partner's row: W_j+ (grad^2 k_ij / S_j - grad k grad k^T / S_j^2), in row j's scale
+        _, d1, d2_ = derivatives(_shifted_kernel(kernel, top[C]), d2)
         a = w * tot[C] / S[C]
         gk = 2.0 * d1[..., None] * u  # per-pair gradient of k
         other = _hess(d1, d2_, u, a) - torch.einsum("rj,rja,rjc->rac", a / S[C], gk, gk)
         H[rows] -= tot[rows][:, None, None] * own + other
+
+
+def _shifted_kernel(kernel, shift: torch.Tensor):
+    """:math:`k(x) e^{-\text{shift}}` (``shift`` broadcast against x, constant in it), at most 1:
+    the shift is a row's largest off-diagonal log-kernel, so only the diagonal (weight 0) is
+    cut, where the unshifted :math:`e^{-\text{shift}}` could overflow."""
+    return lambda x: torch.exp((kernel.log_k(x) - shift).clamp(max=0.0))
