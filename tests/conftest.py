@@ -32,3 +32,16 @@ def _single_thread():
 def _seed():
     torch.manual_seed(0)
     np.random.seed(0)
+
+
+@pytest.fixture(autouse=True)
+def _one_calibration_replication(monkeypatch, request):
+    """A posterior fit measures its variance factor on simulated replications of itself (up to
+    ten on small maps). Tests of other features run one replication, which exercises the same
+    path; tests marked ``calibration`` (and any fit given ``calibration_points``) keep the
+    package's defaults."""
+    if request.node.get_closest_marker("calibration") is None:
+        from probdr.estimators import inference
+
+        monkeypatch.setitem(inference.CALIBRATION_POINTS, "laplace", 1)
+        monkeypatch.setitem(inference.CALIBRATION_POINTS, "svi", 1)

@@ -104,3 +104,45 @@ def test_calibration_measures_how_much_too_narrow_an_approximation_is():
     post = _gaussian_posterior(y, s / 2 * np.sqrt(cal.inflation), rng)
     d2 = mahalanobis_sq(truth.numpy(), post)
     assert np.mean(d2 <= st.chi2.ppf(0.9, 2)) == pytest.approx(0.9, abs=0.04)
+
+
+@pytest.mark.calibration
+def test_a_fit_measures_its_factor_on_replications_of_itself():
+    """The public path: a custom (D, D) coupling on data drawn from its law measures its
+    factor on enough replications for 2000 distances (10 at 100 points), through its own MAP
+    schedule, mode search and Laplace approximation; the factor brings the simulated truth's
+    50 % and 90 % regions to their share in-sample, and the raw ones were too narrow."""
+    import probdr
+
+    g = torch.Generator().manual_seed(0)
+    Zt = 3 * torch.randn(100, 2, dtype=torch.float64, generator=g)
+    W = simulate_observed_graph("D", Zt, get_kernel("student"), 4.0, g).to_dense().numpy()
+    est = probdr.GraphCoupling(prior_x="D", prior_z="D", kernel_z="student",
+                               affinity="precomputed", coupling_weight=4.0, z_prior=3.0,
+                               n_iter=300, inference="laplace", random_state=0).fit(W)
+    cal = est.calibration_
+    assert cal.replications == 10 and cal.points == 1000
+    assert cal.raw_coverage[1] < 0.85 and cal.inflation > 1.5
+    assert cal.coverage[0] == pytest.approx(0.5, abs=0.12)
+    assert cal.coverage[1] == pytest.approx(0.9, abs=0.08)
+    assert est.posterior_.diagnostics["inflation"] == cal.inflation
+    again = probdr.GraphCoupling(prior_x="D", prior_z="D", kernel_z="student",
+                                 affinity="precomputed", coupling_weight=4.0, z_prior=3.0,
+                                 n_iter=300, inference="laplace", random_state=0).fit(W)
+    assert again.calibration_.inflation == cal.inflation  # repeatable
+
+
+def test_models_that_cannot_be_simulated_say_so():
+    """A model with no simulation of its data (the Wishart PCA coupling) warns and records why
+    its factor is missing; NUTS needs none and refuses calibrate=True."""
+    import probdr
+    from probdr.estimators.params import InvalidParameterError
+
+    X = np.random.default_rng(0).standard_normal((40, 5))
+    with pytest.warns(RuntimeWarning, match="variance factor is not measured"):
+        est = probdr.WishartPCA(n_components=2, inference="svi", random_state=0,
+                                inference_params={"num_steps": 10}).fit(X)
+    assert est.calibration_ is None
+    assert "cannot be simulated" in est.posterior_.diagnostics["calibration"]
+    with pytest.raises(InvalidParameterError, match="NUTS needs no"):
+        probdr.TSNE(inference="mcmc", inference_params={"calibrate": True}).fit(X)
