@@ -3,9 +3,9 @@ r"""The cheap posterior: a Laplace approximation from each point's 2x2 curvature
 Each point gets :math:`z_i \sim \mathcal N(\hat z_i, c\,\Lambda_i^{-1})`, independently, with
 :math:`\Lambda_i` its block of the Hessian of the negative log posterior at the MAP
 (:func:`probdr.laws.curvature.point_precisions`: the conditional posterior of the point with the
-others held at the MAP) and :math:`c` a variance inflation (the calibration study,
-``benchmarks/calibration.py``, measures the factor that makes the credible regions cover their
-share of the truth). :func:`probdr.infer.posterior.fit_posterior` with ``method="laplace"`` runs
+others held at the MAP) and :math:`c` a variance inflation (the estimators measure, for each
+fit, the factor that makes the credible regions cover their share of a simulated truth:
+:mod:`probdr.infer.calibrate`). :func:`probdr.infer.posterior.fit_posterior` with ``method="laplace"`` runs
 it for a model that declares ``point_precisions``.
 """
 

@@ -56,8 +56,8 @@ SVI
 Variance inflation
     A per-point Gaussian (the mean-field guide, the Laplace approximation) ignores the
     correlations between points and is narrower than the posterior. ``inflation`` multiplies
-    the variance of the draws around their mean; the estimators set the factor measured by
-    simulation from the model (:data:`probdr.estimators.coupling.CALIBRATED_INFLATION`).
+    the variance of the draws around their mean; the estimators set the factor they measure
+    for each fit by simulation from the fitted model (:mod:`probdr.infer.calibrate`).
 
 Preconditioning
     A badly scaled posterior (the Wishart couplings: curvatures spread over the spectrum of
@@ -235,8 +235,9 @@ def fit_posterior(
         ``inflation``
             Multiply the variance of Z's draws around their mean by this factor (1: none). A
             mean-field guide ignores the correlations between points and is narrower than the
-            posterior; ``benchmarks/calibration.py`` measures the factor that restores the
-            coverage of the credible regions (docs: "How sure is the map?").
+            posterior; the estimators measure the factor that restores the coverage of the
+            credible regions for each fit (:mod:`probdr.infer.calibrate`; docs: "How sure is
+            the map?").
 
         Laplace (``method="laplace"``, defaults in :data:`LAPLACE_OPTIONS`; models that declare
         ``point_precisions``, :mod:`probdr.infer.laplace`): ``num_samples`` draws and the

@@ -60,9 +60,10 @@ def test_the_cap_warns():
 
 def test_custom_coupling_posterior_is_centred_on_its_mode():
     """A (B, B) coupling with UMAP's curve on 200 points drawn from that law: the default
-    schedule (t-SNE's gains optimiser) blows the map up to about 2.5 times the truth's radius;
-    the posterior is centred on the mode, whose radius is the truth's, and whose log density is
-    higher than the schedule's end."""
+    schedule (t-SNE's gains optimiser at a rate divided by the graph's mass per row) ends at
+    the truth's radius (it blew the map up to 2.5 times it at t-SNE's rate); the posterior is
+    centred on the mode, whose radius is the truth's, and whose log density is at least the
+    schedule's end's."""
     import sys
     from pathlib import Path
 
@@ -78,11 +79,11 @@ def test_custom_coupling_posterior_is_centred_on_its_mode():
         est = probdr.GraphCoupling(**kw).fit(W.numpy())
         off = probdr.GraphCoupling(**kw, inference_params={"converge": False}).fit(W.numpy())
     truth = radius(Zt.numpy())
-    assert radius(est.map_embedding_) > 2 * truth
+    assert 0.8 < radius(est.map_embedding_) / truth < 1.25
     assert 0.8 < radius(est.mode_embedding_) / truth < 1.25
     assert est.map_converged_ and est.mode_steps_ >= 1
     assert np.array_equal(est.posterior_.reference, est.mode_embedding_)
-    assert est.log_joint(est.mode_embedding_) > est.log_joint(est.map_embedding_)
+    assert est.log_joint(est.mode_embedding_) >= est.log_joint(est.map_embedding_)
     # the MAP is the plain fit's either way; without the search the posterior sits on it
     np.testing.assert_array_equal(off.embedding_, est.embedding_)
     np.testing.assert_array_equal(off.mode_embedding_, off.map_embedding_)
