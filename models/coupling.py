@@ -37,7 +37,7 @@ import torch
 from pyro import poutine
 from torch.distributions import constraints
 
-from probdr._compute.edges import scheduled_edges
+from probdr._compute.edges import epoch_edges
 from probdr.laws.graph import GraphPrior
 from probdr.laws.weights import KernelWeights
 
@@ -61,9 +61,6 @@ def graph_coupling_model(
     negative_samples: int = 5,
     negative_weight: float = 1.0,
     coupling_weight: float = 1.0,
-    pair_grad_clip: float | None = None,
-    epoch_steps: int = 1,
-    whole_epoch: bool = False,
 ):
     """Pyro model of the graph coupling.
 
@@ -90,19 +87,12 @@ def graph_coupling_model(
         down-weighted non-edge likelihood, see the module docstring).
     coupling_weight : float
         Weight (inverse temperature) of the coupling likelihood, via ``poutine.scale``.
-    pair_grad_clip : float, optional
-        Optimisation heuristic of umap-learn: clamp every pair's gradient contribution (not the
-        objective) to ``[-c, c]`` per coordinate.
-    epoch_steps : int
-        With negative sampling: optimiser steps per epoch, each using its share of the epoch's
-        edges (see :func:`_negative_sampling_likelihood`).
-    whole_epoch : bool
-        With negative sampling over several steps an epoch: weight a step's edges and negatives
-        ``epoch_steps`` times more, so that each step's log-likelihood is an unbiased estimate of
-        the whole surrogate's (over an epoch), not of its ``1 / epoch_steps`` share. Posterior
-        inference needs it (the likelihood's weight against the prior and the guide's entropy
-        sets the spread); a MAP fit does not (a constant factor, which its step sizes and
-        umap-learn's per-pair clip are set for).
+
+    The optimiser's heuristics are not the model's: umap-learn's per-pair gradient clip and
+    negative sampling's epoch cut into optimiser steps (each step's share of the edges, weighed
+    as its share or as the whole epoch) are Pyro effects of the sites, set by the driver's
+    handler (:class:`probdr.infer.schedule.OptimiserHooks`); run on its own, the model uses
+    each edge with probability :math:`v_e / \\max v` at every call.
 
     Data-parallel (the model declares ``data_parallel = True``): in a fit sharded over the ranks
     of a process group, the latent weights and their law evaluate each rank's share of the log
@@ -114,8 +104,7 @@ def graph_coupling_model(
     Z = pyro.sample("Z", flat_prior(n, n_components) if z_prior is None else z_prior)
     kernel = kernel.sampled()  # a number given as Learn is a latent site (e.g. "dof")
     normaliser = repulsion if repulsion in ("exact", "fft", "sampled") else "exact"
-    K_Z = KernelWeights(Z, kernel, normaliser=normaliser, n_samples=negative_samples,
-                        pair_grad_clip=pair_grad_clip)
+    K_Z = KernelWeights(Z, kernel, normaliser=normaliser, n_samples=negative_samples)
     law = prior_z.posterior(K_Z)
     with poutine.scale(scale=coupling_weight):
         if repulsion in ("exact", "fft", "sampled"):
@@ -123,8 +112,7 @@ def graph_coupling_model(
         elif repulsion == "negative_sampling":
             if prior_z.kind != "B":
                 raise ValueError("negative sampling is defined here for the B latent prior only.")
-            _negative_sampling_likelihood(law, W_X, negative_samples, negative_weight, n,
-                                          epoch_steps, whole_epoch)
+            _negative_sampling_likelihood(law, W_X, negative_samples, negative_weight, n)
         else:
             raise ValueError("repulsion must be 'exact', 'fft', 'sampled' or 'negative_sampling', "
                              f"got {repulsion!r}.")
@@ -174,23 +162,20 @@ def gaussian_precision(z_prior, shape) -> torch.Tensor | None:
 graph_coupling_model.point_precisions = coupling_point_precisions
 
 
-def _negative_sampling_likelihood(law, W_X, m, gamma, n, epoch_steps: int = 1,
-                                  whole_epoch: bool = False):
+def _negative_sampling_likelihood(law, W_X, m, gamma, n):
     """umap-learn's scheme: each epoch, edge e is used with probability v_e / max(v) (then with
     weight max(v)), and every used edge draws m uniform negatives. In expectation over the draws
     this is the objective of the module docstring; the work per epoch is O(sum(v) * m).
 
-    An epoch is ``epoch_steps`` optimiser steps, each using an edge with probability
-    v_e / (max(v) epoch_steps) at the same weight (:class:`probdr._compute.edges.EpochSchedule`:
-    an edge acts at most once per epoch, in a step drawn at random): the points move between
-    the parts of an epoch, as they do in umap-learn's sequential updates (which all read the
-    latest positions)."""
+    The driver may cut an epoch into optimiser steps, each using an edge with probability
+    v_e / (max(v) steps) at the same weight (:data:`probdr._compute.edges.epoch_edges`, set by
+    :class:`probdr.infer.schedule.OptimiserHooks`: an edge acts at most once per epoch, in a
+    step drawn at random): the points move between the parts of an epoch, as they do in
+    umap-learn's sequential updates (which all read the latest positions)."""
     weights = law.weights
     rows, cols, v, vmax = weights.observed_edges(W_X)
     gen = weights.generator
-    rows, cols, neg_rows, mask, neg_mask = scheduled_edges(v, vmax, rows, cols, n, m,
-                                                           epoch_steps, gen)
-    weight = vmax * epoch_steps if whole_epoch else vmax
+    rows, cols, neg_rows, mask, neg_mask, weight = epoch_edges(v, vmax, rows, cols, n, m, gen)
     with pyro.plate("edges", rows.numel()), poutine.scale(scale=weight):
         pyro.sample("W_Z_edges", law.edges_at(rows, cols, mask),
                     obs=torch.ones(rows.numel(), dtype=v.dtype, device=v.device))

@@ -12,7 +12,7 @@ The parts depend on the list only, so the numbers do not depend on the number of
 
 :func:`values_deferred` lets the steps of a long fit whose loss is not recorded skip the sums'
 values (their gradients are the same, number for number). For negative sampling:
-:func:`scheduled_edges` (the edges a step uses) and :func:`bernoulli_log_prob` (the sampled edges'
+:func:`epoch_edges` (the edges a step uses, a Pyro effect that the driver's handler sets) and :func:`bernoulli_log_prob` (the sampled edges'
 log-likelihood, its gradient independent of the thread count).
 """
 
@@ -25,6 +25,7 @@ from contextlib import contextmanager
 import numpy as np
 import torch
 import torch.nn.functional as F
+from pyro.poutine.runtime import effectful
 
 from .._utils import fixed_sum, one_thread, tensor_cache
 from ..config import sync_free_for
@@ -398,21 +399,15 @@ def edge_log_kernel_sum(Z, rows, cols, v, kernel, clip=None):
 # --------------------------------------------------------------------------------------------
 # sampled edges (negative sampling)
 # --------------------------------------------------------------------------------------------
-_step = threading.local()
+def _no_pair_grad_clip():
+    return None
 
 
-@contextmanager
-def at_step(index: int | None):
-    """Inside, the model runs the optimiser's step ``index`` (from 0, counted over the whole
-    fit, continued by ``optimize``): negative sampling's :class:`EpochSchedule` takes that
-    step's edges. Set by the MAP driver around each step."""
-    with _thread_setting(_step, "index", index):
-        yield
-
-
-def current_step() -> int | None:
-    """The optimiser step the model runs (:func:`at_step`); ``None`` outside a fit's steps."""
-    return getattr(_step, "index", None)
+#: The clip of each pair's gradient that the optimiser wants, asked where latent weights are
+#: made (:class:`probdr.laws.weights.KernelWeights`): a Pyro effect, ``None`` unless a handler
+#: of the driver's answers it (:class:`probdr.infer.schedule.OptimiserHooks`). umap-learn's
+#: heuristic belongs to the optimiser, not to the model, which never names it.
+optimiser_pair_grad_clip = effectful(_no_pair_grad_clip, type="pair_grad_clip")
 
 
 class EpochSchedule:
@@ -427,11 +422,11 @@ class EpochSchedule:
     edges act at fixed intervals), and the epoch costs one uniform number per edge, a step one
     comparison of small integer keys, not a draw over all edges at every step.
 
-    The step comes from the MAP driver (:func:`at_step`): step ``i`` is slot ``i % steps`` of
-    epoch ``i // steps``, so a fit stopped in an epoch and continued (``optimize``) takes the
-    edges it would have taken. Outside a fit's steps (a model traced on its own, a guide's
-    setup), and with one step per epoch, each call is an independent draw of the same law,
-    which leaves the epoch's draw alone."""
+    The step ``index`` comes from the MAP driver (:func:`epoch_edges`): step ``i`` is slot
+    ``i % steps`` of epoch ``i // steps``, so a fit stopped in an epoch and continued
+    (``optimize``) takes the edges it would have taken. Outside a fit's steps (``index`` None: a
+    model traced on its own, a guide's setup), and with one step per epoch, each call is an
+    independent draw of the same law, which leaves the epoch's draw alone."""
 
     def __init__(self, v: torch.Tensor, vmax: float, steps: int, generator=None):
         self.v, self.vmax, self.steps, self.generator = v, float(vmax), int(steps), generator
@@ -475,10 +470,9 @@ class EpochSchedule:
         return self.order[self.bounds[s]:self.bounds[s + 1]]
 
     def next(self, index: int | None = None, as_mask: bool = False) -> torch.Tensor:
-        """The edges of step ``index`` (default: :func:`current_step`): their positions,
+        """The edges of step ``index`` (``None``: an independent draw): their positions,
         ascending, or (``as_mask``) a boolean per edge (fixed shapes, no host
         synchronisation)."""
-        index = current_step() if index is None else index
         if index is None or self.steps == 1:  # an independent draw
             used = self._uniform().mul_(self.vmax * self.steps) < self.v
             return used if as_mask else used.nonzero().squeeze(1)
@@ -520,10 +514,11 @@ def _padded(rows, cols, v, steps: int):
             torch.cat([v, v.new_zeros(pad)]))
 
 
-def scheduled_edges(v, vmax, rows, cols, n: int, m: int, steps: int, generator=None):
-    """The edges the next step of an epoch of ``steps`` steps uses (:class:`EpochSchedule`),
-    and the rows of ``m`` negative samples for each, as ``(rows, cols, neg_rows, mask,
-    neg_mask)``.
+def scheduled_edges(v, vmax, rows, cols, n: int, m: int, steps: int, generator=None,
+                    index: int | None = None):
+    """The edges that step ``index`` (``None``: an independent draw) of an epoch of ``steps``
+    steps uses (:class:`EpochSchedule`), and the rows of ``m`` negative samples for each, as
+    ``(rows, cols, neg_rows, mask, neg_mask)``.
 
     Selected by index: the masks are ``None``, and the rows (edge lists are sorted by row) and
     the negatives' rows are sorted (segment sums in the backward; their row counts are set
@@ -534,15 +529,14 @@ def scheduled_edges(v, vmax, rows, cols, n: int, m: int, steps: int, generator=N
     out."""
     schedule = EpochSchedule.of(v, vmax, steps, generator)
     if sync_free_for(v.device):
-        index = current_step()
         if index is not None and schedule.steps > 1:  # a 1 / steps share, at a fixed shape
             rows, cols, used = schedule.strided(index, rows, cols)
             return rows, cols, rows.repeat_interleave(m), used, used.repeat_interleave(m)
-        used = schedule.next(as_mask=True)
+        used = schedule.next(index, as_mask=True)
         neg_rows = tensor_cache(rows, f"_probdr_ns_neg_rows_{m}", lambda: rows.repeat_interleave(m))
         return rows, cols, neg_rows, used, used.repeat_interleave(m)
     sorted_rows = _segments(rows, n) is not None  # then so are the rows of any selection
-    used = schedule.next()
+    used = schedule.next(index)
     rows, cols = rows.index_select(0, used), cols.index_select(0, used)
     neg_rows = rows.repeat_interleave(m)
     # the row counts, known without checking the order, where segment sums would use them
@@ -551,6 +545,23 @@ def scheduled_edges(v, vmax, rows, cols, n: int, m: int, steps: int, generator=N
         tensor_cache(rows, f"_probdr_segments_{n}", lambda: lengths)
         tensor_cache(neg_rows, f"_probdr_segments_{n}", lambda: lengths * m)
     return rows, cols, neg_rows, None, None
+
+
+def _epoch_edges(v, vmax, rows, cols, n: int, m: int, generator=None, *, steps: int = 1,
+                 index: int | None = None, whole_epoch: bool = False):
+    """:func:`scheduled_edges` and the weight of the step's edges: ``(rows, cols, neg_rows,
+    mask, neg_mask, weight)``, the weight ``vmax``, or ``vmax * steps`` with ``whole_epoch``
+    (each step's log-likelihood then estimates the whole epoch's, not its ``1 / steps``
+    share)."""
+    edges = scheduled_edges(v, vmax, rows, cols, n, m, steps, generator, index)
+    return (*edges, vmax * steps if whole_epoch else vmax)
+
+
+#: The edges of a negative-sampling step, as a Pyro effect: by default (a model run on its own)
+#: one step per epoch, an independent draw; the optimiser's handler
+#: (:class:`probdr.infer.schedule.OptimiserHooks`) sets the epoch's ``steps``, the step
+#: ``index`` and ``whole_epoch`` -- the driver's schedule, which the model does not hold.
+epoch_edges = effectful(_epoch_edges, type="epoch_edges")
 
 
 class _BernoulliLogProb(torch.autograd.Function):

@@ -1,6 +1,6 @@
 """The one door of an optimisation loop into the engine room.
 
-A MAP fit (:class:`probdr.infer.map.MAPFit`) pulls five levers of the engine room, each at its
+A MAP fit (:class:`probdr.infer.map.MAPFit`) pulls these levers of the engine room, each at its
 own level:
 
 * for the whole fit, the rank's shard of a data-parallel fit, made current
@@ -11,8 +11,6 @@ own level:
   system (:func:`~probdr._compute.alloc.release_free`);
 * for a step whose loss is not recorded, the edge sums' values deferred
   (:func:`~probdr._compute.edges.values_deferred`): its gradient only;
-* for each step, its number in the fit (:func:`~probdr._compute.edges.at_step`): negative
-  sampling's epoch schedule takes that step's edges;
 * for the whole fit, torch's threads kept at the cores other processes leave free, within an
   estimator's ``n_jobs`` (:func:`~probdr._compute.threads.governed`), measured again before a
   step when a measurement is due (:func:`~probdr._compute.threads.poll`).
@@ -31,7 +29,7 @@ import torch
 
 from .alloc import heap_reuse, release_free, scratch
 from .distributed import Shard, process_group_shard, use_shard
-from .edges import at_step, values_deferred
+from .edges import values_deferred
 from .threads import governed, poll
 
 __all__ = ["Step", "StepContext"]
@@ -96,11 +94,9 @@ class StepContext:
                 self._loop = outer
 
     @contextmanager
-    def step(self, record: bool = True, index: int | None = None):
+    def step(self, record: bool = True):
         """One step of the open loop, its loss recorded or not (``record``: without, the edge
-        sums' values are deferred); ``index``: its number in the whole fit, from 0 (negative
-        sampling's epoch schedule, :func:`~probdr._compute.edges.at_step`). Yields its
-        :class:`Step`. After the loop's first step the heap's free memory goes back to the
+        sums' values are deferred). Yields its :class:`Step`. After the loop's first step the heap's free memory goes back to the
         system."""
         if self._loop is None:
             raise RuntimeError("StepContext.step runs inside StepContext.loop().")
@@ -108,7 +104,7 @@ class StepContext:
         poll()
         step = Step(self._loop[1], values_deferred=not record, heap_reused=self._loop[0],
                     shard=self.shard)
-        with nullcontext() if record else values_deferred(), at_step(index):
+        with nullcontext() if record else values_deferred():
             yield step
         if step.number == 1:  # the first step's cache-building temporaries: back to the system
             step.released = release_free()

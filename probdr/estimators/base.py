@@ -171,7 +171,7 @@ class DREstimator(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimat
     _keeps_training_data = False
     #: ``fit`` accepts scipy sparse X (CSR/CSC; the input side never densifies it)
     _accepts_sparse = False
-    #: constraints that differ from the shared table (:data:`probdr.estimators.params.PARAMETERS`)
+    #: constraints that differ from the shared table (:data:`probdr.estimators.params.TABLE`)
     _constraint_overrides: dict = {}
     _parameter_constraints: dict = {}
 

@@ -12,6 +12,7 @@ returns the exact cross-entropy (Van Assel et al. 2022, §3.1), whatever the opt
 from __future__ import annotations
 
 import warnings
+from dataclasses import replace
 from numbers import Integral, Real
 from typing import Any
 
@@ -85,6 +86,8 @@ KERNEL_STEP_EVERY = 5
 #: the estimator parameters that set the input side (:class:`~probdr.input.InputGraph`)
 INPUT_PARAMETERS = ("perplexity", "n_neighbors", "metric", "metric_params", "edge_prior",
                     "neighbors", "precomputed_knn")
+#: model arguments of files saved before the optimiser's heuristics left the model
+_OPTIMISER_KEYS = ("pair_grad_clip", "epoch_steps", "whole_epoch")
 #: the automatic learning rate is divided by this with repulsion="sampled"
 SAMPLED_LR_SHRINK = 16.0
 
@@ -607,11 +610,16 @@ class GraphCoupling(PosteriorInference, DREstimator):
             n_components=self.n_components, repulsion=self._repulsion(n),
             negative_samples=self.negative_samples, negative_weight=self.negative_weight,
             z_prior=self._map_prior(n, self.n_components, dtype),
-            coupling_weight=self.coupling_weight_,
-            pair_grad_clip=self.grad_clip, epoch_steps=self._epoch_steps(n))
+            coupling_weight=self.coupling_weight_)
         phases, scale, clip = self._phases(n)
+        mk = self.model_kwargs_
+        coupling = FittedCoupling(
+            prior_z=mk["prior_z"], kernel=self.kernel_, repulsion=mk["repulsion"],
+            negative_samples=mk["negative_samples"], negative_weight=mk["negative_weight"],
+            schedule=list(phases), loss_scale=scale, grad_clip=clip,
+            epoch_steps=self._epoch_steps(n))
         init, sites = self._map_start(Z0)
-        res = run_map(graph_coupling_model, self.model_kwargs_, init, phases,
+        res = run_map(coupling.model(), self.model_kwargs_, init, phases,
                       optimizer=self.optimizer, loss_scale=scale, grad_clip=clip,
                       observe=self._observe(), verbose=self.verbose, desc=type(self).__name__,
                       **sites)
@@ -623,11 +631,7 @@ class GraphCoupling(PosteriorInference, DREstimator):
         # what optimize continues: the optimiser's state and torch's random stream (negative
         # samples, sampled graphs); the schedule is the fitted coupling's
         self._optimizer_state, self._stream = res.optimizer_state, res.stream
-        mk = self.model_kwargs_
-        self._coupling = FittedCoupling(
-            prior_z=mk["prior_z"], kernel=self.kernel_, repulsion=mk["repulsion"],
-            negative_samples=mk["negative_samples"], negative_weight=mk["negative_weight"],
-            schedule=list(phases), loss_scale=scale, grad_clip=clip)
+        self._coupling = coupling.with_kernel(self.kernel_)
         if self.inference == "map":
             return res.Z
         return self._fit_posterior(res.Z, Z0, gen, posterior_weight)
@@ -644,16 +648,16 @@ class GraphCoupling(PosteriorInference, DREstimator):
         self.coupling_weight_ = self.model_kwargs_["coupling_weight"] = posterior_weight
         # the posterior weighs each step's share of a negative-sampling epoch as the whole epoch,
         # an epoch cut into at most POSTERIOR_EPOCH_STEPS steps
-        kwargs = {**self.model_kwargs_, "kernel": self.kernel_, "whole_epoch": True,
-                  "epoch_steps": self._posterior_epoch_steps()}
-        return self._posterior(graph_coupling_model, kwargs, Z_map, gen, prior=prior,
+        kwargs = {**self.model_kwargs_, "kernel": self.kernel_}
+        model = self._coupling.model(whole_epoch=True, epoch_steps=self._posterior_epoch_steps())
+        return self._posterior(model, kwargs, Z_map, gen, prior=prior,
                                simulation=self._simulation(kwargs, map_kwargs, Z0))
 
     def _posterior_epoch_steps(self) -> int:
         """The optimiser steps a negative-sampling epoch is cut into for the posterior: the
         fit's ``epoch_steps``, at most :data:`POSTERIOR_EPOCH_STEPS` (1 before a fit)."""
-        steps = int(getattr(self, "model_kwargs_", {}).get("epoch_steps", 1))
-        return min(steps, POSTERIOR_EPOCH_STEPS)
+        coupling = self.__dict__.get("_coupling")
+        return min(1 if coupling is None else coupling.epoch_steps, POSTERIOR_EPOCH_STEPS)
 
     def _inference_options(self) -> dict:
         """``inference_params``, with SVI's default ``num_steps`` :data:`SPLIT_EPOCH_SVI_STEPS`
@@ -684,7 +688,7 @@ class GraphCoupling(PosteriorInference, DREstimator):
 
         def map_fit(W):
             start = self._graph_start(W, Z0)
-            res = run_map(graph_coupling_model, dict(map_kwargs, W_X=W), {"Z": start},
+            res = run_map(c.model(), dict(map_kwargs, W_X=W), {"Z": start},
                           c.schedule, optimizer=self.optimizer, loss_scale=c.loss_scale,
                           grad_clip=c.grad_clip, observe=self._observe(), warn_collapse=False,
                           desc=f"{type(self).__name__} (simulated)")
@@ -776,9 +780,10 @@ class GraphCoupling(PosteriorInference, DREstimator):
         model saved before it was kept, made from the fitted attributes (not stored)."""
         self._check_fitted()
         coupling = self.__dict__.get("_coupling")
-        if coupling is not None:
-            return coupling
         mk = self.model_kwargs_
+        if coupling is not None:  # kept before it held epoch_steps: then model_kwargs_ did
+            return coupling if "epoch_steps" in vars(coupling) or "epoch_steps" not in mk \
+                else replace(coupling, epoch_steps=int(mk["epoch_steps"]))
         schedule = getattr(self, "_schedule", None)
         if schedule is None:  # saved before the schedule was kept: its last rate, constant
             lr, mom = self._last_step
@@ -787,7 +792,13 @@ class GraphCoupling(PosteriorInference, DREstimator):
         return FittedCoupling(prior_z=mk["prior_z"], kernel=self.kernel_,
                               repulsion=mk["repulsion"], negative_samples=mk["negative_samples"],
                               negative_weight=mk["negative_weight"], schedule=list(schedule),
-                              loss_scale=scale, grad_clip=clip)
+                              loss_scale=scale, grad_clip=clip,
+                              epoch_steps=int(mk.get("epoch_steps", 1)))
+
+    def _model_kwargs(self) -> dict:
+        """``model_kwargs_`` without the optimiser's settings that files saved before
+        :class:`~probdr.infer.schedule.OptimiserHooks` kept there (the fitted coupling's now)."""
+        return {k: v for k, v in self.model_kwargs_.items() if k not in _OPTIMISER_KEYS}
 
     def latent_law(self, Z) -> GraphLaw:
         """The posterior law of the latent graph W_Z given Z (float64), under the fit's latent
@@ -807,7 +818,7 @@ class GraphCoupling(PosteriorInference, DREstimator):
         import pyro.poutine as poutine
 
         Zt = self._check_Z(Z)
-        kw = dict(self.model_kwargs_, kernel=self.kernel_)  # learned numbers at their MAP
+        kw = dict(self._model_kwargs(), kernel=self.kernel_)  # learned numbers at their MAP
         P = self._observed_graph()
         kw.update(W_X=P.double().coalesce() if P.is_sparse else P.double(), repulsion="exact")
         tr = poutine.trace(poutine.condition(graph_coupling_model, data={"Z": Zt})).get_trace(**kw)
@@ -856,7 +867,7 @@ class GraphCoupling(PosteriorInference, DREstimator):
         init, sites = self._map_start(Z0, getattr(self, "learned_kernel_params_", None))
         seed = (self.random_state_ + int(self.n_iter_)) % (2**32)  # for files without _stream
         with isolated_random_state(seed), fit_callbacks(self._callback(), self.callbacks_every):
-            res = run_map(graph_coupling_model, self.model_kwargs_, init, phases,
+            res = run_map(coupling.model(), self._model_kwargs(), init, phases,
                           optimizer=self.optimizer, loss_scale=scale, grad_clip=clip,
                           observe=self._observe(), verbose=self.verbose,
                           desc=f"{type(self).__name__}.optimize",

@@ -1,9 +1,9 @@
 """The estimators' reference: one description per parameter and fitted attribute that several
 estimators share, and :func:`reference`, which assembles a class's docstring from them.
 
-A parameter means the same thing in every estimator that has it (its constraint lives in one
-table too, :data:`probdr.estimators.params.PARAMETERS`), so its description is written once, in
-:data:`PARAMETERS` below. A class decorated with :func:`reference` writes in its docstring only
+A parameter means the same thing in every estimator that has it, so its description is written
+once, beside its constraint, in the row of the one table
+:data:`probdr.estimators.params.TABLE` (:data:`PARAMETERS` below reads them). A class decorated with :func:`reference` writes in its docstring only
 what is its own: the summary, the entries of the parameters whose meaning is particular to it,
 its attributes, See Also, Notes, Examples. :func:`reference` then writes the Parameters section:
 every ``__init__`` parameter, in signature order, with the class's own entry, else the entry of
@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import inspect
 import textwrap
+
+from .params import TABLE
 
 __all__ = ["PARAMETERS", "ATTRIBUTES", "reference", "parse_entries"]
 
@@ -46,72 +48,15 @@ def _dedent(lines: list[str]) -> list[str]:
     return text.splitlines() if text else []
 
 
-#: the description of every parameter shared by estimators of several families
-PARAMETERS = parse_entries("""
-n_components : int
-    Dimension q of the embedding.
-perplexity : float
-    Perplexity of the entropic input affinities, in [1, n - 1): each point's Gaussian bandwidth
-    is set so that its row of affinities over its 3 × perplexity nearest neighbours has this
-    perplexity (an effective number of neighbours). Larger values give weight to more distant
-    points.
-n_neighbors : int
-    Neighbours per point of the kNN graph (the point itself excluded), symmetrised by union.
-neighbors : {"auto", "exact", "approximate", "pynndescent"}
-    The neighbour search (probdr.input.neighbors.knn): "auto" is exact up to 20,000 points
-    (brute force, then a pruned cell search), the torch approximate search beyond;
-    "pynndescent" needs the optional pynndescent package.
-metric : str or callable
-    Dissimilarity of the rows of X (probdr.input.distances): "euclidean", "sqeuclidean",
-    "cosine", "correlation", "manhattan", "chebyshev", "minkowski", "hamming", "jaccard",
-    "haversine", a callable f(x, y) -> float, or "precomputed": X is then a square matrix of
-    distances, and ``transform`` takes the new points' distances to the training points.
-metric_params : dict or None
-    Parameters of the metric ({"p": 3} for minkowski).
-random_state : int, RandomState, Generator or None
-    Seed of every random choice of ``fit`` (neighbour search, initialisation, sampling, as the
-    method has them): torch's, numpy's and Python's random streams are seeded from it during
-    ``fit`` and restored afterwards. An int in [0, 2**32 - 1] is used as it is, a numpy RandomState or Generator
-    gives one draw, None takes fresh entropy from the system; the seed used is
-    ``random_state_``.
-verbose : bool
-    Show progress bars and messages during the fit.
-dtype : {"float32", "float64"} or torch.dtype
-    Precision of the optimisation; the embedding is returned in float64 whatever it is.
-callbacks : callable, list of callables or None
-    Called as ``callback(step, embedding, loss)`` every ``callbacks_every`` steps of the
-    optimiser; the fit stops when one returns True (``stopped_by_callback_``).
-callbacks_every : int
-    Optimiser steps between two calls of the callbacks.
-n_jobs : int or None
-    Threads of ``fit`` and ``transform``: None keeps the process's setting, a positive int is
-    that many, -1 every core, -2 all but one, ... (scikit-learn's convention). Resolved once in
-    ``fit`` (``n_threads_``); the process's setting is restored afterwards.
-device : str, torch.device or None
-    Where ``fit`` and ``transform`` compute: "auto" (or None) is CUDA if available, else the
-    CPU; "cpu", "cuda", "cuda:1", "mps" or a torch.device are taken as they are. Resolved once
-    in ``fit`` (``device_``). See the page "Devices and threads".
-inference : {"map", "svi", "laplace", "mcmc"}
-    "map": the method's point estimate (the classical embedding). "svi", "laplace" or "mcmc":
-    then a posterior over Z, p(Z | data) ∝ p(Z) p(data | Z)^ω with ω = ``coupling_weight``,
-    started at the MAP embedding, and for Laplace at the mode of the posterior's density (the
-    MAP continued until converged, ``mode_embedding_``; probdr.infer.mode): SVI (a Gaussian
-    per point, each step the cost of a MAP step), the per-point Laplace approximation (the
-    cheap option; graph couplings only) or NUTS (small n). ``embedding_`` stays the MAP (bit for bit the plain fit's at the same
-    seed) and ``posterior_mean_`` is the mean of the draws, aligned to ``mode_embedding_``;
-    ``posterior_sd_``, ``reliability_`` and ``stability_`` score each point.
-inference_params : dict or None
-    Options of the posterior inference (probdr.infer.posterior.SVI_OPTIONS, LAPLACE_OPTIONS
-    and MCMC_OPTIONS: guide, steps, draws, chains, variance inflation, ...), and
-    ``"converge"`` (the mode search: default True for Laplace, False for SVI and NUTS).
-z_prior : None, float or torch.distributions.Distribution
-    Prior on Z. None: flat in the MAP fit; a posterior then uses the isotropic Gaussian of
-    scale 10 × the RMS of the MAP embedding (``z_prior_scale_``). A float: the isotropic
-    Gaussian of that scale, in the MAP fit too. A distribution: of event shape (n, q).
-coupling_weight : float
-    Weight ω of the likelihood, an inverse temperature: the posterior concentrates on the MAP
-    as it grows (spread about ω^(-1/2)); the flat-prior MAP does not depend on it.
-""")
+def table_entries() -> dict[str, tuple[str, list[str]]]:
+    """The entries of the parameters that the one table describes
+    (:data:`probdr.estimators.params.TABLE`, each beside its constraint), as read now."""
+    return parse_entries("\n".join(f"{name} : {row.doc}" for name, row in TABLE.items()
+                                    if row.doc is not None))
+
+
+#: the description of every parameter that the one table describes
+PARAMETERS = table_entries()
 
 #: the description of every fitted attribute shared by estimators of several families
 ATTRIBUTES = parse_entries("""
@@ -233,11 +178,11 @@ def _parameters(cls, own: dict) -> tuple[list[str], dict]:
     if stray:
         raise TypeError(f"{cls.__name__}'s docstring describes {stray}, which are not "
                         "parameters of its __init__.")
-    known = {**_inherited(cls, "_doc_parameters", PARAMETERS), **own}
+    known = {**_inherited(cls, "_doc_parameters", table_entries()), **own}
     missing = [n for n in names if n not in known or not known[n][1]]
     if missing:
         raise TypeError(f"{cls.__name__}: no description of the parameters {missing} (write "
-                        "them in its docstring or in probdr.estimators.docs.PARAMETERS).")
+                        "them in its docstring or in probdr.estimators.params.TABLE).")
     lines, resolved = [], {}
     for name in names:
         kind, body = resolved[name] = known[name]

@@ -2,7 +2,7 @@ r"""What a graph-coupling fit resolved, once: :class:`FittedCoupling`.
 
 ``GraphCoupling.fit`` turns the estimator's parameters into one configuration -- the latent law's
 prior, the kernel with its learned numbers, the repulsion ("auto" resolved), the optimiser's
-schedule with its loss scale and clip -- and keeps it as this object. The verbs that come after
+schedule with its loss scale and clip, the optimiser's heuristics -- and keeps it as this object. The verbs that come after
 the fit (``loss``, ``latent_law``, ``optimize``, ``transform``, ``sample_transform``) read it,
 not the parameters again, as openTSNE's ``TSNEEmbedding`` carries what its ``optimize`` needs. The
 input side is the fit's :class:`~probdr.input.InputGraph` (``input_``), kept beside it.
@@ -16,11 +16,12 @@ from numbers import Real
 import torch
 from sklearn.utils import check_scalar
 
-from ..infer.schedule import Phase, continue_schedule
+from ..infer.schedule import Phase, continue_schedule, with_hooks
 from ..input.graph import prior_kind
 from ..kernels import Kernel
 from ..laws.graph import GraphLaw, GraphPrior
 from ..laws.weights import KernelWeights
+from ..models.coupling import graph_coupling_model
 
 __all__ = ["FittedCoupling"]
 
@@ -45,7 +46,10 @@ class FittedCoupling:
         The factor of the optimised loss (1/n for t-SNE's gains optimiser), over the coupling
         weight of the MAP fit.
     grad_clip : float or None
-        The optimiser's clip of every gradient coordinate.
+        The optimiser's clip of every gradient coordinate, and of every pair's contribution
+        (umap-learn's heuristic, :class:`~probdr.infer.schedule.OptimiserHooks`).
+    epoch_steps : int
+        Negative sampling: the optimiser steps an epoch is cut into.
     """
 
     prior_z: GraphPrior
@@ -56,6 +60,16 @@ class FittedCoupling:
     schedule: list[Phase]
     loss_scale: float
     grad_clip: float | None
+    epoch_steps: int = 1
+
+    def model(self, whole_epoch: bool = False, epoch_steps: int | None = None):
+        """The graph-coupling model under the fit's optimiser heuristics
+        (:func:`~probdr.infer.schedule.with_hooks`): the pair clip and the epoch's steps
+        (``epoch_steps`` in place of the fit's), each step's share weighed as the whole epoch
+        with ``whole_epoch`` (posterior inference)."""
+        steps = self.epoch_steps if epoch_steps is None else epoch_steps
+        return with_hooks(graph_coupling_model, pair_grad_clip=self.grad_clip,
+                          epoch_steps=steps, whole_epoch=whole_epoch)
 
     def latent_law(self, Z: torch.Tensor) -> GraphLaw:
         """The posterior law of the latent graph W_Z given Z under the fit's prior and kernel."""

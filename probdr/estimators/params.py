@@ -3,7 +3,8 @@
 (``sklearn.base._fit_context``), before any work.
 
 A parameter means the same thing in every estimator that has it, so its constraint lives in one
-table, :data:`PARAMETERS`; a class whose parameter differs declares an override in
+table, :data:`TABLE`, beside its description (the docstring entry that
+:func:`probdr.estimators.docs.reference` writes); a class whose parameter differs declares an override in
 ``_constraint_overrides`` (merged along its bases). :class:`~probdr.estimators.base.DREstimator`
 builds each class's ``_parameter_constraints`` from its ``__init__`` signature when the class
 is defined. Three places, in the order ``fit`` runs them:
@@ -23,12 +24,13 @@ numbers. A wrong value raises scikit-learn's ``InvalidParameterError`` (a ``Valu
 from __future__ import annotations
 
 from numbers import Integral, Real
+from typing import NamedTuple
 
 import numpy as np
 import torch
 from sklearn.utils._param_validation import Interval, InvalidParameterError, StrOptions
 
-__all__ = ["Int", "Num", "PARAMETERS", "constraints_for", "check_init", "POSITIVE", "StrOptions",
+__all__ = ["Int", "Num", "TABLE", "Row", "PARAMETERS", "DESCRIPTIONS", "constraints_for", "check_init", "POSITIVE", "StrOptions",
            "InvalidParameterError", "NEIGHBORS", "MAX_SEED", "EARLY_EXAGGERATION_ITER",
            "early_exaggeration_steps"]
 
@@ -95,69 +97,153 @@ def check_early_exaggeration(early_exaggeration_iter, n_iter: int) -> None:
         "larger n_iter.")
 
 
-#: the constraint of each parameter name, shared by every estimator that has it
-PARAMETERS: dict[str, list] = {
-    "n_components": [Int(1)],
-    "perplexity": [POSITIVE],  # >= 1 (or > 1) where the affinity needs it: class overrides
-    "n_neighbors": [Int(1), None],
-    "n_iter": [Int(1)],
-    "n_epochs": [Int(1), None],
-    "epoch_steps": [Int(1), StrOptions({"auto"})],
-    "learning_rate": [POSITIVE],
-    "momentum": [FRACTION],
-    "early_momentum": [FRACTION],
-    "early_exaggeration": [POSITIVE],
-    "early_exaggeration_iter": [Int(0), StrOptions({"auto"})],
-    "negative_samples": [Int(1)],
-    "negative_weight": [POSITIVE],
-    "target_weight": [Num(0, 1)],
-    "grad_clip": [POSITIVE, None],
-    "init_scale": [POSITIVE, StrOptions({"umap"})],
-    "coupling_weight": [POSITIVE],
-    "callbacks_every": [Int(1)],
-    "verbose": ["verbose"],
-    "learning_rate_decay": ["boolean"],
-    "center": ["boolean"],
-    "align": ["boolean"],
-    "geodesic": ["boolean"],
-    "dof": [POSITIVE, StrOptions({"learn"})],
-    "min_dist": [NONNEGATIVE],
-    "spread": [POSITIVE],
-    "tol": [POSITIVE],
-    "sea_tol": [POSITIVE],
-    "sinkhorn_tol": [POSITIVE],
-    "sinkhorn_max_iter": [Int(1)],
-    "srgw_max_iter": [Int(1)],
-    "gw_max_iter": [Int(1)],
-    "n_prototypes": [Int(2)],
-    "n_outer": [Int(1)],
-    "z_steps": [Int(1)],
-    "md_epsilon": [POSITIVE],
-    "n_samples": [Int(1)],
-    "n_neg": [Int(1)],
-    "max_n": [Int(1)],
-    "beta": [POSITIVE],
-    "ridge": [NONNEGATIVE, None],
-    "alpha": [NONNEGATIVE],
-    "gamma": [POSITIVE, None],
-    "nu": [POSITIVE, None],
-    "nu_x": [POSITIVE, None],
-    "nu_z": [POSITIVE, None],
-    "eps_tilde": [POSITIVE, None],
-    "precision_scale": [POSITIVE],
-    "inference": [StrOptions({"map", "svi", "laplace", "mcmc"})],
-    "inference_params": [dict, None],
-    "z_prior": [POSITIVE, torch.distributions.Distribution, None],  # its event shape: the data
-    "observe": [StrOptions({"mean", "sample"})],
-    "neighbors": [NEIGHBORS],
-    "kernel_params": [dict, None],
-    "init": [str, "array-like"],  # an array: finite (check_init), its rows: the data
-    "callbacks": [callable, list, tuple, None],  # a list's items: callables (fit checks them)
-    "random_state": [Int(0, MAX_SEED), np.random.RandomState, np.random.Generator, None],
-    "n_jobs": [Int(1), Int(None, -1, closed="right"), None],  # -1: every core, -2: all but one
-    "dtype": [StrOptions({"float32", "float64"}), torch.dtype],
-    "device": [str, torch.device, None],  # the name and the device's presence: resolve_device
+class Row(NamedTuple):
+    """A parameter's row of :data:`TABLE`: its constraint (scikit-learn's list; ``None``: no
+    shared one) and its numpydoc entry, ``"type\n    description"`` (``None``: each class that
+    has the parameter describes it in its docstring)."""
+
+    constraint: list | None
+    doc: str | None = None
+
+
+def _row(constraint, doc=None) -> Row:
+    return Row(constraint, doc)
+
+
+#: Every parameter, one row by name, shared by every estimator that has it: its constraint and
+#: its docstring entry. Adding a parameter is its ``__init__`` entry and this row
+#: (:func:`probdr.estimators.docs.reference` writes the entry into the class's docstring).
+TABLE: dict[str, Row] = {
+    "n_components": _row([Int(1)], """int
+        Dimension q of the embedding.
+    """),
+    "perplexity": _row([POSITIVE], """float
+        Perplexity of the entropic input affinities, in [1, n - 1): each point's Gaussian bandwidth
+        is set so that its row of affinities over its 3 × perplexity nearest neighbours has this
+        perplexity (an effective number of neighbours). Larger values give weight to more distant
+        points.
+    """),  # >= 1 (or > 1) where the affinity needs it: class overrides
+    "n_neighbors": _row([Int(1), None], """int
+        Neighbours per point of the kNN graph (the point itself excluded), symmetrised by union.
+    """),
+    "n_iter": _row([Int(1)]),
+    "n_epochs": _row([Int(1), None]),
+    "epoch_steps": _row([Int(1), StrOptions({"auto"})]),
+    "learning_rate": _row([POSITIVE]),
+    "momentum": _row([FRACTION]),
+    "early_momentum": _row([FRACTION]),
+    "early_exaggeration": _row([POSITIVE]),
+    "early_exaggeration_iter": _row([Int(0), StrOptions({"auto"})]),
+    "negative_samples": _row([Int(1)]),
+    "negative_weight": _row([POSITIVE]),
+    "target_weight": _row([Num(0, 1)]),
+    "grad_clip": _row([POSITIVE, None]),
+    "init_scale": _row([POSITIVE, StrOptions({"umap"})]),
+    "coupling_weight": _row([POSITIVE], """float
+        Weight ω of the likelihood, an inverse temperature: the posterior concentrates on the MAP
+        as it grows (spread about ω^(-1/2)); the flat-prior MAP does not depend on it.
+    """),
+    "callbacks_every": _row([Int(1)], """int
+        Optimiser steps between two calls of the callbacks.
+    """),
+    "verbose": _row(["verbose"], """bool
+        Show progress bars and messages during the fit.
+    """),
+    "learning_rate_decay": _row(["boolean"]),
+    "center": _row(["boolean"]),
+    "align": _row(["boolean"]),
+    "geodesic": _row(["boolean"]),
+    "dof": _row([POSITIVE, StrOptions({"learn"})]),
+    "min_dist": _row([NONNEGATIVE]),
+    "spread": _row([POSITIVE]),
+    "tol": _row([POSITIVE]),
+    "sea_tol": _row([POSITIVE]),
+    "sinkhorn_tol": _row([POSITIVE]),
+    "sinkhorn_max_iter": _row([Int(1)]),
+    "srgw_max_iter": _row([Int(1)]),
+    "gw_max_iter": _row([Int(1)]),
+    "n_prototypes": _row([Int(2)]),
+    "n_outer": _row([Int(1)]),
+    "z_steps": _row([Int(1)]),
+    "md_epsilon": _row([POSITIVE]),
+    "n_samples": _row([Int(1)]),
+    "n_neg": _row([Int(1)]),
+    "max_n": _row([Int(1)]),
+    "beta": _row([POSITIVE]),
+    "ridge": _row([NONNEGATIVE, None]),
+    "alpha": _row([NONNEGATIVE]),
+    "gamma": _row([POSITIVE, None]),
+    "nu": _row([POSITIVE, None]),
+    "nu_x": _row([POSITIVE, None]),
+    "nu_z": _row([POSITIVE, None]),
+    "eps_tilde": _row([POSITIVE, None]),
+    "precision_scale": _row([POSITIVE]),
+    "inference": _row([StrOptions({"map", "svi", "laplace", "mcmc"})], """{"map", "svi", "laplace", "mcmc"}
+        "map": the method's point estimate (the classical embedding). "svi", "laplace" or "mcmc":
+        then a posterior over Z, p(Z | data) ∝ p(Z) p(data | Z)^ω with ω = ``coupling_weight``,
+        started at the MAP embedding, and for Laplace at the mode of the posterior's density (the
+        MAP continued until converged, ``mode_embedding_``; probdr.infer.mode): SVI (a Gaussian
+        per point, each step the cost of a MAP step), the per-point Laplace approximation (the
+        cheap option; graph couplings only) or NUTS (small n). ``embedding_`` stays the MAP (bit for bit the plain fit's at the same
+        seed) and ``posterior_mean_`` is the mean of the draws, aligned to ``mode_embedding_``;
+        ``posterior_sd_``, ``reliability_`` and ``stability_`` score each point.
+    """),
+    "inference_params": _row([dict, None], """dict or None
+        Options of the posterior inference (probdr.infer.posterior.SVI_OPTIONS, LAPLACE_OPTIONS
+        and MCMC_OPTIONS: guide, steps, draws, chains, variance inflation, ...), and
+        ``"converge"`` (the mode search: default True for Laplace, False for SVI and NUTS).
+    """),
+    "z_prior": _row([POSITIVE, torch.distributions.Distribution, None], """None, float or torch.distributions.Distribution
+        Prior on Z. None: flat in the MAP fit; a posterior then uses the isotropic Gaussian of
+        scale 10 × the RMS of the MAP embedding (``z_prior_scale_``). A float: the isotropic
+        Gaussian of that scale, in the MAP fit too. A distribution: of event shape (n, q).
+    """),  # its event shape: the data
+    "observe": _row([StrOptions({"mean", "sample"})]),
+    "neighbors": _row([NEIGHBORS], """{"auto", "exact", "approximate", "pynndescent"}
+        The neighbour search (probdr.input.neighbors.knn): "auto" is exact up to 20,000 points
+        (brute force, then a pruned cell search), the torch approximate search beyond;
+        "pynndescent" needs the optional pynndescent package.
+    """),
+    "kernel_params": _row([dict, None]),
+    "init": _row([str, "array-like"]),  # an array: finite (check_init), its rows: the data
+    "callbacks": _row([callable, list, tuple, None], """callable, list of callables or None
+        Called as ``callback(step, embedding, loss)`` every ``callbacks_every`` steps of the
+        optimiser; the fit stops when one returns True (``stopped_by_callback_``).
+    """),  # a list's items: callables (fit checks them)
+    "random_state": _row([Int(0, MAX_SEED), np.random.RandomState, np.random.Generator, None], """int, RandomState, Generator or None
+        Seed of every random choice of ``fit`` (neighbour search, initialisation, sampling, as the
+        method has them): torch's, numpy's and Python's random streams are seeded from it during
+        ``fit`` and restored afterwards. An int in [0, 2**32 - 1] is used as it is, a numpy RandomState or Generator
+        gives one draw, None takes fresh entropy from the system; the seed used is
+        ``random_state_``.
+    """),
+    "n_jobs": _row([Int(1), Int(None, -1, closed="right"), None], """int or None
+        Threads of ``fit`` and ``transform``: None keeps the process's setting, a positive int is
+        that many, -1 every core, -2 all but one, ... (scikit-learn's convention). Resolved once in
+        ``fit`` (``n_threads_``); the process's setting is restored afterwards.
+    """),  # -1: every core, -2: all but one
+    "dtype": _row([StrOptions({"float32", "float64"}), torch.dtype], """{"float32", "float64"} or torch.dtype
+        Precision of the optimisation; the embedding is returned in float64 whatever it is.
+    """),
+    "device": _row([str, torch.device, None], """str, torch.device or None
+        Where ``fit`` and ``transform`` compute: "auto" (or None) is CUDA if available, else the
+        CPU; "cpu", "cuda", "cuda:1", "mps" or a torch.device are taken as they are. Resolved once
+        in ``fit`` (``device_``). See the page "Devices and threads".
+    """),  # the name and the device's presence: resolve_device
+    "metric": _row(None, """str or callable
+        Dissimilarity of the rows of X (probdr.input.distances): "euclidean", "sqeuclidean",
+        "cosine", "correlation", "manhattan", "chebyshev", "minkowski", "hamming", "jaccard",
+        "haversine", a callable f(x, y) -> float, or "precomputed": X is then a square matrix of
+        distances, and ``transform`` takes the new points' distances to the training points.
+    """),
+    "metric_params": _row(None, """dict or None
+        Parameters of the metric ({"p": 3} for minkowski).
+    """),
 }
+#: the constraint of each parameter name (:data:`TABLE`'s)
+PARAMETERS: dict[str, list] = {k: r.constraint for k, r in TABLE.items() if r.constraint is not None}
+#: the numpydoc entry of each parameter name that the table describes (:data:`TABLE`'s)
+DESCRIPTIONS: dict[str, str] = {k: r.doc for k, r in TABLE.items() if r.doc is not None}
 
 
 def constraints_for(cls) -> dict[str, list]:
@@ -165,7 +251,8 @@ def constraints_for(cls) -> dict[str, list]:
     parameter, then the ``_constraint_overrides`` of its bases and its own (the most derived
     wins)."""
     names = cls._get_param_names()
-    out = {k: PARAMETERS[k] for k in names if k in PARAMETERS}
+    out = {k: TABLE[k].constraint for k in names
+           if k in TABLE and TABLE[k].constraint is not None}
     for klass in reversed(cls.__mro__):
         out.update({k: v for k, v in vars(klass).get("_constraint_overrides", {}).items()
                     if k in names})

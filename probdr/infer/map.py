@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Callable
-from contextlib import ExitStack
+from contextlib import ExitStack, contextmanager
 from numbers import Integral
 from typing import Any
 
@@ -38,8 +38,10 @@ from ..optim import Adam
 from .schedule import (
     COLLAPSE_FLOOR,
     OPTIMIZERS,
+    HookedModel,
     LossQueue,
     MAPResult,
+    OptimiserHooks,
     Phase,
     RelativeChange,
     SyncFreeELBO,
@@ -144,7 +146,8 @@ class MAPFit:
     first_step : int
         The number, in the whole fit, of the first step (from 0), so that a continued fit
         goes on with its epochs of negative sampling
-        (:class:`probdr._compute.edges.EpochSchedule`).
+        (:class:`probdr._compute.edges.EpochSchedule`): the model runs each step under
+        :class:`~probdr.infer.schedule.OptimiserHooks` holding the step's number.
 
     Data-parallel fits: when the model declares ``data_parallel = True`` and a process group
     of more than one process is initialised (:mod:`probdr._compute.distributed`), the fit is
@@ -256,7 +259,11 @@ class MAPFit:
             getattr(self.model, "data_parallel", False),
             next(iter(self.init_values.values())).device))
         self.shard = self._steps.shard
-        self._model = latent_share(self.model, self.shard.share) if self.shard else self.model
+        model = latent_share(self.model, self.shard.share) if self.shard else self.model
+        #: the step being run, for the model's effects that follow the schedule (negative
+        #: sampling's epochs): set around each step, ``None`` outside them
+        self._step_hook = OptimiserHooks()
+        self._model = HookedModel(model, self._step_hook)
         if self.shard is not None:  # every rank starts from rank 0's point
             self.init_values = {k: self.shard.broadcast_(v.detach().clone())
                                 for k, v in self.init_values.items()}
@@ -371,6 +378,17 @@ class MAPFit:
                 self._z_param, opt, self.collapse_floor, self.sync_free)
         return loss.detach()
 
+    @contextmanager
+    def _at_step(self, step: int):
+        """Inside, the model runs step ``step`` (from 1) of this driver: the step's number in
+        the whole fit (from 0, after ``first_step``) for its effects that follow the schedule
+        (:class:`~probdr.infer.schedule.OptimiserHooks`)."""
+        self._step_hook.step = self.first_step + step - 1
+        try:
+            yield
+        finally:
+            self._step_hook.step = None
+
     def _sites_step(self) -> bool:
         """Whether the ``site_lr`` sites take this step: in phases that learn them, every
         ``site_every``-th step. Between, they are held as constants (no gradient is computed
@@ -455,7 +473,7 @@ class MAPFit:
                 step = self._n_steps + 1
                 record = (every == 1 or t % every == 0 or t == phase.n_iter - 1
                           or (cb_every and step % cb_every == 0))
-                with self._steps.step(record, self.first_step + step - 1) as self.last_step:
+                with self._steps.step(record) as self.last_step, self._at_step(step):
                     # between records: the gradient, a partial loss
                     queue.put(step, record, step_fn(kwargs))
                 self._n_steps = step

@@ -1,7 +1,8 @@
 r"""The pieces of a MAP fit (:mod:`probdr.infer.map`): its schedule (:class:`Phase`, stopping
 rules), its result (:class:`MAPResult`), the optimisers it can run, the collapse rescue, the
-callbacks of the fit in progress (:func:`fit_callbacks`) and a rank's share of the latent priors
-in a data-parallel fit (:func:`latent_share`)."""
+callbacks of the fit in progress (:func:`fit_callbacks`), a rank's share of the latent priors
+in a data-parallel fit (:func:`latent_share`) and the optimiser's heuristics applied to a model
+(:class:`OptimiserHooks`, :func:`with_hooks`)."""
 
 from __future__ import annotations
 
@@ -23,7 +24,8 @@ from .._compute.isolation import fit_generator
 from ..optim import SGD, Adam, GainsMomentum
 
 __all__ = ["OPTIMIZERS", "fit_callbacks", "RelativeChange", "Phase", "MAPResult",
-           "COLLAPSE_FLOOR", "continue_schedule", "random_stream", "set_random_stream"]
+           "COLLAPSE_FLOOR", "continue_schedule", "random_stream", "set_random_stream",
+           "OptimiserHooks", "with_hooks"]
 
 #: the optimisers of the driver (see :class:`MAPFit`)
 OPTIMIZERS = ("gains", "sgd", "adam", "lbfgs")
@@ -289,6 +291,66 @@ def latent_share(model: Callable, share: float) -> Callable:
     (:mod:`probdr._compute.distributed`): each rank carries ``share = 1 / world size`` of the
     priors, so that the ranks' shares sum to the log joint."""
     return _LatentScale(share)(model)
+
+
+class OptimiserHooks(Messenger):
+    """The optimiser's heuristics, applied to a model by Pyro's effects: the model states the
+    model only, and asks the effects that these answer (by default: no clip, one step an epoch,
+    an independent draw).
+
+    * ``pair_grad_clip``: umap-learn's clamp of each pair's gradient contribution to ``[-c,
+      c]`` per coordinate (not the objective's), in the latent weights' edge sums
+      (:data:`probdr._compute.edges.optimiser_pair_grad_clip`);
+    * ``epoch_steps``, ``whole_epoch``: negative sampling's epoch cut into optimiser steps, each
+      using its share of the edges, weighted as its share or (``whole_epoch``: posterior
+      inference, which needs the likelihood's weight against the prior) as the whole epoch
+      (:data:`probdr._compute.edges.epoch_edges`);
+    * ``step``: the number of the step being run in the whole fit, from 0, which the MAP driver
+      sets around each step (:class:`probdr.infer.map.MAPFit`; ``None`` outside its steps): the
+      epoch schedule takes that step's edges.
+
+    A setting left ``None`` leaves the effect to the handlers outside (or to its default)."""
+
+    def __init__(self, pair_grad_clip: float | None = None, epoch_steps: int | None = None,
+                 whole_epoch: bool | None = None, step: int | None = None):
+        super().__init__()
+        self.pair_grad_clip, self.epoch_steps = pair_grad_clip, epoch_steps
+        self.whole_epoch, self.step = whole_epoch, step
+
+    def _pyro_pair_grad_clip(self, msg) -> None:
+        if msg["value"] is None and self.pair_grad_clip is not None:
+            msg["value"] = self.pair_grad_clip
+
+    def _pyro_epoch_edges(self, msg) -> None:
+        settings = {"steps": self.epoch_steps, "whole_epoch": self.whole_epoch,
+                    "index": self.step}
+        msg["kwargs"].update({k: v for k, v in settings.items() if v is not None})
+
+
+class HookedModel:
+    """``model`` run under :class:`OptimiserHooks` (:func:`with_hooks`); the model's
+    declarations (``data_parallel``, ``point_precisions``) read through."""
+
+    def __init__(self, model: Callable, hooks: OptimiserHooks):
+        self.model, self.hooks = model, hooks
+
+    def __call__(self, *args, **kwargs):
+        with self.hooks:
+            return self.model(*args, **kwargs)
+
+    def __getattr__(self, name: str):
+        if name.startswith("__") or name in ("model", "hooks"):
+            raise AttributeError(name)
+        return getattr(self.model, name)
+
+
+def with_hooks(model: Callable, **settings) -> Callable:
+    """``model`` with the optimiser's heuristics ``settings`` (:class:`OptimiserHooks`:
+    ``pair_grad_clip``, ``epoch_steps``, ``whole_epoch``) applied to its sites; ``model`` itself
+    when every setting is ``None``."""
+    if all(v is None for v in settings.values()):
+        return model
+    return HookedModel(model, OptimiserHooks(**settings))
 
 
 def column_spread(Z: torch.Tensor) -> torch.Tensor:

@@ -12,7 +12,7 @@ import torch
 from .. import config
 from .._compute.allpairs import pair_reduce, pairwise_sq_distances
 from .._compute.distributed import current_shard
-from .._compute.edges import edge_log_kernel, edge_log_kernel_sum
+from .._compute.edges import edge_log_kernel, edge_log_kernel_sum, optimiser_pair_grad_clip
 from .._compute.isolation import fit_generator
 from .._utils import tensor_cache
 from ..config import check_dense
@@ -231,8 +231,10 @@ class KernelWeights(Weights):
         self.log_pi = log_pi if log_pi is None or isinstance(log_pi, torch.Tensor) else \
             torch.as_tensor(log_pi, dtype=Z.dtype)
         self.normaliser, self.n_samples = normaliser, int(n_samples)
-        #: clamp each pair's gradient (w.r.t. z_i - z_j) to [-c, c], as umap-learn does
-        self.pair_grad_clip = pair_grad_clip
+        #: clamp each pair's gradient (w.r.t. z_i - z_j) to [-c, c], as umap-learn does: given,
+        #: or the optimiser's where a handler of the driver sets it (a Pyro effect)
+        self.pair_grad_clip = pair_grad_clip if pair_grad_clip is not None \
+            else optimiser_pair_grad_clip()
         #: this rank's shard in a data-parallel fit (None: the whole sums)
         self.shard = shard if shard is not None else current_shard()
 

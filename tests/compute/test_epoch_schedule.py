@@ -8,7 +8,7 @@ import torch
 from scipy import stats
 
 import probdr
-from probdr._compute.edges import EpochSchedule, _segments, at_step, scheduled_edges
+from probdr._compute.edges import EpochSchedule, _segments, scheduled_edges
 
 
 def _edges(n=200, k=6, seed=0):
@@ -63,8 +63,7 @@ def test_outside_a_fit_each_call_is_an_independent_draw_that_leaves_the_epoch_al
     first = sched.next(5)
     outside = [sched.next() for _ in range(3)]
     assert not torch.equal(outside[0], outside[1])
-    with at_step(5):
-        assert torch.equal(sched.next(), first)
+    assert torch.equal(sched.next(5), first)
 
 
 def test_scheduled_rows_are_sorted_with_their_row_counts_known():
@@ -72,9 +71,8 @@ def test_scheduled_rows_are_sorted_with_their_row_counts_known():
     n, m = 200, 5
     assert _segments(rows, n) is not None
     for i in range(5):
-        with at_step(i):
-            r, c, neg_rows, mask, neg_mask = scheduled_edges(v, vmax, rows, cols, n, m, 4,
-                                                             torch.Generator().manual_seed(0))
+        r, c, neg_rows, mask, neg_mask = scheduled_edges(v, vmax, rows, cols, n, m, 4,
+                                                         torch.Generator().manual_seed(0), i)
         assert mask is None and neg_mask is None
         assert torch.equal(neg_rows, r.repeat_interleave(m))
         # the counts set on the selections are those _segments would find

@@ -15,7 +15,7 @@ from sklearn.utils._param_validation import InvalidParameterError
 
 import probdr
 from probdr.estimators.base import DREstimator
-from probdr.estimators.params import PARAMETERS
+from probdr.estimators.params import TABLE
 from probdr.kernels import get_kernel
 
 X = np.random.default_rng(0).normal(size=(60, 5))
@@ -75,10 +75,10 @@ def test_numpy_scalars_are_numbers(name, params):
 
 
 def test_every_declared_name_is_a_parameter_of_some_estimator():
-    """The shared table holds no stale names; each estimator's table covers its numbers."""
+    """The one table holds no stale rows; each estimator's table covers its numbers."""
     names = set().union(*(inspect.signature(getattr(probdr, n).__init__).parameters
                           for n in ESTIMATORS))
-    assert set(PARAMETERS) <= names
+    assert set(TABLE) <= names
     for n in ESTIMATORS:
         cls = getattr(probdr, n)
         for k in ("learning_rate", "n_iter", "n_neighbors", "perplexity", "n_components"):

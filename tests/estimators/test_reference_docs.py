@@ -151,3 +151,30 @@ def test_reference_refuses_missing_and_stray_parameters():
     own = "Parameters\n----------\nalpha : float\n    Its weight.\n"
     with pytest.raises(TypeError, match="mystery_"):
         docs.reference(_toy(f"Summary.\n\n{own}\nAttributes\n----------\nmystery_\n"))
+
+
+def test_one_row_gives_a_new_parameter_its_constraint_and_its_entry(monkeypatch):
+    """Adding a parameter is two places: the ``__init__`` entry and one row of the table
+    (probdr.estimators.params.TABLE), from which the class gets its constraint (scikit-learn's
+    validation) and its docstring entry (``reference``)."""
+    from sklearn.utils._param_validation import InvalidParameterError
+
+    from probdr.estimators.params import TABLE, Num, Row
+
+    monkeypatch.setitem(TABLE, "smoothing", Row([Num(0, 1)], "float\n    How much to smooth."))
+
+    @docs.reference
+    class Smoother(DREstimator):
+        """A smoother."""
+
+        def __init__(self, smoothing=0.5):
+            self.smoothing = smoothing
+
+        def _fit(self, X, y=None):  # pragma: no cover - never fitted here
+            raise NotImplementedError
+
+    assert "smoothing : float, default=0.5\n    How much to smooth." in Smoother.__doc__
+    assert Smoother._parameter_constraints == {"smoothing": TABLE["smoothing"].constraint}
+    with pytest.raises(InvalidParameterError, match="smoothing"):
+        Smoother(smoothing=2.0)._validate_params()
+

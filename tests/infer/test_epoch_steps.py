@@ -9,6 +9,7 @@ from pyro import poutine
 from pyro.distributions import MaskedDistribution
 
 import probdr
+from probdr.infer.schedule import OptimiserHooks, with_hooks
 from probdr.kernels import get_kernel
 from probdr.laws.graph import get_prior
 from probdr.models.coupling import graph_coupling_model
@@ -29,9 +30,10 @@ def test_auto_rule(n, epochs, steps):
 def _used_edges(W, steps, seed):
     torch.manual_seed(seed)
     Z = torch.randn(W.shape[0], 2, dtype=torch.float64)
-    tr = poutine.trace(poutine.condition(graph_coupling_model, data={"Z": Z})).get_trace(
+    model = with_hooks(graph_coupling_model, epoch_steps=steps)
+    tr = poutine.trace(poutine.condition(model, data={"Z": Z})).get_trace(
         W, get_prior("B"), get_kernel("umap_odds", a=1.6, b=0.9), 2,
-        repulsion="negative_sampling", epoch_steps=steps)
+        repulsion="negative_sampling")
     return tuple(_sites_used(tr.nodes[name]) for name in ("W_Z_edges", "W_Z_negatives"))
 
 
@@ -80,9 +82,10 @@ def test_steps_count_and_validation():
 
 def _log_likelihood(W, Z, steps, whole_epoch, seed):
     torch.manual_seed(seed)
-    tr = poutine.trace(poutine.condition(graph_coupling_model, data={"Z": Z})).get_trace(
+    model = with_hooks(graph_coupling_model, epoch_steps=steps, whole_epoch=whole_epoch)
+    tr = poutine.trace(poutine.condition(model, data={"Z": Z})).get_trace(
         W, get_prior("B"), get_kernel("umap_odds", a=1.6, b=0.9), 2,
-        repulsion="negative_sampling", epoch_steps=steps, whole_epoch=whole_epoch)
+        repulsion="negative_sampling")
     tr.compute_log_prob()
     return sum(float(tr.nodes[s]["log_prob_sum"]) for s in ("W_Z_edges", "W_Z_negatives"))
 
@@ -118,15 +121,20 @@ def test_umap_posterior_weighs_the_whole_epoch(monkeypatch, steps, posterior_ste
     real = inference.fit_posterior
 
     def spy(model, kwargs, *a, **kw):
-        seen.update(kwargs)
+        seen.update(hooks=model.hooks, kwargs=kwargs)
         return real(model, kwargs, *a, **kw)
     monkeypatch.setattr(inference, "fit_posterior", spy)
     X, _ = probdr.datasets.load("digits", n_samples=300)
     est = probdr.UMAP(n_epochs=4, epoch_steps=steps, random_state=0, inference="svi",
                       inference_params={"num_steps": 20}).fit(X)
-    assert seen["whole_epoch"] is True and seen["epoch_steps"] == posterior_steps
-    assert est.model_kwargs_["epoch_steps"] == steps
-    assert "whole_epoch" not in est.model_kwargs_  # the MAP's kwargs: the steps' shares
+    hooks = seen["hooks"]
+    assert isinstance(hooks, OptimiserHooks)
+    assert hooks.whole_epoch is True and hooks.epoch_steps == posterior_steps
+    assert hooks.pair_grad_clip == est.grad_clip
+    assert est._coupling.epoch_steps == steps
+    # the model's arguments hold the model only: the optimiser's settings are the driver's
+    for key in ("whole_epoch", "epoch_steps", "pair_grad_clip"):
+        assert key not in est.model_kwargs_ and key not in seen["kwargs"]
 
 
 class _Stop(Exception):
@@ -156,3 +164,27 @@ def test_svi_steps_where_the_epoch_is_split(monkeypatch, steps, params, expected
                                                                                  expected)
     assert seen.get("num_steps", SVI_OPTIONS["num_steps"]) == want
     assert SPLIT_EPOCH_SVI_STEPS < SVI_OPTIONS["num_steps"]
+
+
+def test_the_model_holds_the_model_only():
+    """The optimiser's heuristics are no arguments of the model and reach it through the
+    driver's Pyro handler (OptimiserHooks), not through a thread-local setting."""
+    import inspect
+
+    import probdr._compute.edges as edges
+    from probdr.kernels import UMAPKernel
+    from probdr.laws.weights import KernelWeights
+
+    params = set(inspect.signature(graph_coupling_model).parameters)
+    assert not {"pair_grad_clip", "epoch_steps", "whole_epoch"} & params
+    assert not hasattr(edges, "at_step") and not hasattr(edges, "current_step")
+    Z = torch.zeros(5, 2)
+    seen = []
+    hooked = with_hooks(lambda: seen.append(KernelWeights(Z, UMAPKernel()).pair_grad_clip),
+                        pair_grad_clip=4.0)
+    hooked()
+    assert seen == [4.0]
+    assert KernelWeights(Z, UMAPKernel()).pair_grad_clip is None  # no handler: no clip
+    assert KernelWeights(Z, UMAPKernel(), pair_grad_clip=2.0).pair_grad_clip == 2.0
+    hooked = with_hooks(graph_coupling_model, epoch_steps=2)  # its declarations read through
+    assert hooked.data_parallel is True and hooked.point_precisions is not None
