@@ -86,6 +86,10 @@ def run_bayes_outputs(est, args: argparse.Namespace, y=None, *,
                                "stability_median": round(float(np.median(est.stability_)), 4),
                                "unstable_points": int((est.stability_ < 0.5).sum()),
                                "seconds": round(float(diag.get("seconds", 0.0)), 2)}
+    if "inflation" in diag:  # the variance factor of SVI and Laplace, and where it came from
+        cal = diag.get("calibration")
+        summary.update(inflation=round(float(diag["inflation"]), 3),
+                       calibration=cal["method"] if isinstance(cal, dict) else cal)
     if post.method == "mcmc":
         summary.update(r_hat_max=round(diag["r_hat_max"], 4), ess_min=round(diag["ess_min"], 1),
                        divergences=int(sum(diag["divergences"])))

@@ -58,16 +58,19 @@ def _estimator_options(options: dict, inference: str) -> dict:
     checked, defaults filled in: ``converge`` (the mode search; default: Laplace only),
     ``calibrate`` (the measured variance factor; default True) and ``calibration_points``."""
     out = {"converge": options.pop("converge", inference == "laplace"),
-           "calibrate": options.pop("calibrate", inference in ("svi", "laplace")),
+           "calibrate": options.pop("calibrate", None),
            "calibration_points": options.pop("calibration_points",
                                              CALIBRATION_POINTS.get(inference, 1000))}
-    for key in ("converge", "calibrate"):
-        if not isinstance(out[key], bool):
-            raise ValueError(f"{key} must be True or False, got {out[key]!r}.")
+    if not isinstance(out["converge"], bool):
+        raise ValueError(f"converge must be True or False, got {out['converge']!r}.")
+    if not (out["calibrate"] is None or isinstance(out["calibrate"], bool)
+            or out["calibrate"] == "pipeline"):
+        raise ValueError("calibrate must be None, True, False or 'pipeline', got "
+                         f"{out['calibrate']!r}.")
     points = out["calibration_points"]
     if isinstance(points, bool) or not isinstance(points, int) or points < 1:
         raise ValueError(f"calibration_points must be a positive integer, got {points!r}.")
-    if out["calibrate"] and inference == "mcmc":
+    if out["calibrate"] not in (None, False) and inference == "mcmc":
         raise ValueError("calibrate is for the approximations (svi, laplace); NUTS needs no "
                          "factor.")
     return out
@@ -111,10 +114,15 @@ class PosteriorInference:
         Options of the posterior inference (:data:`probdr.infer.posterior.SVI_OPTIONS`,
         :data:`probdr.infer.posterior.MCMC_OPTIONS`: guide, steps, draws, chains, ...), and
         the estimator's own: ``converge`` (search the mode first; default for Laplace),
-        ``calibrate`` (measure the approximation's variance factor for this fit by
-        simulation, ``calibration_``; default True for SVI and Laplace, skipped where
-        ``inflation`` is given) and ``calibration_points`` (distances it scores, at least:
-        2000 for Laplace, 1000 for SVI).
+        ``calibrate`` and ``calibration_points``. ``calibrate``: ``None`` (default) applies a
+        documented shortcut factor where the estimator has one for its setting (t-SNE's and
+        UMAP's laws: :data:`probdr.estimators.coupling.CALIBRATED_INFLATION`) and otherwise
+        measures the approximation's variance factor for this fit by simulation
+        (``calibration_``); ``True`` always measures it; ``"pipeline"`` measures it with each
+        simulated refit run from the estimator's own start through its MAP schedule (the
+        optimiser's variability included); ``False`` applies none. A given ``inflation``
+        replaces all of them. ``calibration_points``: the distances the measurement scores, at
+        least (2000 for Laplace, 1000 for SVI; at most 10 replications).
     z_prior : None, float or distribution
         Prior on Z. ``None``: flat for MAP; for SVI/MCMC the isotropic Gaussian of scale
         :data:`DEFAULT_Z_PRIOR_RMS_FACTOR` times the RMS of the MAP embedding. A float:
@@ -271,20 +279,25 @@ class PosteriorInference:
         self.map_converged_ = self.mode_steps_ = self.mode_grad_ratio_ = None
         centre = self._mode(model, kwargs, Z_map.detach(), reparam, steps["converge"])
         self.mode_embedding_ = centre.cpu().numpy().copy()
-        self.calibration_ = None
-        if steps["calibrate"] and "inflation" not in options and \
+        self.calibration_, note = None, None
+        if self.inference != "mcmc" and "inflation" not in options and \
                 options.get("guide", "normal") == "normal":
-            self.calibration_ = self._calibrate(model, centre, gen, reparam, steps, options,
-                                                simulation)
-            options["inflation"] = 1.0 if self.calibration_ is None \
-                else self.calibration_.inflation
+            shortcut = self._shortcut_factor() if steps["calibrate"] is None else None
+            if shortcut is not None:
+                options["inflation"] = shortcut
+                note = f"the shortcut factor {shortcut} of the Gaussian-blob study"
+            elif steps["calibrate"] is not False:
+                self.calibration_ = self._calibrate(model, centre, gen, reparam, steps,
+                                                    options, simulation)
+                options["inflation"] = 1.0 if self.calibration_ is None \
+                    else self.calibration_.inflation
         self.posterior_ = fit_posterior(model, kwargs, centre, method=self.inference,
                                         generator=gen, reparam=reparam,
                                         verbose=bool(getattr(self, "verbose", False)),
                                         **options)
         self.posterior_.diagnostics["calibration"] = (
             self.calibration_.as_dict() if self.calibration_ is not None
-            else self._not_calibrated(steps, options))
+            else note or self._not_calibrated(steps, options))
         self.posterior_sd_ = self.posterior_.point_std()
         self.reliability_, self.stability_ = self.posterior_.neighbour_scores()
         self.posterior_mean_ = np.asarray(self.posterior_.mean, dtype=np.float64)
@@ -302,6 +315,11 @@ class PosteriorInference:
             self.map_converged_, self.mode_steps_ = mode.converged, mode.steps
             self.mode_grad_ratio_ = mode.grad_ratio
         return mode.Z
+
+    def _shortcut_factor(self) -> float | None:
+        """A documented factor for this fit's setting that replaces the measurement unless
+        ``calibrate=True`` (none here; the graph couplings have four)."""
+        return None
 
     def _calibrate(self, model, centre: torch.Tensor, gen: torch.Generator, reparam,
                    steps: dict, options: dict, simulation) -> Calibration | None:
@@ -322,7 +340,8 @@ class PosteriorInference:
 
         def refit(data):
             kwargs = simulation.kwargs(data)
-            start = centre if simulation.map_fit is None else simulation.map_fit(data)
+            pipeline = steps["calibrate"] == "pipeline" and simulation.map_fit is not None
+            start = simulation.map_fit(data) if pipeline else centre
             start = self._mode(model, kwargs, start.to(centre.dtype), reparam,
                                steps["converge"], record=False)
             return fit_posterior(model, kwargs, start, method=self.inference,
@@ -341,6 +360,6 @@ class PosteriorInference:
             return "not needed: NUTS samples the posterior itself"
         if options.get("guide", "normal") != "normal":
             return "not measured: a guide other than the mean-field one"
-        if not steps["calibrate"]:
+        if steps["calibrate"] is False:
             return "not measured: calibrate=False"
         return "not measured: the model cannot be simulated"

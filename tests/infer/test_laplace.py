@@ -114,11 +114,12 @@ def test_estimator_laplace_and_reliability(blobs, tmp_path):
                       inference="laplace",
                         inference_params={"num_samples": 100}).fit(X)
     np.testing.assert_array_equal(est.embedding_, again.embedding_)
-    # the variance factor measured for this fit by simulation, applied to its covariances
-    cal = est.calibration_
-    assert cal is not None and cal.inflation > 1.0
-    assert est.posterior_.diagnostics["inflation"] == cal.inflation
-    assert est.posterior_.diagnostics["calibration"]["inflation"] == cal.inflation
+    # t-SNE's setting: the documented shortcut factor of the Gaussian-blob study
+    from probdr.estimators.coupling import CALIBRATED_INFLATION
+
+    assert est.posterior_.diagnostics["inflation"] == CALIBRATED_INFLATION[("laplace", "E",
+                                                                            "cauchy")]
+    assert est.calibration_ is None and "shortcut" in est.posterior_.diagnostics["calibration"]
     # save and load keep the posterior and its scores
     path = tmp_path / "tsne.probdr"
     est.save(path)
@@ -365,16 +366,21 @@ def _lists(E, k):
     return [set(r) for r in np.argsort(d, 1, kind="stable")[:, :k]]
 
 
-def test_the_default_factor_is_measured_for_each_fit_and_said_where_it_is_not(blobs):
-    """SVI and Laplace carry the factor measured for the fit (its calibration), whatever the
-    kernel; another guide, a user's factor or calibrate=False carry none and say why."""
+def test_the_default_factor_is_the_shortcut_or_measured_and_said_where_it_is_neither(blobs):
+    """t-SNE's and UMAP's settings carry the documented shortcut factor; calibrate=True
+    measures one for the fit; another kernel gets one measured by default; another guide, a
+    user's factor or calibrate=False carry none and say why."""
+    from probdr.estimators.coupling import CALIBRATED_INFLATION
+
     X, _ = blobs
     base = dict(perplexity=10, n_iter=100, early_exaggeration_iter=30, random_state=0,
                 inference="svi")
     svi = {"num_steps": 20, "calibration_points": 1}
     est = probdr.TSNE(**base, inference_params=svi).fit(X)
-    assert est.posterior_.diagnostics["inflation"] == est.calibration_.inflation
-    assert est.calibration_.replications == 1
+    assert est.posterior_.diagnostics["inflation"] == CALIBRATED_INFLATION[("svi", "E", "cauchy")]
+    measured = probdr.TSNE(**base, inference_params={**svi, "calibrate": True}).fit(X)
+    assert measured.posterior_.diagnostics["inflation"] == measured.calibration_.inflation
+    assert measured.calibration_.replications == 1
     low = probdr.TSNE(**base, inference_params={**svi, "guide": "lowrank"}).fit(X)
     assert low.calibration_ is None and low.posterior_.diagnostics["inflation"] == 1.0
     assert "guide" in low.posterior_.diagnostics["calibration"]
@@ -383,10 +389,15 @@ def test_the_default_factor_is_measured_for_each_fit_and_said_where_it_is_not(bl
     off = probdr.TSNE(**base, inference_params={**svi, "calibrate": False}).fit(X)
     assert off.posterior_.diagnostics["inflation"] == 1.0
     assert "calibrate=False" in off.posterior_.diagnostics["calibration"]
+    umap = probdr.UMAP(n_neighbors=10, n_epochs=30, random_state=0, inference="laplace").fit(X)
+    assert umap.posterior_.diagnostics["inflation"] == CALIBRATED_INFLATION[("laplace", "B",
+                                                                             "umap")]
     other = probdr.UMAP(n_neighbors=10, n_epochs=30, min_dist=0.5, random_state=0,
                         inference="laplace", inference_params={"calibration_points": 1}
                         ).fit(X)
     assert other.posterior_.diagnostics["inflation"] == other.calibration_.inflation
+    with pytest.raises(ValueError, match="calibrate must be"):
+        probdr.TSNE(**base, inference_params={"calibrate": "yes"}).fit(X)
 
 
 def test_laplace_draws_in_blocks_are_kept_once_in_the_fits_precision(blobs, monkeypatch):
