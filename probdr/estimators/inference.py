@@ -279,18 +279,7 @@ class PosteriorInference:
         self.map_converged_ = self.mode_steps_ = self.mode_grad_ratio_ = None
         centre = self._mode(model, kwargs, Z_map.detach(), reparam, steps["converge"])
         self.mode_embedding_ = centre.cpu().numpy().copy()
-        self.calibration_, note = None, None
-        if self.inference != "mcmc" and "inflation" not in options and \
-                options.get("guide", "normal") == "normal":
-            shortcut = self._shortcut_factor() if steps["calibrate"] is None else None
-            if shortcut is not None:
-                options["inflation"] = shortcut
-                note = f"the shortcut factor {shortcut} of the Gaussian-blob study"
-            elif steps["calibrate"] is not False:
-                self.calibration_ = self._calibrate(model, centre, gen, reparam, steps,
-                                                    options, simulation)
-                options["inflation"] = 1.0 if self.calibration_ is None \
-                    else self.calibration_.inflation
+        note = self._variance_factor(model, centre, gen, reparam, steps, options, simulation)
         self.posterior_ = fit_posterior(model, kwargs, centre, method=self.inference,
                                         generator=gen, reparam=reparam,
                                         verbose=bool(getattr(self, "verbose", False)),
@@ -302,6 +291,26 @@ class PosteriorInference:
         self.reliability_, self.stability_ = self.posterior_.neighbour_scores()
         self.posterior_mean_ = np.asarray(self.posterior_.mean, dtype=np.float64)
         return Z_map
+
+    def _variance_factor(self, model, centre, gen, reparam, steps: dict, options: dict,
+                         simulation) -> str | None:
+        """Set ``options["inflation"]`` by the ``calibrate`` rule (the parameter's docstring)
+        and ``calibration_``; returns where a factor not measured here came from (``None``:
+        measured, or none asked for)."""
+        self.calibration_ = None
+        if self.inference == "mcmc" or "inflation" in options or \
+                options.get("guide", "normal") != "normal":
+            return None
+        shortcut = self._shortcut_factor() if steps["calibrate"] is None else None
+        if shortcut is not None:
+            options["inflation"] = shortcut
+            return f"the shortcut factor {shortcut} of the Gaussian-blob study"
+        if steps["calibrate"] is not False:
+            self.calibration_ = self._calibrate(model, centre, gen, reparam, steps, options,
+                                                simulation)
+            options["inflation"] = 1.0 if self.calibration_ is None \
+                else self.calibration_.inflation
+        return None
 
     def _mode(self, model, kwargs: dict, Z: torch.Tensor, reparam, converge: bool,
               record: bool = True) -> torch.Tensor:
