@@ -69,7 +69,7 @@ EXACT_REPULSION_MAX_N = 4000
 #: fit by simulation, which every other setting gets by default; :mod:`probdr.infer.calibrate`).
 #: On real affinities the simulation answers another question -- the spread the model's own
 #: sparse draws would leave -- and gives far larger factors (t-SNE on 400 digits at its automatic
-#: temperature: about 300), see docs "Are the regions calibrated?".
+#: temperature: about 230), see docs "Are the regions calibrated?".
 CALIBRATED_INFLATION = {("svi", "E", "cauchy"): 2.2, ("laplace", "E", "cauchy"): 7.0,
                         ("svi", "B", "umap"): 2.0, ("laplace", "B", "umap"): 2.2}
 

@@ -64,8 +64,8 @@ def _estimator_options(options: dict, inference: str) -> dict:
     if not isinstance(out["converge"], bool):
         raise ValueError(f"converge must be True or False, got {out['converge']!r}.")
     if not (out["calibrate"] is None or isinstance(out["calibrate"], bool)
-            or out["calibrate"] == "pipeline"):
-        raise ValueError("calibrate must be None, True, False or 'pipeline', got "
+            or out["calibrate"] == "local"):
+        raise ValueError("calibrate must be None, True, False or 'local', got "
                          f"{out['calibrate']!r}.")
     points = out["calibration_points"]
     if isinstance(points, bool) or not isinstance(points, int) or points < 1:
@@ -118,9 +118,10 @@ class PosteriorInference:
         documented shortcut factor where the estimator has one for its setting (t-SNE's and
         UMAP's laws: :data:`probdr.estimators.coupling.CALIBRATED_INFLATION`) and otherwise
         measures the approximation's variance factor for this fit by simulation
-        (``calibration_``); ``True`` always measures it; ``"pipeline"`` measures it with each
-        simulated refit run from the estimator's own start through its MAP schedule (the
-        optimiser's variability included); ``False`` applies none. A given ``inflation``
+        (``calibration_``), each simulated refit run through the estimator's MAP schedule from
+        its own start (the optimiser's variability included); ``True`` always measures it;
+        ``"local"`` measures it with each refit started at the simulation's truth (the
+        approximation alone, cheaper); ``False`` applies none. A given ``inflation``
         replaces all of them. ``calibration_points``: the distances the measurement scores, at
         least (2000 for Laplace, 1000 for SVI; at most 10 replications).
     z_prior : None, float or distribution
@@ -349,7 +350,7 @@ class PosteriorInference:
 
         def refit(data):
             kwargs = simulation.kwargs(data)
-            pipeline = steps["calibrate"] == "pipeline" and simulation.map_fit is not None
+            pipeline = steps["calibrate"] != "local" and simulation.map_fit is not None
             start = simulation.map_fit(data) if pipeline else centre
             start = self._mode(model, kwargs, start.to(centre.dtype), reparam,
                                steps["converge"], record=False)
