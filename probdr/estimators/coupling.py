@@ -691,6 +691,11 @@ class GraphCoupling(PosteriorInference, DREstimator):
             opts.setdefault("num_steps", SPLIT_EPOCH_SVI_STEPS)
         return opts
 
+    def _measures_by_default(self) -> bool:
+        """The observed graph is given (``affinity="precomputed"``): data of the kind the
+        simulation draws."""
+        return self._precomputed() == "affinity"
+
     def _shortcut_factor(self) -> float | None:
         """:data:`CALIBRATED_INFLATION`'s factor for this fit's setting, if it is one of the
         four the Gaussian-blob study measured."""

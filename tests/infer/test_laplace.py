@@ -368,8 +368,9 @@ def _lists(E, k):
 
 def test_the_default_factor_is_the_shortcut_or_measured_and_said_where_it_is_neither(blobs):
     """t-SNE's and UMAP's settings carry the documented shortcut factor; calibrate=True
-    measures one for the fit; another kernel gets one measured by default; another guide, a
-    user's factor or calibrate=False carry none and say why."""
+    measures one for the fit; another curve on features gets none and a warning (a given graph
+    gets one measured: test_calibrate); another guide, a user's factor or calibrate=False carry
+    none and say why."""
     from probdr.estimators.coupling import CALIBRATED_INFLATION
 
     X, _ = blobs
@@ -392,10 +393,15 @@ def test_the_default_factor_is_the_shortcut_or_measured_and_said_where_it_is_nei
     umap = probdr.UMAP(n_neighbors=10, n_epochs=30, random_state=0, inference="laplace").fit(X)
     assert umap.posterior_.diagnostics["inflation"] == CALIBRATED_INFLATION[("laplace", "B",
                                                                              "umap")]
-    other = probdr.UMAP(n_neighbors=10, n_epochs=30, min_dist=0.5, random_state=0,
-                        inference="laplace", inference_params={"calibration_points": 1}
-                        ).fit(X)
-    assert other.posterior_.diagnostics["inflation"] == other.calibration_.inflation
+    # no shortcut for another curve: on features, raw and a warning; calibrate=True measures
+    other = dict(n_neighbors=10, n_epochs=30, min_dist=0.5, random_state=0, inference="laplace")
+    with pytest.warns(RuntimeWarning, match="no variance factor"):
+        raw = probdr.UMAP(**other).fit(X)
+    assert raw.calibration_ is None and raw.posterior_.diagnostics["inflation"] == 1.0
+    assert "calibrate=True" in raw.posterior_.diagnostics["calibration"]
+    asked = probdr.UMAP(**other, inference_params={"calibrate": True,
+                                                   "calibration_points": 1}).fit(X)
+    assert asked.posterior_.diagnostics["inflation"] == asked.calibration_.inflation
     with pytest.raises(ValueError, match="calibrate must be"):
         probdr.TSNE(**base, inference_params={"calibrate": "yes"}).fit(X)
 
