@@ -66,7 +66,8 @@ EXACT_REPULSION_MAX_N = 4000
 #: the fit started at the truth): (inference, latent law, kernel) -> the variance factor that
 #: brought its 50 % and 90 % regions into 42-58 % and 85-95 %. A fit in one of these settings
 #: applies it unless ``inference_params`` asks for ``calibrate=True`` (a factor measured for the
-#: fit by simulation, which every other setting gets by default; :mod:`probdr.infer.calibrate`).
+#: fit by simulation, :mod:`probdr.infer.calibrate`, the default of other settings fitted to a
+#: given graph; other settings fitted to features get none and a warning).
 #: On real affinities the simulation answers another question -- the spread the model's own
 #: sparse draws would leave -- and gives far larger factors (t-SNE on 400 digits at its automatic
 #: temperature: about 230), see docs "Are the regions calibrated?".

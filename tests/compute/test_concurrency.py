@@ -145,6 +145,37 @@ def test_two_posterior_fits_in_two_threads_give_their_bits(X600):
     assert_alone_bits_in_threads([svi(0), svi(1)])
 
 
+def test_posteriors_measuring_their_factor_in_two_threads_give_their_bits(X600):
+    """The variance factor measured by simulation (refits, simulated graphs, its own generator)
+    is the same in a thread beside another such fit: a Laplace posterior of a given graph
+    (three replications) and an SVI posterior asked to measure."""
+    from probdr.kernels import get_kernel
+    from probdr.laws.simulate import simulate_observed_graph
+
+    g = torch.Generator().manual_seed(0)
+    Zt = 3 * torch.randn(80, 2, dtype=torch.float64, generator=g)
+    W = simulate_observed_graph("D", Zt, get_kernel("student"), 4.0, g).to_dense().numpy()
+
+    def laplace(seed):
+        def job():
+            est = probdr.GraphCoupling(
+                prior_x="D", prior_z="D", kernel_z="student", affinity="precomputed",
+                coupling_weight=4.0, z_prior=3.0, n_iter=200, inference="laplace",
+                random_state=seed, inference_params={"calibration_points": 240}).fit(W)
+            assert est.calibration_.replications == 3
+            return est.posterior_samples_
+        return job
+
+    def svi(seed):
+        return lambda: probdr.UMAP(n_epochs=30, inference="svi", random_state=seed,
+                                   inference_params={"num_steps": 30, "num_samples": 5,
+                                                     "calibrate": True}
+                                   ).fit(X600[:200]).posterior_samples_
+
+    assert_alone_bits_in_threads([laplace(0), laplace(1)])
+    assert_alone_bits_in_threads([laplace(0), svi(0)])
+
+
 def test_fits_leave_the_process_as_they_found_it(X600):
     X = X600[:200]
     torch.manual_seed(123)
