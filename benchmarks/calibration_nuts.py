@@ -247,19 +247,22 @@ def flow_rows(kw, Zm, ref, sn, steps: int, draws: int = 2000) -> list[dict]:
                  mean_diff_in_sd_median=float(np.median(np.linalg.norm(m - ref, axis=1) / sn)))]
 
 
-def default_posteriors(method: str, W, beta: float, s: float, seed: int):
-    """``(name, draws, factor)`` of the public estimator's default SVI and Laplace posteriors
-    on the observed graph ``W``, each with the factor it measured for itself."""
+def default_posteriors(method: str, W, beta: float, s: float, seed: int,
+                       names=("svi", "laplace", "hmc")):
+    """``(name, draws, factor)`` of the public estimator's default posteriors ``names`` on the
+    observed graph ``W``: SVI and Laplace each with the factor it measured for itself, the HMC
+    sampler with none."""
     law, kw, repulsion = SETUPS[method]
     W = W.to_dense() if W.is_sparse else W
-    for name in ("svi", "laplace"):
+    for name in names:
         est = probdr.GraphCoupling(prior_x=law, prior_z=law, kernel_z=kw["kernel"],
                                    affinity="precomputed", repulsion=repulsion,
                                    coupling_weight=float(beta), z_prior=s, inference=name,
-                                   inference_params={"num_samples": 1000},
+                                   inference_params={} if name == "hmc" else
+                                   {"num_samples": 1000},
                                    random_state=seed).fit(W.numpy())
-        yield name, np.asarray(est.posterior_samples_, dtype=np.float64), \
-            est.calibration_.inflation
+        factor = 1.0 if est.calibration_ is None else est.calibration_.inflation
+        yield name, np.asarray(est.posterior_samples_, dtype=np.float64), factor
 
 
 def main() -> None:
@@ -277,19 +280,23 @@ def main() -> None:
                          "--load: their pooled draws, and how far the chains' means are apart")
     ap.add_argument("--svi", action="append", default=[], type=json.loads, metavar="JSON",
                     help='an SVI variant to compare too, e.g. \'{"guide": "mvn"}\' (raw spread)')
+    ap.add_argument("--weight", type=int, default=4, help="coupling weight (temperature)")
+    ap.add_argument("--scale", type=float, default=3.0, help="prior scale of the truth")
+    ap.add_argument("--posteriors", nargs="*", default=["svi", "laplace", "hmc"],
+                    help="the estimator's default posteriors to compare")
     ap.add_argument("--flow", type=int, default=0, metavar="STEPS",
                     help="also fit a normalising-flow guide for STEPS steps (raw spread, and its "
                          "importance-weighted mean with Pareto k-hat)")
     a = ap.parse_args()
     torch.set_default_dtype(torch.float64)
-    beta, s = 4, 3.0
+    beta, s = a.weight, a.scale
     Zt, W, law, kernel = simulate(a.method, a.n, beta, s, a.seed)
     kw = dict(W_X=W, prior_z=get_prior(law), kernel=kernel, n_components=2, repulsion="exact",
               z_prior=isotropic_gaussian(s, a.n, 2), coupling_weight=float(beta))
     chains, Zm = nuts_chains(a, kw, Zt)
     nuts, chain_stats = pooled_reference(chains, Zm.detach().numpy())
     ref, sn = nuts.mean(0), point_sd(nuts)
-    common = dict(method=a.method, seed=a.seed, n=a.n, **chain_stats, nuts_aligned=True,
+    common = dict(method=a.method, seed=a.seed, n=a.n, weight=beta, scale=s, **chain_stats, nuts_aligned=True,
                   **mode_offset(Zm.detach().numpy(), ref, sn))
     if law == "B":
         shift = conditional_shift(Zm, W, kernel, beta, s) - Zm.detach().numpy()
@@ -297,7 +304,8 @@ def main() -> None:
             np.median(np.linalg.norm(shift, axis=1) / sn))
     rows = [dict(approx=name, svi_average=SVI_OPTIONS["average"], factor=factor,
                  **compare(draws, ref, sn, 1.0))
-            for name, draws, factor in default_posteriors(a.method, W, beta, s, a.seed)]
+            for name, draws, factor in default_posteriors(a.method, W, beta, s, a.seed,
+                                                          a.posteriors)]
     for options in a.svi:
         post = fit_posterior(graph_coupling_model, kw, Zm, method="svi", num_samples=1000,
                              generator=torch.Generator().manual_seed(a.seed), **options)

@@ -277,8 +277,8 @@ def posterior_of(obj) -> Posterior:
         return Posterior("transform", D[None], D.mean(0))
     post = getattr(obj, "posterior_", None)
     if post is None:
-        raise ValueError(f"{type(obj).__name__} has no posterior: fit it with inference='svi' or "
-                         "'mcmc' (MAP gives a single embedding, not draws).")
+        raise ValueError(f"{type(obj).__name__} has no posterior: fit it with inference='svi', "
+                         "'laplace', 'hmc' or 'mcmc' (MAP gives a single embedding, not draws).")
     return post
 
 
@@ -332,7 +332,7 @@ def to_arviz(est, *, points=None, include_raw: bool = False):
         dims[name] = [f"{name}_dim_{i}" for i in range(draws.ndim - 2)]
         coords.update({d: np.arange(k) for d, k in zip(dims[name], draws.shape[2:], strict=True)})
     sample_stats = None
-    if post.method == "mcmc" and "divergent_draws" in post.diagnostics:
+    if post.method in ("mcmc", "hmc") and "divergent_draws" in post.diagnostics:
         div = np.zeros((C, S), dtype=bool)
         for c, bad in enumerate(post.diagnostics["divergent_draws"]):
             bad = np.asarray(bad, dtype=int)

@@ -15,15 +15,18 @@ from .files import is_number, save_figure
 def add_bayes_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     """Add ``--inference`` and its options to the ``probdr embed`` parser."""
     g = parser.add_argument_group("posterior inference")
-    g.add_argument("--inference", choices=("map", "svi", "laplace", "mcmc"), default="map",
+    g.add_argument("--inference", choices=("map", "svi", "laplace", "hmc", "mcmc"),
+                   default="map",
                    help="MAP (the classical method), or a posterior by SVI, the per-point "
-                        "Laplace approximation (the cheap option) or NUTS (small n)")
+                        "Laplace approximation (the cheap option), HMC (the sampler that "
+                        "scales) or NUTS (small n)")
     g.add_argument("--num-samples", type=int, default=200,
-                   help="posterior draws (per chain for mcmc)")
+                   help="posterior draws (per chain for hmc and mcmc)")
     g.add_argument("--num-steps", type=int, default=1000, help="SVI steps")
     g.add_argument("--guide", choices=("normal", "lowrank"), default="normal", help="SVI guide")
-    g.add_argument("--num-chains", type=int, default=2, help="NUTS chains")
-    g.add_argument("--warmup", type=int, default=300, help="NUTS warm-up steps per chain")
+    g.add_argument("--num-chains", type=int, default=2, help="HMC and NUTS chains")
+    g.add_argument("--warmup", type=int, default=300,
+                   help="HMC and NUTS warm-up steps per chain")
     g.add_argument("--coupling-weight", type=_weight, default="auto",
                    help="inverse temperature of the coupling likelihood (sets the spread); "
                         "'auto' (default): the tail rule, at most 4 for 2-D t-SNE")
@@ -51,6 +54,9 @@ def bayes_estimator_kwargs(args: argparse.Namespace) -> dict[str, Any]:
         return dict(inference="laplace", inference_params=dict(num_samples=args.num_samples),
                     coupling_weight=args.coupling_weight)
     params = dict(num_chains=args.num_chains, warmup=args.warmup, num_samples=args.num_samples)
+    if inference == "hmc":
+        return dict(inference="hmc", inference_params=params,
+                    coupling_weight=args.coupling_weight)
     return dict(inference="mcmc", inference_params=params, repulsion="exact",
                 coupling_weight=args.coupling_weight)
 
@@ -90,7 +96,7 @@ def run_bayes_outputs(est, args: argparse.Namespace, y=None, *,
         cal = diag.get("calibration")
         summary.update(inflation=round(float(diag["inflation"]), 3),
                        calibration=cal["method"] if isinstance(cal, dict) else cal)
-    if post.method == "mcmc":
+    if post.method in ("mcmc", "hmc"):
         summary.update(r_hat_max=round(diag["r_hat_max"], 4), ess_min=round(diag["ess_min"], 1),
                        divergences=int(sum(diag["divergences"])))
     path = uncertainty_path(args)

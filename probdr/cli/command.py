@@ -76,8 +76,9 @@ SCOPED = {
     "coupling_weight": (lambda a: a.inference != "map", lambda a: "--inference map"),
     "num_steps": (lambda a: a.inference == "svi", lambda a: f"--inference {a.inference}"),
     "guide": (lambda a: a.inference == "svi", lambda a: f"--inference {a.inference}"),
-    "num_chains": (lambda a: a.inference == "mcmc", lambda a: f"--inference {a.inference}"),
-    "warmup": (lambda a: a.inference == "mcmc", lambda a: f"--inference {a.inference}"),
+    "num_chains": (lambda a: a.inference in ("hmc", "mcmc"),
+                   lambda a: f"--inference {a.inference}"),
+    "warmup": (lambda a: a.inference in ("hmc", "mcmc"), lambda a: f"--inference {a.inference}"),
 }
 _UNSET = object()  # the default of every option in the parser that finds the options given
 

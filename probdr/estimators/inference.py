@@ -3,7 +3,7 @@ r"""Posterior inference for estimators whose model is a Pyro program with a flat
 The mixin :class:`PosteriorInference` (used by the Wishart estimators and the graph couplings,
 :class:`~probdr.estimators.coupling.GraphCoupling` and its presets) gives an estimator the parameters ``inference``,
 ``inference_params``, ``z_prior`` and ``coupling_weight``. ``inference="map"`` (the papers'
-estimator) fits the model as it is; ``"svi"``, ``"laplace"`` or ``"mcmc"`` then fit, by
+estimator) fits the model as it is; ``"svi"``, ``"laplace"``, ``"hmc"`` or ``"mcmc"`` then fit, by
 :func:`probdr.infer.posterior.fit_posterior` started at the MAP embedding :math:`\hat Z`,
 
 .. math:: p_\omega(Z \mid \mathcal D) \;\propto\; p(Z)\; p(\mathcal D \mid Z)^{\omega},
@@ -45,7 +45,9 @@ __all__ = ["PosteriorInference", "DEFAULT_Z_PRIOR_RMS_FACTOR", "default_z_prior_
 #: the default prior on Z of a posterior: isotropic Gaussian with a scale this many times the
 #: RMS of the MAP embedding (see the module docstring)
 DEFAULT_Z_PRIOR_RMS_FACTOR = 10.0
-INFERENCES = ("map", "svi", "laplace", "mcmc")
+INFERENCES = ("map", "svi", "laplace", "hmc", "mcmc")
+#: the posteriors that sample the posterior itself: no variance factor
+SAMPLERS = ("hmc", "mcmc")
 #: draws of each refitted approximation in a calibration (its per-point covariances)
 CALIBRATION_DRAWS = 200
 #: distances the calibration scores, at least (points x replications, at most
@@ -57,7 +59,7 @@ def _estimator_options(options: dict, inference: str) -> dict:
     """Pop the estimator's own options from ``options`` (``inference_params``) and return them
     checked, defaults filled in: ``converge`` (the mode search; default: Laplace only),
     ``calibrate`` (the measured variance factor; default True) and ``calibration_points``."""
-    out = {"converge": options.pop("converge", inference == "laplace"),
+    out = {"converge": options.pop("converge", inference in ("laplace", "hmc")),
            "calibrate": options.pop("calibrate", None),
            "calibration_points": options.pop("calibration_points",
                                              CALIBRATION_POINTS.get(inference, 1000))}
@@ -70,9 +72,9 @@ def _estimator_options(options: dict, inference: str) -> dict:
     points = out["calibration_points"]
     if isinstance(points, bool) or not isinstance(points, int) or points < 1:
         raise ValueError(f"calibration_points must be a positive integer, got {points!r}.")
-    if out["calibrate"] not in (None, False) and inference == "mcmc":
-        raise ValueError("calibrate is for the approximations (svi, laplace); NUTS needs no "
-                         "factor.")
+    if out["calibrate"] not in (None, False) and inference in SAMPLERS:
+        raise ValueError("calibrate is for the approximations (svi, laplace); a sampler "
+                         f"({inference!r}) needs no factor.")
     return out
 
 
@@ -106,10 +108,11 @@ class PosteriorInference:
 
     Parameters
     ----------
-    inference : {"map", "svi", "laplace", "mcmc"}
+    inference : {"map", "svi", "laplace", "hmc", "mcmc"}
         MAP (the paper's estimator, default), or a posterior over Z started from the MAP
         embedding: SVI, the per-point Laplace approximation (graph couplings;
-        :mod:`probdr.infer.laplace`) or NUTS.
+        :mod:`probdr.infer.laplace`), Hamiltonian Monte Carlo preconditioned by each point's
+        curvature (the sampler that scales, :mod:`probdr.infer.hmc`) or NUTS (small n).
     inference_params : dict, optional
         Options of the posterior inference (:data:`probdr.infer.posterior.SVI_OPTIONS`,
         :data:`probdr.infer.posterior.MCMC_OPTIONS`: guide, steps, draws, chains, ...), and
@@ -166,7 +169,7 @@ class PosteriorInference:
         this fit by simulation (:mod:`probdr.infer.calibrate`): data drawn from the model at
         the mode, the approximation refitted to them, the factor that makes its 50 % and 90 %
         regions hold the simulated truth, with the coverage before and after. ``None`` where
-        nothing was measured (NUTS; a user's ``inflation``; ``calibrate=False``; a model
+        nothing was measured (the samplers; a user's ``inflation``; ``calibrate=False``; a model
         that cannot be simulated, which warns); ``posterior_.diagnostics["calibration"]``
         says which.
     posterior_mean_ : ndarray (n, q)
@@ -301,7 +304,7 @@ class PosteriorInference:
         and ``calibration_``; returns where a factor not measured here came from (``None``:
         measured, or none asked for)."""
         self.calibration_ = None
-        if self.inference == "mcmc" or "inflation" in options or \
+        if self.inference in SAMPLERS or "inflation" in options or \
                 options.get("guide", "normal") != "normal":
             return None
         auto = steps["calibrate"] is None
@@ -386,8 +389,8 @@ class PosteriorInference:
         """Why the posterior carries no measured factor (``diagnostics["calibration"]``)."""
         if "inflation" in (self.inference_params or {}):
             return f"the user's factor {options['inflation']!r}"
-        if self.inference == "mcmc":
-            return "not needed: NUTS samples the posterior itself"
+        if self.inference in SAMPLERS:
+            return "not needed: the sampler draws from the posterior itself"
         if options.get("guide", "normal") != "normal":
             return "not measured: a guide other than the mean-field one"
         if steps["calibrate"] is False:

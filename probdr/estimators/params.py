@@ -178,13 +178,15 @@ TABLE: dict[str, Row] = {
     "nu_z": _row([POSITIVE, None]),
     "eps_tilde": _row([POSITIVE, None]),
     "precision_scale": _row([POSITIVE]),
-    "inference": _row([StrOptions({"map", "svi", "laplace", "mcmc"})], """{"map", "svi", "laplace", "mcmc"}
-        "map": the method's point estimate (the classical embedding). "svi", "laplace" or "mcmc":
+    "inference": _row([StrOptions({"map", "svi", "laplace", "hmc", "mcmc"})], """{"map", "svi", "laplace", "hmc", "mcmc"}
+        "map": the method's point estimate (the classical embedding). "svi", "laplace", "hmc" or "mcmc":
         then a posterior over Z, p(Z | data) ∝ p(Z) p(data | Z)^ω with ω = ``coupling_weight``,
         started at the MAP embedding, and for Laplace at the mode of the posterior's density (the
         MAP continued until converged, ``mode_embedding_``; probdr.infer.mode): SVI (a Gaussian
         per point, each step the cost of a MAP step), the per-point Laplace approximation (the
-        cheap option; graph couplings only) or NUTS (small n). ``embedding_`` stays the MAP (bit for bit the plain fit's at the same
+        cheap option; graph couplings only), HMC preconditioned by each point's curvature (a
+        sampler on the MAP's engine that scales; needs no variance factor; probdr.infer.hmc) or
+        NUTS (small n). ``embedding_`` stays the MAP (bit for bit the plain fit's at the same
         seed) and ``posterior_mean_`` is the mean of the draws, aligned to ``mode_embedding_``;
         ``posterior_sd_``, ``reliability_`` and ``stability_`` score each point.
     """),

@@ -227,7 +227,7 @@ class Posterior:
 
     Attributes
     ----------
-    method : {"svi", "laplace", "mcmc", "transform"}
+    method : {"svi", "laplace", "hmc", "mcmc", "transform"}
     chains : ndarray (num_chains, num_draws, n, q)
         Aligned draws of Z per chain (SVI: one "chain" of independent guide draws). A posterior
         whose draws are made on demand (``draws``) makes them all on the first read of
@@ -400,13 +400,14 @@ class Posterior:
         -------
         dict
             ``{site: {"mean", "sd", "r_hat", "ess"}}``, arrays of the site's shape; ``r_hat``
-            and ``ess`` (:func:`chain_statistics`) for MCMC, None for SVI (independent draws).
+            and ``ess`` (:func:`chain_statistics`) for the samplers (HMC, NUTS), None for SVI
+            (independent draws).
         """
         out = {}
         for name in self.site_names:
             c = self.site_chains(name)
             s = c.reshape(-1, *c.shape[2:])
-            r, e = chain_statistics(c) if self.method == "mcmc" else (None, None)
+            r, e = chain_statistics(c) if self.method in ("mcmc", "hmc") else (None, None)
             out[name] = {"mean": s.mean(0), "sd": s.std(0, ddof=1) if len(s) > 1 else
                          np.zeros(s.shape[1:]), "r_hat": r, "ess": e}
         return out

@@ -124,11 +124,12 @@ from .._compute.alloc import release_free
 from .._compute.isolation import global_stream, private_pyro, validation_off
 from .._utils import generator
 from .draws import Posterior, chain_statistics, procrustes_align
+from .hmc import HMC_OPTIONS, chain_diagnostics, sample_hmc
 from .schedule import Phase
 
 __all__ = ["Posterior", "fit_posterior", "latent_sites", "LatentSites", "check_inference",
            "check_inference_options", "check_mcmc_setup", "procrustes_align", "MCMC_MAX_PARAMS",
-           "SVI_OPTIONS", "MCMC_OPTIONS", "LAPLACE_OPTIONS", "IterateAverage",
+           "SVI_OPTIONS", "MCMC_OPTIONS", "LAPLACE_OPTIONS", "HMC_OPTIONS", "IterateAverage",
            "AVERAGE_SNAPSHOTS"]
 
 #: Largest number of parameters n*q that NUTS accepts by default (exact repulsion). Every
@@ -144,6 +145,8 @@ SVI_OPTIONS = {
 LAPLACE_OPTIONS = {
     "num_samples": 200, "inflation": 1.0, "reference": None, "align": True,
 }
+#: the posterior methods of :func:`fit_posterior`
+METHODS = ("svi", "laplace", "hmc", "mcmc")
 MCMC_OPTIONS = {
     "num_chains": 2, "warmup": 300, "num_samples": 300, "target_accept_prob": 0.8,
     "max_tree_depth": 8, "dense_mass": False, "init_jitter": 0.01, "max_params": None,
@@ -298,6 +301,8 @@ def fit_posterior(
                                               if k != site[0]))
         if method == "laplace":
             return _fit_laplace(model, kwargs, Z_init, opts, seed, latent)
+        if method == "hmc":
+            return _fit_hmc(model, kwargs, Z_init, opts, seed, tuple(site), latent, repulsion)
         fit = _fit_svi if method == "svi" else _fit_mcmc
         with global_stream():
             return fit(model, kwargs, Z_init, opts, seed, verbose, tuple(site), latent)
@@ -476,8 +481,10 @@ def check_inference(method: str, n: int, q: int, *, repulsion: str = "exact",
 def check_inference_options(method: str, **options) -> dict[str, Any]:
     """Validate the method and its options, which need no data (names, counts, rates); return
     the full options (defaults filled in). Raises ``ValueError`` or ``TypeError``."""
-    if method not in ("svi", "mcmc", "laplace"):
-        raise ValueError(f"method must be 'svi', 'laplace' or 'mcmc', got {method!r}.")
+    if method not in METHODS:
+        raise ValueError(f"method must be 'svi', 'laplace', 'hmc' or 'mcmc', got {method!r}.")
+    if method == "hmc":
+        return _check_hmc_options(_check_options(options, HMC_OPTIONS, method))
     if method == "laplace":
         opts = _check_options(options, LAPLACE_OPTIONS, method)
         check_scalar(opts["num_samples"], "num_samples", Integral, min_val=2)
@@ -535,6 +542,16 @@ def check_mcmc_setup(n: int, q: int, *, repulsion: str = "exact",
             "all-pairs pass and NUTS takes tens of gradients per draw). Use inference='svi' "
             "(guide='lowrank' for correlations), a subsample of the data, or pass "
             "inference_params={'max_params': ...} if you can afford the time.")
+
+
+def _check_hmc_options(opts: dict) -> dict:
+    for name in ("num_chains", "num_samples", "thin", "max_leapfrog"):
+        check_scalar(opts[name], name, Integral, min_val=1)
+    check_scalar(opts["warmup"], "warmup", Integral, min_val=0)
+    check_scalar(opts["target_accept_prob"], "target_accept_prob", Real, min_val=0, max_val=1,
+                 include_boundaries="neither")
+    check_scalar(opts["init_jitter"], "init_jitter", Real, min_val=0)
+    return opts
 
 
 def _reference(opts, Z_init):
@@ -753,6 +770,19 @@ def _fit_mcmc(model, kwargs, Z_init, opts, seed, verbose, site, latent) -> Poste
     return Posterior("mcmc", aligned, reference, diag, raw, sites=sites)
 
 
+def _fit_hmc(model, kwargs, Z_init, opts, seed, site, latent, repulsion) -> Posterior:
+    """Block-preconditioned HMC on the model's own engine (:mod:`probdr.infer.hmc`)."""
+    reference = _reference(opts, Z_init)
+    draws, diag = sample_hmc(model, kwargs, latent, site, Z_init, reference, opts, seed,
+                             repulsion)
+    raw = draws.pop("Z")
+    draws.pop(site[0], None)
+    aligned = procrustes_align(raw, reference) if opts["align"] else raw
+    diag.update(chain_diagnostics(aligned, draws, np.random.default_rng(seed)))
+    _warn_convergence(diag, "HMC")
+    return Posterior("hmc", aligned, reference, diag, raw, sites=draws)
+
+
 def _initial_params(latent: LatentSites, transforms, name, g, jitter) -> dict[str, torch.Tensor]:
     """A chain's starting point in unconstrained space: the inference variable ``name`` plus
     Gaussian noise of ``jitter`` times its standard deviation, the other sites transformed plus
@@ -773,7 +803,7 @@ R_HAT_WARN = 1.05
 ESS_WARN = 100
 
 
-def _warn_convergence(diag: dict) -> None:
+def _warn_convergence(diag: dict, sampler: str = "NUTS") -> None:
     """Warn when the chains have not mixed: split R-hat above :data:`R_HAT_WARN`, effective
     sample size below :data:`ESS_WARN` (both over the aligned coordinates), or divergences."""
     problems = []
@@ -785,7 +815,7 @@ def _warn_convergence(diag: dict) -> None:
     if n_div:
         problems.append(f"{n_div} divergent transitions")
     if problems:
-        warnings.warn("NUTS: the chains may not have converged (" + "; ".join(problems)
+        warnings.warn(f"{sampler}: the chains may not have converged (" + "; ".join(problems)
                       + "). Run more warm-up and draws (inference_params warmup=, num_samples=), "
                       "more chains, or raise the coupling weight.", RuntimeWarning, stacklevel=3)
 

@@ -1,0 +1,415 @@
+r"""A sampler that scales: Hamiltonian Monte Carlo on the MAP's engine, each point's move
+preconditioned by its own curvature.
+
+NUTS (``method="mcmc"``) is exact but builds trees of tens of gradients per draw with a diagonal
+mass, and is refused beyond a few hundred parameters. :func:`sample_hmc` runs Metropolis-adjusted
+Hamiltonian Monte Carlo (Neal 2011, *MCMC using Hamiltonian dynamics*) on the same Pyro model and
+the same compute engine as a MAP step (its edge sums, FFT field or negative samples), in
+coordinates whitened by each point's 2x2 block of the Hessian at the mode (the blocks the Laplace
+approximation computes, :func:`probdr.laws.curvature.point_precisions`):
+
+.. math:: z_i = \hat z_i + \Lambda_i^{-1/2} x_i ,
+
+so that each point's conditional posterior is about a standard normal in :math:`x_i`. What the
+blocks do not see, the collective moves of whole neighbourhoods (wider than a point's conditional
+spread by the factor the approximations must be inflated by), sets the length of a trajectory:
+the warm-up measures each point's spread in :math:`x` from aligned draws and runs trajectories of
+about :math:`\tfrac\pi2` times the widest spread (a quarter period of the widest direction), the
+number of leapfrog steps jittered around it and capped at ``max_leapfrog``. The step size is
+tuned by dual averaging (Hoffman & Gelman 2014) to an acceptance target. Other latent sites (a
+learned kernel's degrees of freedom) move in their unconstrained space, scaled by their spread in
+the warm-up.
+
+Which density is sampled
+    The Metropolis test makes the chain exact for the density whose value the model computes,
+    whatever gradient the leapfrog uses: a leapfrog step built on any vector field is reversible
+    and preserves volume, so a gradient that is not exactly the value's (the FFT field) costs
+    acceptance, not correctness. With ``repulsion="exact"`` the chain samples the posterior; with
+    ``"fft"`` the posterior of the FFT-interpolated likelihood; with the stochastic repulsions
+    (``"negative_sampling"``, ``"sampled"``) the random draws are held for a trajectory (both
+    ends scored with the same draws) and redrawn for the next, so each transition is exact for
+    the surrogate likelihood of its own draws: the chain samples the negative-sampling surrogate
+    (as SVI's ELBO does), not the exact likelihood.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from contextlib import contextmanager
+
+import numpy as np
+import torch
+from pyro import poutine
+from torch.distributions import biject_to
+
+from .._compute.isolation import validation_off
+from .draws import chain_statistics, procrustes_align
+from .schedule import OptimiserHooks, random_stream, set_random_stream
+
+__all__ = ["sample_hmc", "HMC_OPTIONS", "STOCHASTIC_REPULSIONS", "likelihood_sampled"]
+
+#: options of ``method="hmc"`` and their defaults (:func:`probdr.infer.posterior.fit_posterior`)
+HMC_OPTIONS = {
+    "num_chains": 2, "warmup": 300, "num_samples": 300, "thin": 1, "target_accept_prob": 0.75,
+    "max_leapfrog": 64, "init_jitter": 0.1, "reference": None, "align": True,
+}
+#: repulsions whose log density is a random estimate: their draws are held for a trajectory
+STOCHASTIC_REPULSIONS = ("sampled", "negative_sampling")
+#: a trajectory whose energy error exceeds this is counted divergent (Stan's threshold)
+DIVERGENCE = 1000.0
+# dual averaging's constants (Hoffman & Gelman 2014, section 3.2)
+_GAMMA, _T0, _KAPPA = 0.05, 10.0, 0.75
+
+
+def likelihood_sampled(repulsion: str) -> str:
+    """Which likelihood the chain samples with this repulsion (see the module docstring)."""
+    if repulsion in STOCHASTIC_REPULSIONS:
+        return "the negative-sampling surrogate, its draws renewed each trajectory" \
+            if repulsion == "negative_sampling" else \
+            "the sampled-normaliser surrogate, its draws renewed each trajectory"
+    return "the FFT-interpolated likelihood" if repulsion == "fft" else "the exact likelihood"
+
+
+class Whitened:
+    r"""The latent sites as one flat vector :math:`x` of whitened coordinates, and the potential
+    :math:`U(x) = -\log p(\text{sites}(x), \mathcal D) - \log|J|` (the Jacobians of the maps
+    from unconstrained space; the affine whitening's is a constant) with its gradient.
+
+    ``name`` is the inference site of shape (n, q) (``"Z"`` or a reparametrised ``"Z_raw"``),
+    moved point by point as :math:`z_i = \hat z_i + R_i x_i` with ``roots`` :math:`R_i` (n, q,
+    q): first :math:`\Lambda_i^{-1/2}` of the curvature blocks (or the identity), after each
+    warm-up window the square root of the point's covariance in the window. Every other site
+    moves as :math:`u_0 + s \odot x` in its unconstrained space, ``scale`` :math:`s` (ones until
+    a window sets it)."""
+
+    def __init__(self, model: Callable, kwargs: dict, values: dict, supports: dict, name: str,
+                 roots: torch.Tensor, stochastic: bool):
+        self.model, self.kwargs, self.name, self.roots = model, kwargs, name, roots
+        self.stochastic = stochastic
+        self.bijections = {k: biject_to(c) for k, c in supports.items()}
+        centre = {k: self.bijections[k].inv(v.detach()) for k, v in values.items()}
+        self.shapes = {k: v.shape for k, v in centre.items()}
+        self.centre = torch.cat([v.reshape(-1) for v in centre.values()])
+        self.scale = torch.ones_like(self.centre)
+        at = 0
+        for k, shape in self.shapes.items():
+            if k == name:
+                self.block = slice(at, at + math.prod(shape))
+            at += math.prod(shape)
+        self.hooks = OptimiserHooks(step=0)
+        self._held = None
+        self.evaluations = 0
+
+    def unconstrained(self, x: torch.Tensor) -> torch.Tensor:
+        """The flat unconstrained point at ``x``."""
+        u = self.centre + self.scale * x
+        n_q = self.shapes[self.name]
+        moved = torch.einsum("nab,nb->na", self.roots, x[self.block].reshape(n_q))
+        return torch.cat([u[:self.block.start], self.centre[self.block] + moved.reshape(-1),
+                          u[self.block.stop:]])
+
+    def sites(self, x: torch.Tensor) -> dict[str, torch.Tensor]:
+        """The unconstrained value of each site at ``x``."""
+        u, out, at = self.unconstrained(x), {}, 0
+        for k, shape in self.shapes.items():
+            size = math.prod(shape)
+            out[k], at = u[at:at + size].reshape(shape), at + size
+        return out
+
+    def values(self, x: torch.Tensor) -> dict[str, torch.Tensor]:
+        """Each site's value (in its support) at ``x``, detached."""
+        with torch.no_grad():
+            return {k: self.bijections[k](u) for k, u in self.sites(x).items()}
+
+    def whiten(self, u: torch.Tensor) -> torch.Tensor:
+        """The inverse of :meth:`unconstrained`: ``x`` at the flat unconstrained point ``u``."""
+        x = (u - self.centre) / self.scale
+        n_q = self.shapes[self.name]
+        d = (u - self.centre)[self.block].reshape(n_q)
+        x[self.block] = torch.linalg.solve(self.roots, d.unsqueeze(-1)).reshape(-1)
+        return x
+
+    def energy(self, x: torch.Tensor) -> tuple[float, torch.Tensor]:
+        """:math:`U(x)` and :math:`\\nabla U(x)` (``inf`` and zeros where not finite)."""
+        x = x.detach().requires_grad_(True)
+        if self._held is not None:
+            set_random_stream(self._held, x.device)
+        with validation_off(), self.hooks:
+            params = self.sites(x)
+            values = {k: self.bijections[k](u) for k, u in params.items()}
+            trace = poutine.trace(poutine.condition(self.model, data=values)).get_trace(
+                **self.kwargs)
+            log_joint = trace.log_prob_sum()
+            for k, b in self.bijections.items():
+                log_joint = log_joint + b.log_abs_det_jacobian(params[k], values[k]).sum()
+        self.evaluations += 1
+        U = -log_joint
+        if not bool(torch.isfinite(U)):
+            return math.inf, torch.zeros_like(x)
+        (grad,) = torch.autograd.grad(U, x)
+        if not bool(torch.isfinite(grad).all()):
+            return math.inf, torch.zeros_like(x)
+        return float(U.detach()), grad
+
+    @contextmanager
+    def trajectory(self, number: int):
+        """A trajectory's potential: a stochastic likelihood's draws (the epoch's edges, the
+        negative samples) held fixed inside, from the stream as it stands."""
+        self.hooks.step = number
+        if self.stochastic:
+            self._held = random_stream(self.centre.device)
+        try:
+            yield
+        finally:
+            self._held = None
+
+
+class DualAveraging:
+    """The step size of a warm-up (Hoffman & Gelman 2014, algorithm 5): ``update`` takes a
+    trajectory's acceptance probability and returns the next step; ``final`` the averaged one."""
+
+    def __init__(self, step: float, target: float):
+        self.mu, self.target = math.log(10.0 * step), target
+        self.t, self.h_bar, self.log_bar, self.step = 0, 0.0, math.log(step), step
+
+    def update(self, accept: float) -> float:
+        self.t += 1
+        w = 1.0 / (self.t + _T0)
+        self.h_bar = (1 - w) * self.h_bar + w * (self.target - accept)
+        log_step = self.mu - math.sqrt(self.t) / _GAMMA * self.h_bar
+        eta = self.t ** -_KAPPA
+        self.log_bar = eta * log_step + (1 - eta) * self.log_bar
+        self.step = math.exp(log_step)
+        return self.step
+
+    @property
+    def final(self) -> float:
+        return math.exp(self.log_bar)
+
+
+def _transition(target: Whitened, x, U, grad, step: float, n_leap: int,
+                gen: torch.Generator) -> tuple:
+    """One Metropolis-adjusted trajectory of ``n_leap`` leapfrog steps from ``(x, U, grad)``:
+    returns the next ``(x, U, grad)``, the acceptance probability and the energy error."""
+    p = torch.randn(x.shape, generator=gen, dtype=x.dtype)
+    H0 = U + 0.5 * float(p.square().sum())
+    xn, pn = x, p - 0.5 * step * grad
+    Un, gn = U, grad
+    for k in range(n_leap):
+        xn = xn + step * pn
+        Un, gn = target.energy(xn)
+        if not math.isfinite(Un):
+            return x, U, grad, 0.0, math.inf
+        pn = pn - (step if k < n_leap - 1 else 0.5 * step) * gn
+    error = Un + 0.5 * float(pn.square().sum()) - H0
+    accept = math.exp(min(0.0, -error)) if math.isfinite(error) else 0.0
+    if float(torch.rand((), generator=gen, dtype=torch.float64)) < accept:
+        return xn, Un, gn, accept, error
+    return x, U, grad, accept, error
+
+
+def _first_step(target: Whitened, x, U, grad, gen) -> float:
+    """A first step size: halved until a one-step trajectory accepts with probability above
+    one half, or doubled while it does (the heuristic of Hoffman & Gelman 2014)."""
+    step = 0.5
+    _, _, _, a, _ = _transition(target, x, U, grad, step, 1, gen)
+    up = a > 0.5
+    for _ in range(30):
+        nxt = step * (2.0 if up else 0.5)
+        _, _, _, a, _ = _transition(target, x, U, grad, nxt, 1, gen)
+        if (a > 0.5) != up:
+            return step if up else nxt
+        step = nxt
+    return step
+
+
+def _leapfrogs(length: float, step: float, cap: int, gen: torch.Generator) -> int:
+    """The steps of one trajectory: ``length / step`` jittered uniformly by +-50 %, in
+    ``[1, cap]``."""
+    u = 0.5 + float(torch.rand((), generator=gen, dtype=torch.float64))
+    return int(min(cap, max(1, round(u * length / step))))
+
+
+def _adapt(target: Whitened, window: list[torch.Tensor], reference: np.ndarray | None,
+           x: torch.Tensor) -> tuple[torch.Tensor, float]:
+    r"""Set the metric from a window's states and return ``x`` in the new coordinates (the same
+    state) and the largest variance of the window's states in them (the top eigenvalue of their
+    covariance: the widest direction, often a collective move of many points, whose quarter
+    period :math:`\tfrac\pi2\sqrt{\lambda}` is the trajectory's length). Each point's block
+    becomes the square root of its covariance in the window (the draws Procrustes-aligned on
+    ``reference`` unless it is ``None``: rotations of the whole map are no direction to
+    tune for), every other coordinate's scale its spread; both shrunk towards a small multiple
+    of the identity as Stan's windows are, and floored at 1e-8 of the median variance."""
+    u = torch.stack([target.unconstrained(w) for w in window])
+    k, n_q = len(window), target.shapes[target.name]
+    Z = u[:, target.block].reshape(k, *n_q)
+    if reference is not None:
+        Z = torch.as_tensor(procrustes_align(Z.double().cpu().numpy()[None], reference)[0],
+                            dtype=u.dtype)
+    dZ = Z - Z.mean(0)
+    C = torch.einsum("kna,knb->nab", dZ, dZ) / max(k - 1, 1)
+    shrink = k / (k + 5.0)
+    ridge = (C.diagonal(dim1=1, dim2=2).mean(-1).median() * 1e-3 + 1e-300) * (1 - shrink)
+    eye = torch.eye(n_q[1], dtype=u.dtype)
+    C = shrink * C + ridge * eye
+    lam, V = torch.linalg.eigh(0.5 * (C + C.transpose(1, 2)))
+    lam = lam.clamp_min(1e-8 * float(lam.median()))
+    roots = V @ torch.diag_embed(lam.sqrt()) @ V.transpose(1, 2)
+    sd = u.std(0) if k > 1 else torch.ones_like(target.centre)
+    scale = shrink * sd + 1e-3 * (1 - shrink)
+    scale[target.block] = 1.0
+    state = target.unconstrained(x)
+    target.roots, target.scale = roots, scale
+    whitened = torch.stack([target.whiten(w) for w in u])
+    Zw = torch.linalg.solve(roots, dZ.unsqueeze(-1)).reshape(k, -1)
+    whitened[:, target.block] = Zw
+    whitened = whitened - whitened.mean(0)
+    top = float(torch.linalg.svdvals(whitened)[0] ** 2) / max(k - 1, 1)
+    return target.whiten(state), max(top, 1.0)
+
+
+def _warmup_windows(warmup: int) -> list[tuple[int, int]]:
+    """The windows whose states set the scales and the trajectory length: 10-30 % and 30-70 %
+    of the warm-up (the rest adapts the step size alone)."""
+    cuts = [int(round(f * warmup)) for f in (0.1, 0.3, 0.7)]
+    return [(a, b) for a, b in zip(cuts, cuts[1:], strict=False) if b - a >= 4]
+
+
+def _run_chain(target: Whitened, opts: dict, gen: torch.Generator,
+               reference: np.ndarray | None, first: int) -> dict:
+    """One chain: warm-up (step size by dual averaging; scales and trajectory length from the
+    windows of :func:`_warmup_windows`), then ``num_samples * thin`` trajectories, every
+    ``thin``-th state kept. ``first`` numbers its trajectories (their draws of a stochastic
+    likelihood)."""
+    warmup, keep, thin = int(opts["warmup"]), int(opts["num_samples"]), int(opts["thin"])
+    cap, goal = int(opts["max_leapfrog"]), float(opts["target_accept_prob"])
+    x = float(opts["init_jitter"]) * torch.randn(target.centre.shape, generator=gen,
+                                                 dtype=target.centre.dtype)
+    with target.trajectory(first):
+        U, grad = target.energy(x)
+        if not math.isfinite(U):
+            raise FloatingPointError("HMC: the log density is not finite at the chain's start.")
+        adapt = DualAveraging(_first_step(target, x, U, grad, gen), goal)
+    length, windows, window = math.pi / 2, _warmup_windows(warmup), []
+    kept, accepts, errors, leaps, divergent = [], [], [], [], []
+    for t in range(warmup + keep * thin):
+        step = adapt.step if t < warmup else adapt.final
+        n_leap = _leapfrogs(length, step, cap, gen)
+        with target.trajectory(first + t + 1):
+            if target.stochastic:  # both ends scored with this trajectory's draws
+                U, grad = target.energy(x)
+            x, U, grad, a, err = _transition(target, x, U, grad, step, n_leap, gen)
+        if t < warmup:
+            adapt.update(a)
+            if any(lo <= t < hi for lo, hi in windows):
+                window.append(x.clone())
+            if any(t == hi - 1 for _, hi in windows):
+                x, widest = _adapt(target, window, reference, x)
+                with target.trajectory(first + t + 1):
+                    U, grad = target.energy(x)
+                length, window = math.pi / 2 * math.sqrt(widest), []
+                adapt = DualAveraging(adapt.step, goal)
+            continue
+        accepts.append(a)
+        errors.append(err)
+        leaps.append(n_leap)
+        if not math.isfinite(err) or err > DIVERGENCE:
+            divergent.append(t - warmup)
+        if (t - warmup + 1) % thin == 0:
+            kept.append(target.values(x))
+    return {"draws": kept, "accept_prob": float(np.mean(accepts)) if accepts else float("nan"),
+            "step_size": adapt.final, "leapfrog_mean": float(np.mean(leaps)) if leaps else 0.0,
+            "trajectory_length": length, "divergent_draws": divergent,
+            "energy_error_sd": float(np.std(np.nan_to_num(errors, posinf=0.0)))
+            if errors else float("nan")}
+
+
+def sample_hmc(model: Callable, kwargs: dict, latent, site: tuple, Z_init: torch.Tensor,
+               reference: np.ndarray, opts: dict, seed: int,
+               repulsion: str = "exact") -> tuple[dict, dict]:
+    """Run ``num_chains`` chains of :func:`_run_chain` (one after another) from the mode
+    ``Z_init`` (each from its own jitter, ``init_jitter`` whitened units). ``latent`` are the
+    model's latent sites (:func:`probdr.infer.posterior.latent_sites`), ``site`` the inference
+    site ``(name, to_site, from_site)``; ``reference`` (n, q) aligns the warm-up's draws.
+    Returns the draws ``{site: (chains, draws, ...)}`` (Z
+    mapped back from a reparametrised site) and the diagnostics."""
+    name, to_site, _ = site
+    blocks = to_site is None and set(latent.values) == {name}
+    roots = _roots(model, kwargs, Z_init) if blocks else None
+    start = roots if roots is not None else _identity(Z_init)
+    target = Whitened(model, kwargs, latent.values, latent.supports, name, start,
+                      repulsion in STOCHASTIC_REPULSIONS)
+    align = reference if opts["align"] and to_site is None else None
+    gen = torch.Generator().manual_seed(seed)
+    t0 = time.perf_counter()
+    runs = []
+    for c in range(int(opts["num_chains"])):
+        target.scale, target.roots = torch.ones_like(target.centre), start
+        runs.append(_run_chain(target, opts, gen, align, first=c * 10_000_000))
+    draws = {k: np.stack([np.stack([_numpy(d[k]) for d in run["draws"]]) for run in runs])
+             for k in latent.values}
+    if to_site is not None:
+        with torch.no_grad():
+            Zs = to_site(torch.as_tensor(draws.pop(name)).reshape(-1, *Z_init.shape))
+        draws["Z"] = _numpy(Zs).reshape(len(runs), -1, *Z_init.shape)
+    diag = {k: [run[k] for run in runs] for k in
+            ("accept_prob", "step_size", "leapfrog_mean", "trajectory_length",
+             "divergent_draws", "energy_error_sd")}
+    diag.update(divergences=[len(d) for d in diag["divergent_draws"]],
+                gradient_evaluations=target.evaluations, likelihood=likelihood_sampled(repulsion),
+                metric_start="curvature blocks" if roots is not None else "identity",
+                num_chains=len(runs), warmup=int(opts["warmup"]),
+                num_samples=int(opts["num_samples"]), seconds=time.perf_counter() - t0)
+    return draws, diag
+
+
+def _roots(model, kwargs: dict, Z: torch.Tensor) -> torch.Tensor | None:
+    r""":math:`\Lambda_i^{-1/2}` of each point's curvature block at ``Z`` (the model's
+    ``point_precisions``), eigenvalues floored at 1e-6 of the median's so that a flat or
+    non-convex block (a point far from all others) gets a wide, not a singular, step; ``None``
+    for a model that does not declare its blocks."""
+    blocks = getattr(model, "point_precisions", None)
+    if blocks is None:
+        return None
+    with torch.no_grad():
+        P = blocks(Z.detach(), **kwargs).to(Z.dtype)
+        P = 0.5 * (P + P.transpose(1, 2))
+        lam, V = torch.linalg.eigh(P)
+        floor = 1e-6 * float(lam.clamp_min(0).median().clamp_min(1e-300))
+        lam = torch.nan_to_num(lam, nan=floor).clamp_min(floor)
+        return V @ torch.diag_embed(lam.rsqrt()) @ V.transpose(1, 2)
+
+
+def _identity(Z: torch.Tensor) -> torch.Tensor:
+    return torch.eye(Z.shape[1], dtype=Z.dtype).expand(Z.shape[0], -1, -1).clone()
+
+
+def _numpy(x: torch.Tensor) -> np.ndarray:
+    return x.detach().to(torch.float64).cpu().numpy()
+
+
+def chain_diagnostics(aligned: np.ndarray, sites: dict, gen: np.random.Generator) -> dict:
+    """Split R-hat and bulk ESS of the aligned coordinates and the other sites (the worst), the
+    median point's ESS, and the same on a rotation-invariant quantity: each point's distance to
+    a random partner."""
+    out = {}
+    if aligned.shape[1] < 4:
+        return {"r_hat_max": float("nan"), "ess_min": float("nan"),
+                "ess_median": float("nan"), "r_hat_max_distances": float("nan"),
+                "ess_min_distances": float("nan")}
+    r, e = chain_statistics(aligned)
+    stats = [chain_statistics(v) for v in sites.values()]
+    r_all = np.concatenate([np.ravel(r)] + [np.ravel(s[0]) for s in stats])
+    e_all = np.concatenate([np.ravel(e)] + [np.ravel(s[1]) for s in stats])
+    out["r_hat_max"] = float(np.nan_to_num(r_all, nan=1.0).max())
+    out["ess_min"] = float(np.nan_to_num(e_all, nan=0.0).min())
+    out["ess_median"] = float(np.median(np.nan_to_num(e, nan=0.0)))
+    n = aligned.shape[2]
+    partner = (np.arange(n) + 1 + gen.integers(0, max(n - 1, 1), n)) % n
+    d = np.linalg.norm(aligned - aligned[:, :, partner], axis=-1)
+    rd, ed = chain_statistics(d)
+    out["r_hat_max_distances"] = float(np.nan_to_num(rd, nan=1.0).max())
+    out["ess_min_distances"] = float(np.nan_to_num(ed, nan=0.0).min())
+    return out

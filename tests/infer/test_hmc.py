@@ -1,0 +1,149 @@
+"""The sampler that scales (probdr.infer.hmc, inference="hmc"): against closed-form posteriors,
+a positive site's law (its Jacobian), the estimator path, repeatability and its refusals."""
+
+import numpy as np
+import pyro
+import pyro.distributions as dist
+import pytest
+import scipy.stats as st
+import torch
+from sklearn.datasets import load_digits
+
+import probdr
+from probdr.estimators.params import InvalidParameterError
+from probdr.infer.hmc import DualAveraging, Whitened, likelihood_sampled
+from probdr.infer.posterior import fit_posterior
+
+FAST = dict(warmup=150, num_samples=300, num_chains=2)
+
+
+def _gaussian(n=8, q=2, seed=0):
+    """A correlated Gaussian over Z (n, q): its mean, covariance and a model of it."""
+    g = torch.Generator().manual_seed(seed)
+    A = torch.randn(n * q, n * q, dtype=torch.float64, generator=g) / (n * q) ** 0.5
+    cov = A @ A.T + 0.1 * torch.eye(n * q, dtype=torch.float64)
+    mu = torch.randn(n * q, dtype=torch.float64, generator=g)
+    P = torch.linalg.inv(cov)
+
+    def model():
+        Z = pyro.sample("Z", dist.ImproperUniform(dist.constraints.real, (), (n, q)))
+        d = Z.reshape(-1) - mu
+        pyro.factor("lik", -0.5 * d @ P @ d)
+
+    return mu, cov, model
+
+
+def test_hmc_draws_a_correlated_gaussian():
+    """Means within 0.15 posterior sd and sds within 12 % of the closed form, every coordinate,
+    R-hat near 1: the Metropolis test and the adapted metric leave the law exact."""
+    mu, cov, model = _gaussian()
+    post = fit_posterior(model, {}, mu.reshape(8, 2) + 0.3, method="hmc", align=False,
+                         generator=torch.Generator().manual_seed(1), **FAST)
+    S = post.chains.reshape(-1, 16)
+    sd = cov.diagonal().sqrt().numpy()
+    assert np.abs(S.mean(0) - mu.numpy()).max() / sd.min() < 0.15 * 2
+    assert np.median(np.abs(S.mean(0) - mu.numpy()) / sd) < 0.15
+    assert np.abs(S.std(0) / sd - 1).max() < 0.12
+    d = post.diagnostics
+    assert d["r_hat_max"] < 1.05 and d["divergences"] == [0, 0]
+    assert 0.5 < np.mean(d["accept_prob"]) < 0.99
+    assert d["likelihood"] == "the exact likelihood"
+    assert post.method == "hmc" and post.chains.shape == (2, 300, 8, 2)
+
+
+def test_hmc_positive_site_follows_its_law():
+    """A positive site (a Gamma, moved as its logarithm) independent of Z keeps its prior law:
+    the log-Jacobian of the transform is in the potential (without it the draws would follow
+    Gamma(a - 1, b))."""
+    a, b = 3.0, 2.0
+
+    def model():
+        pyro.sample("Z", dist.Normal(torch.zeros(5, 2, dtype=torch.float64), 1.0).to_event(2))
+        pyro.sample("tau", dist.Gamma(torch.tensor(a, dtype=torch.float64), b))
+
+    post = fit_posterior(model, {}, torch.zeros(5, 2, dtype=torch.float64), method="hmc",
+                         align=False, init_values={"tau": torch.tensor(1.0)},
+                         generator=torch.Generator().manual_seed(2), **FAST)
+    tau = post.sites["tau"].ravel()
+    assert np.all(tau > 0)
+    ref = st.gamma(a, scale=1 / b)
+    assert abs(tau.mean() - ref.mean()) < 0.1 * ref.std()
+    assert abs(tau.std() / ref.std() - 1) < 0.12
+    assert st.kstest(tau[::5], ref.cdf).pvalue > 1e-3
+
+
+def test_whitened_coordinates_round_trip():
+    """``whiten`` inverts ``unconstrained`` for any blocks and scales."""
+    _, _, model = _gaussian(n=4)
+    g = torch.Generator().manual_seed(0)
+    values = {"Z": torch.randn(4, 2, dtype=torch.float64, generator=g)}
+    supports = {"Z": dist.constraints.real}
+    A = torch.randn(4, 2, 2, dtype=torch.float64, generator=g)
+    w = Whitened(model, {}, values, supports, "Z", A @ A.transpose(1, 2) + torch.eye(2),
+                 stochastic=False)
+    x = torch.randn(8, dtype=torch.float64, generator=g)
+    assert torch.allclose(w.whiten(w.unconstrained(x)), x)
+
+
+def test_dual_averaging_finds_the_step_of_its_target():
+    """On a response whose acceptance falls with the step (exp(-step)), the averaged step
+    settles where the acceptance meets the target: log(1 / 0.75)."""
+    adapt = DualAveraging(1.0, 0.75)
+    for _ in range(2000):
+        adapt.update(float(np.exp(-adapt.step)))
+    assert abs(adapt.final - np.log(1 / 0.75)) < 0.02
+
+
+def test_likelihood_names():
+    assert "FFT" in likelihood_sampled("fft")
+    assert "negative-sampling surrogate" in likelihood_sampled("negative_sampling")
+
+
+pytestmark = pytest.mark.filterwarnings("ignore:HMC. the chains may not have converged")
+
+
+@pytest.fixture(scope="module")
+def digits():
+    return load_digits().data[:60]
+
+
+def test_tsne_hmc_through_the_estimator(digits):
+    """The public path: a posterior that needs no factor, with chain diagnostics, centred on
+    the converged mode, every summary finite; the same bits again with the same seed."""
+    kw = dict(inference="hmc",
+              inference_params=dict(warmup=30, num_samples=30, max_leapfrog=8),
+              coupling_weight=4.0, n_iter=250, random_state=0)
+    est = probdr.TSNE(**kw).fit(digits)
+    post = est.posterior_
+    assert post.method == "hmc" and post.chains.shape == (2, 30, 60, 2)
+    assert est.calibration_ is None
+    assert "not needed" in post.diagnostics["calibration"]
+    assert est.map_converged_ is not None  # the mode search ran (the default for HMC)
+    assert np.all(np.isfinite(est.posterior_sd_)) and np.all(est.posterior_sd_ > 0)
+    for key in ("r_hat_max", "ess_min", "ess_median", "ess_min_distances", "step_size"):
+        assert key in post.diagnostics
+    again = probdr.TSNE(**kw).fit(digits)
+    assert np.array_equal(again.posterior_.chains, post.chains)
+
+
+def test_umap_hmc_on_negative_sampling_holds_each_trajectorys_draws(digits):
+    """A stochastic likelihood: each trajectory is scored with one draw of the negatives, so
+    the chain accepts (a fresh draw at every evaluation would make the energy error noise and
+    the acceptance collapse), and says which likelihood it sampled."""
+    est = probdr.UMAP(inference="hmc", n_epochs=60, random_state=0,
+                      repulsion="negative_sampling",
+                      inference_params=dict(warmup=30, num_samples=20, max_leapfrog=8)
+                      ).fit(digits)
+    d = est.posterior_.diagnostics
+    assert "surrogate" in d["likelihood"]
+    assert min(d["accept_prob"]) > 0.4
+    assert np.all(np.isfinite(est.posterior_samples_))
+
+
+def test_hmc_refuses_a_factor_and_bad_options(digits):
+    with pytest.raises(InvalidParameterError, match="needs no factor"):
+        probdr.TSNE(inference="hmc", inference_params={"calibrate": True}).fit(digits)
+    with pytest.raises(InvalidParameterError, match="max_leapfrog"):
+        probdr.TSNE(inference="hmc", inference_params={"max_leapfrog": 0}).fit(digits)
+    with pytest.raises(InvalidParameterError, match="tree_depth"):
+        probdr.TSNE(inference="hmc", inference_params={"max_tree_depth": 4}).fit(digits)
