@@ -205,8 +205,15 @@ def scores(draws: np.ndarray, Zt: np.ndarray, levels=(0.5, 0.9), scaled: bool = 
     dev = draws - mean
     cov = np.einsum("sna,snb->nab", dev, dev) / (draws.shape[0] - 1)
     r = truth - mean
-    m2 = np.einsum("na,nab,nb->n", r, np.linalg.inv(cov), r)
+    prec = np.linalg.inv(cov)
+    m2 = np.einsum("na,nab,nb->n", r, prec, r)
     out = {"sd": float(np.sqrt(np.trace(cov, axis1=1, axis2=2) / 2).mean()), "truth_scale": k}
+    # the draws' own regions: a point's level-lv region holds the share lv of its draws (its
+    # draws' own Mahalanobis quantile), exact under the posterior whatever its shape, where the
+    # Gaussian ellipse's chi-square radius is exact only for a Gaussian posterior
+    own = np.einsum("sna,nab,snb->sn", dev, prec, dev)
+    for lv in levels:
+        out[f"cover{int(100 * lv)}_own"] = float(np.mean(m2 <= np.quantile(own, lv, axis=0)))
     for c in INFLATIONS:
         key = "" if c == 1.0 else f"@{c:g}"
         for lv in levels:

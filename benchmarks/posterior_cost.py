@@ -8,11 +8,15 @@ The time of ``fit`` is reported, and its ratio to the MAP fit's of the same run.
     python benchmarks/posterior_cost.py --data mnistdef70k --methods tsne --inference map laplace
     python benchmarks/posterior_cost.py --data mnistdef1m --methods tsne --inference map laplace \
         --new 1000
+    python benchmarks/posterior_cost.py --data mnistdef70k --methods tsne --inference map hmc \
+        --params '{"warmup": 100, "num_samples": 100, "num_chains": 1}'
 
 ``--new N`` holds N points out of every fit (drawn with seed 0); after a posterior fit they get
 ``sample_transform`` (200 draws), timed, with their median spread beside the training points',
 and the fitted estimator is saved, loaded and its per-point spreads and reliabilities compared.
 ``fit_peak_gib`` is the peak memory at the end of ``fit``; ``peak_gib`` includes what follows.
+``--params`` passes ``inference_params`` to the posterior fits; the samplers' chain diagnostics
+(median and smallest ESS, R-hat, acceptance, leapfrog steps, gradient evaluations) are reported.
 
 Results append to ``benchmarks/results/posterior_cost.jsonl``.
 """
@@ -42,12 +46,18 @@ X, X_new = X[~held], X[held]
 cls = {{"tsne": probdr.TSNE, "umap": probdr.UMAP}}[{method!r}]
 t = time.perf_counter()
 try:
-    est = cls(random_state=0, inference={inference!r}).fit(X)
+    params = {params!r} if {inference!r} != "map" else None
+    est = cls(random_state=0, inference={inference!r}, inference_params=params).fit(X)
     out = dict(seconds=time.perf_counter() - t, n=len(X))
     if {inference!r} != "map":
         out["posterior_seconds"] = est.posterior_.diagnostics["seconds"]
         out["inflation"] = est.posterior_.diagnostics.get("inflation")
         out["median_sd"] = float(np.median(est.posterior_sd_))
+        d = est.posterior_.diagnostics
+        for k in ("ess_median", "ess_min", "r_hat_max", "ess_min_distances", "accept_prob",
+                  "leapfrog_mean", "gradient_evaluations", "step_size"):
+            if k in d:
+                out[k] = d[k]
     with open("/proc/self/status") as f:  # the fit's peak, before the new points
         out["fit_peak_gib"] = [int(l.split()[1]) for l in f if l.startswith("VmHWM")][0] / 2**20
     if {inference!r} != "map" and len(X_new):
@@ -73,9 +83,9 @@ print(json.dumps(out))
 """
 
 
-def run(data: str, method: str, inference: str, new: int = 0) -> dict:
+def run(data: str, method: str, inference: str, new: int = 0, params=None) -> dict:
     code = CHILD.format(here=str(Path(__file__).parent), data=data, method=method,
-                        inference=inference, new=int(new))
+                        inference=inference, new=int(new), params=params)
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     if res.returncode:
         return dict(error=res.stderr[-500:])
@@ -87,7 +97,9 @@ def main() -> None:
     ap.add_argument("--data", default="digits")
     ap.add_argument("--methods", nargs="+", default=["tsne", "umap"])
     ap.add_argument("--inference", nargs="+", default=["map", "laplace", "svi"],
-                    choices=["map", "laplace", "svi"], help="the fits to run (map first)")
+                    choices=["map", "laplace", "svi", "hmc"], help="the fits to run (map first)")
+    ap.add_argument("--params", type=json.loads, default=None,
+                    help="inference_params of the posterior fits, as JSON")
     ap.add_argument("--new", type=int, default=0,
                     help="points held out of the fits and given to sample_transform")
     ap.add_argument("--out", type=Path, default=RESULTS)
@@ -99,7 +111,7 @@ def main() -> None:
             row = dict(data=a.data, method=method, inference=inference,
                        load_before=round(os.getloadavg()[0], 2), run_load=round(load, 2),
                        date=time.strftime("%Y-%m-%d"), held_out=a.new,
-                       **run(a.data, method, inference, a.new))
+                       params=a.params, **run(a.data, method, inference, a.new, a.params))
             if inference == "map":
                 base = row.get("seconds")
             if base and "seconds" in row:

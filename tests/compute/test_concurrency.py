@@ -134,6 +134,28 @@ def test_two_nuts_posteriors_in_two_threads_give_their_bits(X600):
     assert_alone_bits_in_threads([nuts(0), nuts(1)])
 
 
+@pytest.mark.filterwarnings("ignore:HMC")
+def test_hmc_posteriors_in_two_threads_give_their_bits(X600):
+    """The sampler draws from its own generator, and a stochastic likelihood's held draws come
+    from the fit's stream: a t-SNE chain beside another, and a UMAP chain on negative sampling
+    beside a t-SNE chain, give the bits they give alone."""
+    X = X600[:40]
+    params = {"warmup": 10, "num_samples": 5, "max_leapfrog": 4, "num_chains": 1}
+
+    def tsne_hmc(seed):
+        return lambda: probdr.TSNE(perplexity=10, n_iter=60, early_exaggeration_iter=20,
+                                   inference="hmc", random_state=seed, inference_params=params
+                                   ).fit(X).posterior_samples_
+
+    def umap_hmc(seed):
+        return lambda: probdr.UMAP(n_epochs=30, inference="hmc", random_state=seed,
+                                   repulsion="negative_sampling", inference_params=params
+                                   ).fit(X).posterior_samples_
+
+    assert_alone_bits_in_threads([tsne_hmc(0), tsne_hmc(1)])
+    assert_alone_bits_in_threads([umap_hmc(0), tsne_hmc(0)])
+
+
 def test_two_posterior_fits_in_two_threads_give_their_bits(X600):
     X = X600[:200]
 
