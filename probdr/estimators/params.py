@@ -112,7 +112,9 @@ def _row(constraint, doc=None) -> Row:
 
 #: Every parameter, one row by name, shared by every estimator that has it: its constraint and
 #: its docstring entry. Adding a parameter is its ``__init__`` entry and this row
-#: (:func:`probdr.estimators.docs.reference` writes the entry into the class's docstring).
+#: (:func:`probdr.estimators.docs.reference` writes the entry into the class's docstring); one
+#: of GraphCoupling's reaches the presets too, whose ``__init__`` is declared from
+#: GraphCoupling's (:func:`probdr.estimators.presets.declare`).
 TABLE: dict[str, Row] = {
     "n_components": _row([Int(1)], """int
         Dimension q of the embedding.
