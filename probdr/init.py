@@ -17,7 +17,7 @@ from .laws.components import sample_memberships
 from .laws.graph import GraphLaw, SymmetrizedBinaryGraph, UnitDegreeGraph
 from .laws.weights import DenseWeights, SparseWeights
 
-__all__ = ["pca", "classical_mds", "spectral", "initialize", "INITS", "cc_means", "cc_mean_average", "pca_scores",
+__all__ = ["pca", "classical_mds", "spectral", "initialize", "initial_embedding", "INITS", "cc_means", "cc_mean_average", "pca_scores",
            "ccpca_embedding"]
 
 
@@ -188,6 +188,30 @@ def initialize(
     else:
         raise ValueError(f"init must be one of {INITS} or an (n, q) array, got {init!r}.")
     return rescale(Z, scale, generator)
+
+
+def initial_embedding(init, X, mean, input_graph, n_components: int, init_scale,
+                      precomputed: str | None, gen: torch.Generator) -> torch.Tensor:
+    """The initial embedding ``init`` (a name or an array) of a graph-coupling fit of ``X``,
+    for every kind of input: features (dense or sparse), precomputed distances, neighbour lists
+    or affinities, a graph law (no features: the initialisers need the size only); ``mean`` is
+    the input graph's mean, ``input_graph`` its law (:func:`initialize`). Without features
+    (``precomputed`` input) ``"pca"`` is classical MDS of dense distances, else spectral."""
+    data, given = X, False
+    if isinstance(X, GraphLaw):
+        data = torch.empty(X.n, 0, dtype=torch.float64)
+    if isinstance(init, str) and init == "pca" and precomputed is not None:
+        import scipy.sparse as sp
+
+        if precomputed == "distances" and not sp.issparse(X):
+            data, given = classical_mds(X, n_components), True
+        else:
+            init = "spectral"
+    if given:
+        Z = pad_columns(data, n_components, gen)
+        return rescale(Z, init_scale, gen)
+    return initialize(init, data, n_components, graph=mean, input_graph=input_graph,
+                      scale=init_scale, generator=gen)
 
 
 def _ccpca_law(law):

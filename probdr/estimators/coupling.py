@@ -24,7 +24,7 @@ from sklearn.utils.metadata_routing import UNUSED
 from .._utils import generator
 from ..infer import Phase, run_map
 from ..infer.calibrate import Simulation
-from ..init import INITS, initialize
+from ..init import INITS, initial_embedding, initialize
 from ..input.calibration import InputGraph
 from ..input.graph import AFFINITIES, prior_kind
 from ..kernels import Kernel, UMAPKernel, get_kernel
@@ -45,7 +45,6 @@ from .coupling_new_points import (
 from .docs import reference
 from .fitted import FittedCoupling
 from .inference import PosteriorInference
-from .inputs import initial_embedding
 from .params import (
     POSITIVE,
     Int,
@@ -455,7 +454,7 @@ class GraphCoupling(PosteriorInference, DREstimator):
         return self._accepts_sparse and not (isinstance(self.init, str) and self.init == "ccpca")
 
     def _initial(self, X, mean, gen) -> torch.Tensor:
-        """The initial embedding (:func:`~probdr.estimators.inputs.initial_embedding`)."""
+        """The initial embedding (:func:`probdr.init.initial_embedding`)."""
         return initial_embedding(self.init, X, mean, self.input_graph_, self.n_components,
                                  self.init_scale, self._precomputed(), gen)
 
