@@ -541,15 +541,17 @@ class GraphCoupling(PosteriorInference, DREstimator):
                                             "edge prior; use inference='svi'.")
         return side
 
-    def _phases(self, n: int) -> tuple[list[Phase], float, float | None]:
+    def _phases(self, n: int, n_iter: int | None = None,
+                repulsion: str | None = None) -> tuple[list[Phase], float, float | None]:
         """Optimisation schedule, loss scale and gradient clip (umap-learn's per-pair clip at 4
-        is applied inside the model for the SGD presets). The loss is divided by
-        ``coupling_weight``, so that the MAP trajectory (flat prior) does not depend on the
-        posterior's temperature."""
+        is applied inside the model for the SGD presets) of ``n_iter`` steps in all (``None``:
+        :meth:`_n_iter`) with the resolved ``repulsion`` (``None``: :meth:`_repulsion`). The
+        loss is divided by ``coupling_weight``, so that the MAP trajectory (flat prior) does
+        not depend on the posterior's temperature."""
+        n_iter = self._n_iter(n) if n_iter is None else n_iter
         ee = float(self.early_exaggeration)
-        n_ee = early_exaggeration_steps(self.early_exaggeration_iter, self._n_iter(n)) \
-            if ee != 1.0 else 0
-        n_main = int(self._n_iter(n)) - n_ee
+        n_ee = early_exaggeration_steps(self.early_exaggeration_iter, n_iter) if ee != 1.0 else 0
+        n_main = int(n_iter) - n_ee
         if self.optimizer == "gains":
             # openTSNE's rule max(200, n / exaggeration) in openTSNE's gradient scale, which
             # leaves out t-SNE's factor 4 (dC/dz_i = 4 sum_j (p_ij - q_ij) q_ij Z (z_i - z_j));
@@ -557,7 +559,8 @@ class GraphCoupling(PosteriorInference, DREstimator):
             # direction: tests/estimators/test_quality.py), so the rule is divided by 4, which is also
             # scikit-learn's max(n / exaggeration / 4, 50). With the Monte Carlo normaliser the
             # gradient is noisy and a 16x smaller step was needed for stability (measured).
-            shrink = SAMPLED_LR_SHRINK if self._repulsion(n) == "sampled" else 1.0
+            repulsion = self._repulsion(n) if repulsion is None else repulsion
+            shrink = SAMPLED_LR_SHRINK if repulsion == "sampled" else 1.0
             shrink *= self._row_mass(n)
 
             def lr(alpha):
@@ -596,11 +599,12 @@ class GraphCoupling(PosteriorInference, DREstimator):
         return max(1.0, float(graph_total(self.model_kwargs_["W_X"])) / max(n, 1))
 
     # -- fitting ---------------------------------------------------------------------------
-    def _repulsion(self, n: int) -> str:
-        """Resolve ``repulsion="auto"``: exact for small n; FFT for 2-D t-SNE; else sampled."""
+    def _repulsion(self, n: int, kernel: Kernel | None = None) -> str:
+        """Resolve ``repulsion="auto"``: exact for small n; FFT for 2-D t-SNE; else sampled
+        (``kernel``: the latent kernel, ``None``: from the parameters)."""
         if self.repulsion != "auto":
             return self.repulsion
-        k = self._make_kernel()
+        k = self._make_kernel() if kernel is None else kernel
         if (n > FFT_REPULSION_MIN_N and prior_kind(self._latent_prior()) == "E"
                 and self.n_components == 2 and k.has_fft and self.latent_edge_prior is None):
             return "fft"
@@ -608,14 +612,17 @@ class GraphCoupling(PosteriorInference, DREstimator):
 
     def _fit(self, X, y=None) -> torch.Tensor:
         n = X.n if isinstance(X, GraphLaw) else X.shape[0]
+        dtype = self._fit_dtype
+        # the choices a preset makes for n points, and the MAP's prior, resolved once
+        self.kernel_, n_iter, epoch_steps = self._make_kernel(), self._n_iter(n), \
+            self._epoch_steps(n)
+        z_prior = self._map_prior(n, self.n_components, dtype)
         gen = generator(self.random_state_)
         self.input_graph_ = self.input_.fit(X, random_state=self.random_state_)
         if self.input_graph_.n != n:
             raise ValueError(f"the input graph has {self.input_graph_.n} nodes for {n} samples.")
         mean = self.input_graph_.mean
         check_support(self.latent_edge_prior, mean)  # before optimising
-        self.kernel_ = self._make_kernel()
-        dtype = self._fit_dtype
         self.label_graph_ = self._y_fit = None  # a refit without labels forgets earlier ones
         if y is not None and float(self.target_weight) > 0:
             from ..input.labels import label_graph
@@ -629,24 +636,23 @@ class GraphCoupling(PosteriorInference, DREstimator):
         posterior_weight = self._resolve_coupling_weight(mean)
         Z0 = self._initial(X, mean, gen).to(dtype)
         del mean  # W_X holds what the fit needs (a float64 copy of a large graph's values)
+        repulsion = self._repulsion(n, self.kernel_)
         self.model_kwargs_ = dict(
             W_X=W_X, prior_z=self._latent_prior(), kernel=self.kernel_,
-            n_components=self.n_components, repulsion=self._repulsion(n),
+            n_components=self.n_components, repulsion=repulsion,
             negative_samples=self.negative_samples, negative_weight=self.negative_weight,
-            z_prior=self._map_prior(n, self.n_components, dtype),
-            coupling_weight=self.coupling_weight_)
-        phases, scale, clip = self._phases(n)
+            z_prior=z_prior, coupling_weight=self.coupling_weight_)
+        phases, scale, clip = self._phases(n, n_iter, repulsion)
+        init, sites = self._map_start(Z0)
+        observe = self._observe()
         mk = self.model_kwargs_
         coupling = FittedCoupling(
-            prior_z=mk["prior_z"], kernel=self.kernel_, repulsion=mk["repulsion"],
+            prior_z=mk["prior_z"], kernel=self.kernel_, repulsion=repulsion,
             negative_samples=mk["negative_samples"], negative_weight=mk["negative_weight"],
-            schedule=list(phases), loss_scale=scale, grad_clip=clip,
-            epoch_steps=self._epoch_steps(n))
-        init, sites = self._map_start(Z0)
+            schedule=list(phases), loss_scale=scale, grad_clip=clip, epoch_steps=epoch_steps)
         res = run_map(coupling.model(), self.model_kwargs_, init, phases,
                       optimizer=self.optimizer, loss_scale=scale, grad_clip=clip,
-                      observe=self._observe(), verbose=self.verbose, desc=type(self).__name__,
-                      **sites)
+                      observe=observe, verbose=self.verbose, desc=type(self).__name__, **sites)
         self._keep_learned_kernel(res.values)
         self.loss_history_, self.loss_steps_ = res.loss_history, res.loss_steps
         self.n_iter_ = res.n_iter
