@@ -203,12 +203,25 @@ class DREstimator(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimat
         """Whether this configuration takes scipy sparse X (override)."""
         return self._accepts_sparse
 
+    def _takes_graph_law(self) -> bool:
+        """Whether this configuration takes a :class:`~probdr.laws.graph.GraphLaw` as X, the
+        input graph itself (override)."""
+        return False
+
     def _validate_X(self, X):
         """scikit-learn's validation (2-D, finite, numeric, not complex, enough samples), then a
         float64 tensor; a scipy sparse matrix (where the estimator takes one) stays sparse, as
-        float64 CSR."""
+        float64 CSR; a graph law (where the estimator takes one) as it is, its nodes counted as
+        the features."""
         import scipy.sparse as sp
 
+        from ..laws.graph import GraphLaw
+
+        if isinstance(X, GraphLaw) and self._takes_graph_law():
+            self.n_features_in_ = X.n
+            if hasattr(self, "feature_names_in_"):
+                del self.feature_names_in_
+            return X
         if sp.issparse(X) or (isinstance(X, torch.Tensor) and X.is_sparse):
             if not self._sparse_ok():
                 raise TypeError(

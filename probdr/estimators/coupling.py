@@ -102,11 +102,6 @@ def _kernel_family(kernel) -> str | None:
 
 #: with repulsion="auto", 2-D t-SNE switches to the FFT normaliser above this many points
 FFT_REPULSION_MIN_N = 1000
-#: Adam's learning rate for a kernel's learned numbers, in log space (a step changes the number
-#: by about this fraction); they take a step every KERNEL_STEP_EVERY steps (block-coordinate
-#: ascent: in between they cost what a fixed number does) and are held in early exaggeration
-KERNEL_LEARNING_RATE = 0.05
-KERNEL_STEP_EVERY = 5
 #: the estimator parameters that set the input side (:class:`~probdr.input.InputGraph`)
 INPUT_PARAMETERS = ("perplexity", "n_neighbors", "metric", "metric_params", "edge_prior",
                     "neighbors", "precomputed_knn")
@@ -437,13 +432,9 @@ class GraphCoupling(PosteriorInference, DREstimator):
         the parameters (:attr:`probdr.input.InputGraph.precomputed`)."""
         return self._make_input().precomputed
 
-    def _validate_X(self, X):
-        if self._precomputed() == "affinity" and isinstance(X, GraphLaw):
-            self.n_features_in_ = X.n
-            if hasattr(self, "feature_names_in_"):
-                del self.feature_names_in_
-            return X
-        return super()._validate_X(X)
+    def _takes_graph_law(self) -> bool:
+        """X may be a GraphLaw: the input graph itself (``affinity="precomputed"``)."""
+        return self._precomputed() == "affinity"
 
     def _check_labels(self, y, n: int):
         from ..input.labels import check_labels
@@ -643,17 +634,20 @@ class GraphCoupling(PosteriorInference, DREstimator):
             negative_samples=self.negative_samples, negative_weight=self.negative_weight,
             z_prior=z_prior, coupling_weight=self.coupling_weight_)
         phases, scale, clip = self._phases(n, n_iter, repulsion)
-        init, sites = self._map_start(Z0)
         observe = self._observe()
         mk = self.model_kwargs_
         coupling = FittedCoupling(
             prior_z=mk["prior_z"], kernel=self.kernel_, repulsion=repulsion,
             negative_samples=mk["negative_samples"], negative_weight=mk["negative_weight"],
-            schedule=list(phases), loss_scale=scale, grad_clip=clip, epoch_steps=epoch_steps)
+            schedule=list(phases), loss_scale=scale, grad_clip=clip, epoch_steps=epoch_steps,
+            model_kernel=self.kernel_)
+        init, sites = coupling.start(Z0)
         res = run_map(coupling.model(), self.model_kwargs_, init, phases,
                       optimizer=self.optimizer, loss_scale=scale, grad_clip=clip,
                       observe=observe, verbose=self.verbose, desc=type(self).__name__, **sites)
-        self._keep_learned_kernel(res.values)
+        # the kernel that new points and the posterior use: learned numbers at their MAP
+        self._coupling, self.learned_kernel_params_ = coupling.learned(res.values)
+        self.kernel_ = self._coupling.kernel
         self.loss_history_, self.loss_steps_ = res.loss_history, res.loss_steps
         self.n_iter_ = res.n_iter
         self.n_rescued_ = res.n_rescued
@@ -661,7 +655,6 @@ class GraphCoupling(PosteriorInference, DREstimator):
         # what optimize continues: the optimiser's state and torch's random stream (negative
         # samples, sampled graphs); the schedule is the fitted coupling's
         self._optimizer_state, self._stream = res.optimizer_state, res.stream
-        self._coupling = coupling.with_kernel(self.kernel_)
         if self.inference == "map":
             return res.Z
         return self._fit_posterior(res.Z, Z0, gen, posterior_weight)
@@ -753,26 +746,6 @@ class GraphCoupling(PosteriorInference, DREstimator):
                        else W.double(), scale=self.init_scale, generator=gen)
         return Z.to(Z0.dtype)
 
-    def _map_start(self, Z0, values: dict | None = None):
-        """The MAP fit's start ``{site: value}`` -- Z0, and a learned kernel's numbers at
-        ``values`` (a fit's) or their initial values -- and the driver's options for those
-        numbers (their learning rates and step interval; none when the kernel learns none)."""
-        sites = self.model_kwargs_["kernel"].sites()
-        values = values or {}
-        init = {"Z": Z0, **{k: torch.tensor(float(values.get(k, s.init)), dtype=Z0.dtype)
-                            for k, s in sites.items()}}
-        if not sites:
-            return init, {}
-        return init, dict(site_lr={k: KERNEL_LEARNING_RATE for k in sites},
-                          site_every=KERNEL_STEP_EVERY)
-
-    def _keep_learned_kernel(self, values: dict) -> None:
-        """``kernel_`` at the MAP fit's values of the learned numbers (the kernel that new points
-        and the posterior use) and ``learned_kernel_params_`` (empty when none is learned)."""
-        sites = self.model_kwargs_["kernel"].sites()
-        self.learned_kernel_params_ = {k: float(values[k]) for k in sites}
-        self.kernel_ = self.model_kwargs_["kernel"].fixed(self.learned_kernel_params_)
-
     def _weight_now(self) -> float:
         """The resolved coupling weight (before a fit: the given one, or 1 for ``"auto"``)."""
         w = getattr(self, "coupling_weight_", None)
@@ -822,9 +795,13 @@ class GraphCoupling(PosteriorInference, DREstimator):
         self._check_fitted()
         coupling = self.__dict__.get("_coupling")
         mk = self.model_kwargs_
-        if coupling is not None:  # kept before it held epoch_steps: then model_kwargs_ did
-            return coupling if "epoch_steps" in vars(coupling) or "epoch_steps" not in mk \
-                else replace(coupling, epoch_steps=int(mk["epoch_steps"]))
+        if coupling is not None:
+            if "epoch_steps" not in vars(coupling) and "epoch_steps" in mk:
+                # kept before it held epoch_steps: then model_kwargs_ did
+                coupling = replace(coupling, epoch_steps=int(mk["epoch_steps"]))
+            if coupling.model_kernel is None:  # kept before it held the model's kernel
+                coupling = replace(coupling, model_kernel=mk["kernel"])
+            return coupling
         schedule = getattr(self, "_schedule", None)
         if schedule is None:  # saved before the schedule was kept: its last rate, constant
             lr, mom = self._last_step
@@ -834,7 +811,7 @@ class GraphCoupling(PosteriorInference, DREstimator):
                               repulsion=mk["repulsion"], negative_samples=mk["negative_samples"],
                               negative_weight=mk["negative_weight"], schedule=list(schedule),
                               loss_scale=scale, grad_clip=clip,
-                              epoch_steps=int(mk.get("epoch_steps", 1)))
+                              epoch_steps=int(mk.get("epoch_steps", 1)), model_kernel=mk["kernel"])
 
     def _model_kwargs(self) -> dict:
         """``model_kwargs_`` without the optimiser's settings that files saved before
@@ -905,7 +882,7 @@ class GraphCoupling(PosteriorInference, DREstimator):
                                        exaggeration)
         scale, clip = coupling.loss_scale, coupling.grad_clip
         Z0 = torch.as_tensor(self.embedding_).to(self._fit_dtype)
-        init, sites = self._map_start(Z0, getattr(self, "learned_kernel_params_", None))
+        init, sites = coupling.start(Z0, getattr(self, "learned_kernel_params_", None))
         seed = (self.random_state_ + int(self.n_iter_)) % (2**32)  # for files without _stream
         with isolated_random_state(seed), fit_callbacks(self._callback(), self.callbacks_every):
             res = run_map(coupling.model(), self._model_kwargs(), init, phases,
@@ -916,8 +893,8 @@ class GraphCoupling(PosteriorInference, DREstimator):
                           stream=getattr(self, "_stream", None), first_step=int(self.n_iter_),
                           **sites)
         self._stream = res.stream
-        self._keep_learned_kernel(res.values)
-        self._coupling = coupling.with_kernel(self.kernel_)
+        self._coupling, self.learned_kernel_params_ = coupling.learned(res.values)
+        self.kernel_ = self._coupling.kernel
         if not torch.isfinite(res.Z).all():
             raise FloatingPointError(f"{type(self).__name__}.optimize produced a non-finite "
                                      "embedding; lower the learning rate.")

@@ -23,7 +23,13 @@ from ..laws.graph import GraphLaw, GraphPrior
 from ..laws.weights import KernelWeights
 from ..models.coupling import graph_coupling_model
 
-__all__ = ["FittedCoupling"]
+__all__ = ["FittedCoupling", "KERNEL_LEARNING_RATE", "KERNEL_STEP_EVERY"]
+
+#: Adam's learning rate for a kernel's learned numbers, in log space (a step changes the number
+#: by about this fraction); they take a step every KERNEL_STEP_EVERY steps (block-coordinate
+#: ascent: in between they cost what a fixed number does) and are held in early exaggeration
+KERNEL_LEARNING_RATE = 0.05
+KERNEL_STEP_EVERY = 5
 
 
 @dataclass(frozen=True)
@@ -50,6 +56,9 @@ class FittedCoupling:
         (umap-learn's heuristic, :class:`~probdr.infer.schedule.OptimiserHooks`).
     epoch_steps : int
         Negative sampling: the optimiser steps an epoch is cut into.
+    model_kernel : Kernel or None
+        The model's kernel, its numbers given as "learn" still latent sites (``None``: the
+        kernel, as in couplings kept before it was).
     """
 
     prior_z: GraphPrior
@@ -61,6 +70,7 @@ class FittedCoupling:
     loss_scale: float
     grad_clip: float | None
     epoch_steps: int = 1
+    model_kernel: Kernel | None = None
 
     def model(self, whole_epoch: bool = False, epoch_steps: int | None = None):
         """The graph-coupling model under the fit's optimiser heuristics
@@ -105,6 +115,28 @@ class FittedCoupling:
                          include_boundaries="left")
         return phases
 
-    def with_kernel(self, kernel: Kernel) -> FittedCoupling:
-        """The same configuration with the kernel's learned numbers moved on (``optimize``)."""
-        return replace(self, kernel=kernel)
+    def start(self, Z0: torch.Tensor, values: dict | None = None) -> tuple[dict, dict]:
+        """The MAP fit's start ``{site: value}`` -- Z0, and the kernel's learned numbers at
+        ``values`` (a fit's, which ``optimize`` continues) or their initial values -- and the
+        driver's options for those numbers (their learning rates and step interval; none when
+        the kernel learns none)."""
+        sites = self._sites()
+        values = values or {}
+        init = {"Z": Z0, **{k: torch.tensor(float(values.get(k, s.init)), dtype=Z0.dtype)
+                            for k, s in sites.items()}}
+        if not sites:
+            return init, {}
+        return init, dict(site_lr={k: KERNEL_LEARNING_RATE for k in sites},
+                          site_every=KERNEL_STEP_EVERY)
+
+    def learned(self, values: dict) -> tuple[FittedCoupling, dict]:
+        """The configuration with the kernel's learned numbers at ``values`` (a MAP fit's: the
+        kernel that new points and the posterior use), and those numbers ``{site: value}``
+        (empty when none is learned)."""
+        model_kernel = self.kernel if self.model_kernel is None else self.model_kernel
+        numbers = {k: float(values[k]) for k in self._sites()}
+        return replace(self, kernel=model_kernel.fixed(numbers), model_kernel=model_kernel), \
+            numbers
+
+    def _sites(self) -> dict:
+        return (self.kernel if self.model_kernel is None else self.model_kernel).sites()
