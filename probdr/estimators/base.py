@@ -171,6 +171,8 @@ class DREstimator(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimat
     _keeps_training_data = False
     #: ``fit`` accepts scipy sparse X (CSR/CSC; the input side never densifies it)
     _accepts_sparse = False
+    #: named initialisations that need dense X (with one of them sparse X is refused)
+    _dense_inits: tuple[str, ...] = ()
     #: constraints that differ from the shared table (:data:`probdr.estimators.params.TABLE`)
     _constraint_overrides: dict = {}
     _parameter_constraints: dict = {}
@@ -200,8 +202,10 @@ class DREstimator(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimat
 
     # -- shared checks ---------------------------------------------------------------------------
     def _sparse_ok(self) -> bool:
-        """Whether this configuration takes scipy sparse X (override)."""
-        return self._accepts_sparse
+        """Whether this configuration takes scipy sparse X: the class does
+        (``_accepts_sparse``) and ``init`` names none of its ``_dense_inits``."""
+        init = getattr(self, "init", None)
+        return self._accepts_sparse and not (isinstance(init, str) and init in self._dense_inits)
 
     def _takes_graph_law(self) -> bool:
         """Whether this configuration takes a :class:`~probdr.laws.graph.GraphLaw` as X, the

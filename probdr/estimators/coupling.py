@@ -310,6 +310,7 @@ class GraphCoupling(PosteriorInference, DREstimator):
         "kernel_z": [StrOptions({"gaussian", "student", "cauchy", "t", "umap", "umap_odds"}),
                      Kernel]}
     _accepts_sparse = True
+    _dense_inits = ("ccpca",)  # ccPCA's component means need the features dense
 
     def __init__(
         self,
@@ -418,6 +419,12 @@ class GraphCoupling(PosteriorInference, DREstimator):
     def _epoch_steps(self, n: int) -> int:
         return 1  # negative sampling: optimiser steps per epoch (see UMAP)
 
+    def _fit_choices(self, n: int) -> tuple[Kernel, int, int]:
+        """The choices the parameters make for a fit of ``n`` points, once: the latent kernel,
+        the optimiser's steps in all and per negative-sampling epoch (a preset records its
+        own, e.g. UMAP's ``a_``, ``b_``)."""
+        return self._make_kernel(), self._n_iter(n), self._epoch_steps(n)
+
     def _make_input(self) -> InputGraph:
         """The input side from those of the estimator's parameters that set it (a preset
         without a parameter, such as UMAP's perplexity, leaves InputGraph's default)."""
@@ -440,9 +447,6 @@ class GraphCoupling(PosteriorInference, DREstimator):
         from ..input.labels import check_labels
 
         return check_labels(y, n)
-
-    def _sparse_ok(self) -> bool:
-        return self._accepts_sparse and not (isinstance(self.init, str) and self.init == "ccpca")
 
     def _initial(self, X, mean, gen) -> torch.Tensor:
         """The initial embedding (:func:`probdr.init.initial_embedding`)."""
@@ -604,9 +608,8 @@ class GraphCoupling(PosteriorInference, DREstimator):
     def _fit(self, X, y=None) -> torch.Tensor:
         n = X.n if isinstance(X, GraphLaw) else X.shape[0]
         dtype = self._fit_dtype
-        # the choices a preset makes for n points, and the MAP's prior, resolved once
-        self.kernel_, n_iter, epoch_steps = self._make_kernel(), self._n_iter(n), \
-            self._epoch_steps(n)
+        # the choices the parameters (a preset's) make for n points, and the MAP's prior: once
+        self.kernel_, n_iter, epoch_steps = self._fit_choices(n)
         z_prior = self._map_prior(n, self.n_components, dtype)
         gen = generator(self.random_state_)
         self.input_graph_ = self.input_.fit(X, random_state=self.random_state_)

@@ -29,7 +29,6 @@ from __future__ import annotations
 import inspect
 
 from ..kernels import find_ab_params, get_kernel
-from ..laws.graph import GraphLaw
 from .compat import foreign_names
 from .coupling import GraphCoupling
 from .docs import reference
@@ -476,7 +475,6 @@ class UMAP(_SGDPreset):
                  "epoch_steps": "auto", "affinity": "umap", "init": "spectral",
                  "repulsion": "negative_sampling"}
 
-
     def _make_kernel(self):
         a, b = find_ab_params(self.spread, self.min_dist)
         return get_kernel("umap_odds", a=a, b=b)
@@ -488,8 +486,9 @@ class UMAP(_SGDPreset):
     def _epoch_steps(self, n: int) -> int:
         return umap_schedule(n)[1] if self.epoch_steps == "auto" else int(self.epoch_steps)
 
-    def _fit(self, X, y=None):
-        n = X.n if isinstance(X, GraphLaw) else X.shape[0]
-        self.a_, self.b_ = find_ab_params(self.spread, self.min_dist)
-        self.epoch_steps_ = self._epoch_steps(n)
-        return super()._fit(X, y)
+    def _fit_choices(self, n: int):
+        """The kernel (UMAP's curve as odds), the steps in all and per epoch for ``n`` points;
+        recorded as ``a_``, ``b_`` and ``epoch_steps_``."""
+        kernel, n_iter, epoch_steps = self._make_kernel(), self._n_iter(n), self._epoch_steps(n)
+        self.a_, self.b_, self.epoch_steps_ = kernel.a, kernel.b, epoch_steps
+        return kernel, n_iter, epoch_steps
