@@ -126,83 +126,14 @@ class GraphCoupling(PosteriorInference, DREstimator):
 
     Parameters
     ----------
-    prior_x : {"D", "B", "B~", "E"} or GraphPrior
-        Prior of the input graph W_X.
-    prior_z : {"D", "B", "E"} or GraphPrior
-        Prior of the latent graph W_Z. The pair must have a defined cross-entropy (Van Assel et
-        al. 2022, Table 1); otherwise a ValueError lists the defined pairs.
-    kernel_z : {"gaussian", "student", "umap", "umap_odds"} or Kernel
-        Latent kernel k of the squared distances d²: "gaussian" exp(-d²), "student"
-        (1 + d²/ν)^(-(ν+1)/2) (ν = 1: Cauchy 1/(1 + d²)), "umap" UMAP's curve
-        1/(1 + a d^(2b)), "umap_odds" its odds 1/(a d^(2b)), whose B-prior edge probability is
-        UMAP's curve; or a probdr.kernels.Kernel.
-    affinity : {"auto", "entropic", "umap", "binary", "precomputed"}
-        Calibration of the input affinities K_X: "entropic" (per-point Gaussian bandwidths set
-        by the perplexity), "umap" (UMAP's fuzzy kNN weights), "binary" (the kNN graph);
-        "auto" is "umap" under the B and B~ input priors, else "entropic"; "precomputed": X is
-        the affinity matrix itself.
     n_neighbors : int or None
         Neighbours per point of the input graph (UMAP's convention: the point itself counted).
         None: 3 × perplexity for the entropic affinities.
-    kernel_params : dict or None
-        Keyword arguments of the latent kernel, e.g. {"dof": 0.5} or {"a": 1.6, "b": 0.9}; a
-        number given as "learn" ({"dof": "learn"}) is fitted by MAP with the embedding.
-    edge_prior : array of shape (n_samples, n_samples), sparse matrix, edge-prior object or None
-        Edge prior π of the input graph: its posterior weights are π ⊙ K_X (Proposition 1). One
-        built from an observed network (probdr.laws.edge_priors.from_graph) also adds the
-        network's pairs to the neighbour lists.
-    repulsion : {"auto", "exact", "fft", "sampled", "negative_sampling"}
-        How the all-pairs (repulsive) part of the objective is computed: "exact" (O(n²) per
-        step), "fft" (grid interpolation, 2-D, O(n): the E law with a Student kernel, or the B law
-        with any fixed kernel, its nearest pairs summed exactly), "sampled" (Monte Carlo over
-        ``negative_samples`` partners per node, any prior) or "negative_sampling" (umap-learn's
-        scheme: down-weighted non-edges, B latent prior). "auto": FFT for 2-D fits with the E
-        latent prior above 1,000 points, otherwise exact up to 4,000 points, then sampled.
-    negative_samples : int
-        Negatives per edge ("negative_sampling") or per node ("sampled").
-    negative_weight : float
-        Weight γ of the negatives ("negative_sampling" only).
-    observe : {"mean", "sample"}
-        Couple with the posterior mean E[W_X] (the exact cross-entropy) or with a fresh draw of
-        W_X at every step (Monte Carlo coupling).
-    init : {"pca", "random", "spectral", "ccpca"} or array of shape (n_samples, n_components)
-        Initial embedding: PCA scores, Gaussian noise, the spectral embedding of the input
-        graph, ccPCA (probdr.ccPCA), or an array; a named one is rescaled by ``init_scale``.
-    n_iter : int
-        Optimiser steps in all, early exaggeration included.
-    early_exaggeration : float
-        Multiplier of the attraction during the first ``early_exaggeration_iter`` steps.
-    early_exaggeration_iter : int or "auto"
-        Steps of early exaggeration (at most ``n_iter``); "auto": min(250, n_iter // 3).
-    learning_rate : float or "auto"
-        Step size. "auto": for the gains optimiser max(50, n / (4 α)) in each phase, α its
-        exaggeration (openTSNE's max(200, n / α) in this gradient's scale, which keeps t-SNE's
-        factor 4; scikit-learn's rule), 16 times smaller with ``repulsion="sampled"``; 1 for
-        "sgd" and "adam".
-    momentum : float
-        Momentum of the main phase ("gains" and "sgd").
-    early_momentum : float
-        Momentum of the early-exaggeration phase ("gains" and "sgd").
-    optimizer : {"gains", "sgd", "adam"}
-        "gains": t-SNE's delta-bar-delta gains with momentum, on the loss divided by n (the
-        scale of t-SNE's gradient, which the automatic learning rate assumes); "sgd" and
-        "adam": on the loss itself.
-    learning_rate_decay : bool
-        Decay the learning rate linearly to 0 over the main phase (umap-learn's schedule).
-    grad_clip : float or None
-        Clip every gradient coordinate, and every pair's force inside the model, to
-        [-grad_clip, grad_clip] (umap-learn clips at 4).
-    init_scale : float or "umap"
-        A named initialisation is centred and scaled so that its first coordinate has this
-        standard deviation (openTSNE's 1e-4); "umap" maps it to the box [0, 10] with 1e-4
-        noise, as umap-learn does.
     coupling_weight : float or "auto"
         Weight ω of the coupling likelihood, an inverse temperature: the posterior's spread
         depends on it, the MAP does not (up to the Z prior). "auto": 1 for MAP; for SVI, MCMC
         and ``sample_transform`` the tail rule of probdr.estimators.coupling.auto_coupling_weight
         (at most 4 for 2-D t-SNE), stored as ``coupling_weight_``.
-    latent_edge_prior : array, sparse matrix, edge-prior object or None
-        Edge prior π on the latent graph W_Z.
     metric : str or callable
         Dissimilarity of the rows of X (probdr.input.distances): "euclidean", "sqeuclidean",
         "cosine", "correlation", "manhattan", "chebyshev", "minkowski", "hamming", "jaccard",
@@ -211,13 +142,6 @@ class GraphCoupling(PosteriorInference, DREstimator):
         distances (scanpy's ``obsp["distances"]``), and ``transform`` takes the new points'
         distances to the training points. The entropic affinities use the cost d², UMAP's
         calibration the distance d.
-    precomputed_knn : tuple (indices, distances) or None
-        Neighbour lists of shape (n_samples, k) computed elsewhere, used instead of the search
-        (umap-learn's layout, the point itself in column 0, is accepted).
-    target_weight : float
-        Weight α in [0, 1] of the labels in ``fit(X, y)`` (probdr.input.labels): a labelled
-        point's observed row is (1 - α) P_X + α P_Y, the label graph W_Y linking it to points of
-        its own label; 0 ignores the labels, 1 follows only them; y = -1 marks an unknown label.
 
     Attributes
     ----------
