@@ -43,7 +43,7 @@ from .coupling_new_points import (
     check_sampling_options,
 )
 from .docs import reference
-from .fitted import FittedCoupling
+from .fitted import FittedCoupling, auto_repulsion, map_phases
 from .inference import PosteriorInference
 from .params import (
     POSITIVE,
@@ -52,14 +52,11 @@ from .params import (
     Num,
     StrOptions,
     check_early_exaggeration,
-    early_exaggeration_steps,
 )
 
 __all__ = ["GraphCoupling", "auto_coupling_weight", "CALIBRATED_INFLATION"]
 
 REPULSIONS = ("auto", "exact", "fft", "sampled", "negative_sampling")
-#: with repulsion="auto", the exact O(n^2) normaliser is used up to this many points
-EXACT_REPULSION_MAX_N = 4000
 #: a documented shortcut for the four settings of the Gaussian-blob study
 #: (``benchmarks/calibration.py``: true positions N(0, 3^2), 200 and 10,000 points, four graphs,
 #: the fit started at the truth): (inference, latent law, kernel) -> the variance factor that
@@ -100,8 +97,6 @@ def _kernel_family(kernel) -> str | None:
     return None
 
 
-#: with repulsion="auto", 2-D t-SNE switches to the FFT normaliser above this many points
-FFT_REPULSION_MIN_N = 1000
 #: the estimator parameters that set the input side (:class:`~probdr.input.InputGraph`)
 INPUT_PARAMETERS = ("perplexity", "n_neighbors", "metric", "metric_params", "edge_prior",
                     "neighbors", "precomputed_knn")
@@ -462,48 +457,27 @@ class GraphCoupling(PosteriorInference, DREstimator):
 
     def _phases(self, n: int, n_iter: int | None = None,
                 repulsion: str | None = None) -> tuple[list[Phase], float, float | None]:
-        """Optimisation schedule, loss scale and gradient clip (umap-learn's per-pair clip at 4
-        is applied inside the model for the SGD presets) of ``n_iter`` steps in all (``None``:
-        :meth:`_n_iter`) with the resolved ``repulsion`` (``None``: :meth:`_repulsion`). The
-        loss is divided by ``coupling_weight``, so that the MAP trajectory (flat prior) does
-        not depend on the posterior's temperature."""
+        """The MAP fit's phases (:func:`~probdr.estimators.fitted.map_phases`), loss scale and
+        gradient clip (umap-learn's per-pair clip at 4 is applied inside the model for the SGD
+        presets) of ``n_iter`` steps in all (``None``: :meth:`_n_iter`) with the resolved
+        ``repulsion`` (``None``: :meth:`_repulsion`). The loss is divided by
+        ``coupling_weight``, so that the MAP trajectory (flat prior) does not depend on the
+        posterior's temperature."""
         n_iter = self._n_iter(n) if n_iter is None else n_iter
-        ee = float(self.early_exaggeration)
-        n_ee = early_exaggeration_steps(self.early_exaggeration_iter, n_iter) if ee != 1.0 else 0
-        n_main = int(n_iter) - n_ee
+        shrink = 1.0
         if self.optimizer == "gains":
-            # openTSNE's rule max(200, n / exaggeration) in openTSNE's gradient scale, which
-            # leaves out t-SNE's factor 4 (dC/dz_i = 4 sum_j (p_ij - q_ij) q_ij Z (z_i - z_j));
-            # this gradient keeps it (one step at learning rate 1 is exactly 4x openTSNE's, same
-            # direction: tests/estimators/test_quality.py), so the rule is divided by 4, which is also
-            # scikit-learn's max(n / exaggeration / 4, 50). With the Monte Carlo normaliser the
-            # gradient is noisy and a 16x smaller step was needed for stability (measured).
+            # with the Monte Carlo normaliser the gradient is noisy and a 16x smaller step was
+            # needed for stability (measured); a B law's rows carry more mass (_row_mass)
             repulsion = self._repulsion(n) if repulsion is None else repulsion
-            shrink = SAMPLED_LR_SHRINK if repulsion == "sampled" else 1.0
-            shrink *= self._row_mass(n)
-
-            def lr(alpha):
-                if self.learning_rate != "auto":
-                    return self.learning_rate
-                return max(200.0, n / alpha) / 4.0 / shrink
-            phases = []
-            if n_ee:
-                phases.append(Phase(n_ee, lr(ee), self.early_momentum,
-                                    model_kwargs={"exaggeration": ee}, name="exaggeration",
-                                    learn_sites=False))
-            phases.append(Phase(n_main, lr(1.0), self.momentum, name="main",
-                                final_learning_rate=0.0 if self.learning_rate_decay else None))
-            return phases, 1.0 / n / self._weight_now(), self.grad_clip
-        lr0 = 1.0 if self.learning_rate == "auto" else float(self.learning_rate)
-        mom = self.momentum if self.optimizer == "sgd" else 0.0
-        early_mom = self.early_momentum if self.optimizer == "sgd" else 0.0
-        phases = []
-        if n_ee:
-            phases.append(Phase(n_ee, lr0, early_mom, model_kwargs={"exaggeration": ee},
-                                name="exaggeration", learn_sites=False))
-        phases.append(Phase(n_main, lr0, mom, name="main",
-                            final_learning_rate=0.0 if self.learning_rate_decay else None))
-        return phases, 1.0 / self._weight_now(), self.grad_clip
+            shrink = (SAMPLED_LR_SHRINK if repulsion == "sampled" else 1.0) * self._row_mass(n)
+        weight = self._weight_now()
+        phases, scale = map_phases(
+            n, n_iter, optimizer=self.optimizer, learning_rate=self.learning_rate,
+            early_exaggeration=self.early_exaggeration,
+            early_exaggeration_iter=self.early_exaggeration_iter, momentum=self.momentum,
+            early_momentum=self.early_momentum, learning_rate_decay=self.learning_rate_decay,
+            lr_shrink=shrink)
+        return phases, scale / weight, self.grad_clip
 
     def _row_mass(self, n: int) -> float:
         r"""The observed graph's mass per row, :math:`P_{++}/n`, for a latent B law (1 for the
@@ -524,10 +498,8 @@ class GraphCoupling(PosteriorInference, DREstimator):
         if self.repulsion != "auto":
             return self.repulsion
         k = self._make_kernel() if kernel is None else kernel
-        if (n > FFT_REPULSION_MIN_N and prior_kind(self._latent_prior()) == "E"
-                and self.n_components == 2 and k.has_fft and self.latent_edge_prior is None):
-            return "fft"
-        return "exact" if n <= EXACT_REPULSION_MAX_N else "sampled"
+        return auto_repulsion(n, prior_kind(self._latent_prior()), self.n_components, k,
+                              self.latent_edge_prior)
 
     def _fit(self, X, y=None) -> torch.Tensor:
         n = X.n if isinstance(X, GraphLaw) else X.shape[0]
@@ -560,8 +532,8 @@ class GraphCoupling(PosteriorInference, DREstimator):
             n_components=self.n_components, repulsion=repulsion,
             negative_samples=self.negative_samples, negative_weight=self.negative_weight,
             z_prior=z_prior, coupling_weight=self.coupling_weight_)
-        phases, scale, clip = self._phases(n, n_iter, repulsion)
         observe = self._observe()
+        phases, scale, clip = self._phases(n, n_iter, repulsion)
         mk = self.model_kwargs_
         coupling = FittedCoupling(
             prior_z=mk["prior_z"], kernel=self.kernel_, repulsion=repulsion,

@@ -15,7 +15,7 @@ import pytest
 from numpydoc.docscrape import ClassDoc
 
 import probdr
-from probdr.estimators import coupling, docs
+from probdr.estimators import docs, fitted
 from probdr.estimators.base import DREstimator
 
 ESTIMATORS = [getattr(probdr, name) for name in probdr.estimators.__all__
@@ -85,8 +85,8 @@ def test_help_is_plain_text_and_shows_every_parameter(cls):
 
 def test_documented_thresholds_are_the_code_constants():
     text = probdr.GraphCoupling.__doc__
-    assert f"above {coupling.FFT_REPULSION_MIN_N:,} points" in text
-    assert f"exact up to {coupling.EXACT_REPULSION_MAX_N:,} points" in text
+    assert f"above {fitted.FFT_REPULSION_MIN_N:,} points" in text
+    assert f"exact up to {fitted.EXACT_REPULSION_MAX_N:,} points" in text
 
 
 @pytest.mark.parametrize("cls", ESTIMATORS, ids=lambda c: c.__name__)
