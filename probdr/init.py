@@ -246,7 +246,6 @@ def rescale(Z, scale, generator):
     return Z / sd * float(scale)
 
 
-
 def cc_means(X: torch.Tensor, membership: torch.Tensor) -> torch.Tensor:
     r""":math:`U_{[R]}U_{[R]}^\top X` for one partition: row :math:`i` replaced by the mean of
     :math:`X` over :math:`i`'s component. ``membership``: ``(n,)`` labels ``0..R-1``."""

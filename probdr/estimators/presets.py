@@ -61,7 +61,7 @@ def preset_signature(cls) -> inspect.Signature:
     GraphCoupling that ``_defaults`` does not name), each with its default in ``_defaults``
     or GraphCoupling's."""
     family = inspect.signature(GraphCoupling.__init__).parameters
-    declared = {**cls._defaults}
+    declared = cls._defaults
     fixed = {name for klass in cls.__mro__[:cls.__mro__.index(GraphCoupling)]
              for name in vars(klass) if name in family} - set(declared)
     kw, pos = inspect.Parameter.KEYWORD_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD
@@ -85,7 +85,10 @@ def declare(cls) -> None:
     signature = preset_signature(cls)
 
     def __init__(self, *args, **kwargs):
-        bound = signature.bind(self, *args, **kwargs)
+        try:
+            bound = signature.bind(self, *args, **kwargs)
+        except TypeError as err:  # Python's message for a written-out __init__
+            raise TypeError(f"{type(self).__name__}.__init__() {err}") from None
         bound.apply_defaults()
         for name, value in list(bound.arguments.items())[1:]:
             setattr(self, name, value)
@@ -110,7 +113,6 @@ class _Preset(GraphCoupling):
         if "__init__" not in vars(cls):
             declare(cls)  # before the base reads the signature (the constraints)
         super().__init_subclass__(**kwargs)
-
 
 
 class _GainsPreset(_Preset):
@@ -203,7 +205,6 @@ class SNE(_GainsPreset):
     prior_z = "D"
     _defaults = {"kernel_z": "gaussian", "affinity": "entropic", "negative_samples": 10,
                  "early_exaggeration": 4.0, "learning_rate": 10.0}
-
 
 
 @foreign_names("scikit-learn", "openTSNE")
@@ -366,7 +367,6 @@ class LargeVis(_SGDPreset):
     n_neighbors = None
     _defaults = {"affinity": "entropic", "negative_weight": 7.0, "init": "spectral",
                  "repulsion": "negative_sampling", "n_iter": 500}
-
 
 
 @foreign_names("umap-learn")

@@ -244,3 +244,8 @@ def test_presets_are_declared_not_written_out():
             assert name in family or name in preset._defaults or name == "self"
         fixed = set(family) - set(params)
         assert all(hasattr(preset, name) for name in fixed), preset.__name__
+    # a wrong argument: Python's message for a written-out __init__
+    with pytest.raises(TypeError, match=r"TSNE.__init__\(\) got an unexpected keyword"):
+        probdr.TSNE(nonsense=1)
+    with pytest.raises(TypeError, match=r"UMAP.__init__\(\) too many positional"):
+        probdr.UMAP(15, 2, 0.1)
