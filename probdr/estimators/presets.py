@@ -99,10 +99,11 @@ def declare(cls) -> None:
     cls.__init__ = __init__
 
 
-class _Preset(GraphCoupling):
+class Preset(GraphCoupling):
     """A preset: GraphCoupling with choices fixed (class attributes), its parameters declared
     (``_positional``, ``_defaults``) and its ``__init__`` made from them (:func:`declare`) when
-    the class is defined, unless the class writes its own."""
+    the class is defined, unless the class writes its own. The base of the presets of this
+    module and of :class:`~probdr.estimators.snekhorn.SNEkhorn` and ``TSNEkhorn``."""
 
     #: the parameters that may be given by position, in order
     _positional: tuple[str, ...] = ("perplexity", "n_components")
@@ -115,7 +116,7 @@ class _Preset(GraphCoupling):
         super().__init_subclass__(**kwargs)
 
 
-class _GainsPreset(_Preset):
+class _GainsPreset(Preset):
     """Fixed choices of the exact-normaliser presets fitted with t-SNE's gains optimiser."""
 
     prior_x = "D"
@@ -128,7 +129,7 @@ class _GainsPreset(_Preset):
     init_scale = 1e-4
 
 
-class _SGDPreset(_Preset):
+class _SGDPreset(Preset):
     """Fixed choices of the negative-sampling presets fitted by umap-learn's SGD scheme: no
     exaggeration, no momentum, learning rate decaying linearly to 0, forces clipped at 4,
     initialisation in the box [0, 10]."""

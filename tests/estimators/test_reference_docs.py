@@ -180,8 +180,11 @@ def test_one_row_gives_a_new_parameter_its_constraint_and_its_entry(monkeypatch)
 
 
 
-@pytest.mark.parametrize("preset", [probdr.SNE, probdr.TSNE, probdr.LargeVis, probdr.UMAP],
-                         ids=lambda c: c.__name__)
+PRESETS = [probdr.SNE, probdr.TSNE, probdr.LargeVis, probdr.UMAP, probdr.SNEkhorn,
+           probdr.TSNEkhorn]
+
+
+@pytest.mark.parametrize("preset", PRESETS, ids=lambda c: c.__name__)
 def test_a_parameter_added_to_graph_coupling_reaches_every_preset(monkeypatch, preset):
     """Adding a parameter shared by GraphCoupling and its presets is two places too: its entry in
     ``GraphCoupling.__init__`` and its row of the table. A preset's ``__init__`` is declared
@@ -235,7 +238,7 @@ def test_presets_are_declared_not_written_out():
     from probdr.estimators.coupling import GraphCoupling
 
     family = inspect.signature(GraphCoupling.__init__).parameters
-    for preset in (probdr.SNE, probdr.TSNE, probdr.LargeVis, probdr.UMAP):
+    for preset in PRESETS:
         params = inspect.signature(preset.__init__).parameters
         assert inspect.signature(preset.__init__) == presets.preset_signature(preset)
         for name, p in params.items():
