@@ -49,7 +49,6 @@ from .params import (
     POSITIVE,
     Int,
     InvalidParameterError,
-    Num,
     StrOptions,
     check_early_exaggeration,
 )
@@ -221,7 +220,6 @@ class GraphCoupling(PosteriorInference, DREstimator):
         "learning_rate": [POSITIVE, StrOptions({"auto"})],
         "coupling_weight": [POSITIVE, StrOptions({"auto"})],
         "n_neighbors": [Int(2), None],  # UMAP's count includes the point itself
-        "target_weight": [Num(0, 1)],
         "affinity": [StrOptions({"auto", *AFFINITIES, "precomputed"})],
         "repulsion": [StrOptions(set(REPULSIONS))],
         "optimizer": [StrOptions({"gains", "sgd", "adam"})],
