@@ -17,7 +17,7 @@ from .laws.components import sample_memberships
 from .laws.graph import GraphLaw, SymmetrizedBinaryGraph, UnitDegreeGraph
 from .laws.weights import DenseWeights, SparseWeights
 
-__all__ = ["pca", "classical_mds", "spectral", "initialize", "INITS", "cc_means", "cc_mean_average", "pca_scores",
+__all__ = ["pca", "classical_mds", "spectral", "initialize", "initial_embedding", "INITS", "cc_means", "cc_mean_average", "pca_scores",
            "ccpca_embedding"]
 
 
@@ -190,6 +190,30 @@ def initialize(
     return rescale(Z, scale, generator)
 
 
+def initial_embedding(init, X, mean, input_graph, n_components: int, init_scale,
+                      precomputed: str | None, gen: torch.Generator) -> torch.Tensor:
+    """The initial embedding ``init`` (a name or an array) of a graph-coupling fit of ``X``,
+    for every kind of input: features (dense or sparse), precomputed distances, neighbour lists
+    or affinities, a graph law (no features: the initialisers need the size only); ``mean`` is
+    the input graph's mean, ``input_graph`` its law (:func:`initialize`). Without features
+    (``precomputed`` input) ``"pca"`` is classical MDS of dense distances, else spectral."""
+    data, given = X, False
+    if isinstance(X, GraphLaw):
+        data = torch.empty(X.n, 0, dtype=torch.float64)
+    if isinstance(init, str) and init == "pca" and precomputed is not None:
+        import scipy.sparse as sp
+
+        if precomputed == "distances" and not sp.issparse(X):
+            data, given = classical_mds(X, n_components), True
+        else:
+            init = "spectral"
+    if given:
+        Z = pad_columns(data, n_components, gen)
+        return rescale(Z, init_scale, gen)
+    return initialize(init, data, n_components, graph=mean, input_graph=input_graph,
+                      scale=init_scale, generator=gen)
+
+
 def _ccpca_law(law):
     """The graph law whose draws ccPCA decomposes into connected components.
 
@@ -220,7 +244,6 @@ def rescale(Z, scale, generator):
         return Z + 1e-4 * torch.randn(Z.shape, dtype=Z.dtype, generator=generator)
     sd = Z[:, 0].std().clamp_min(1e-12)
     return Z / sd * float(scale)
-
 
 
 def cc_means(X: torch.Tensor, membership: torch.Tensor) -> torch.Tensor:

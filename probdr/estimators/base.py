@@ -171,6 +171,8 @@ class DREstimator(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimat
     _keeps_training_data = False
     #: ``fit`` accepts scipy sparse X (CSR/CSC; the input side never densifies it)
     _accepts_sparse = False
+    #: named initialisations that need dense X (with one of them sparse X is refused)
+    _dense_inits: tuple[str, ...] = ()
     #: constraints that differ from the shared table (:data:`probdr.estimators.params.TABLE`)
     _constraint_overrides: dict = {}
     _parameter_constraints: dict = {}
@@ -200,15 +202,30 @@ class DREstimator(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimat
 
     # -- shared checks ---------------------------------------------------------------------------
     def _sparse_ok(self) -> bool:
-        """Whether this configuration takes scipy sparse X (override)."""
-        return self._accepts_sparse
+        """Whether this configuration takes scipy sparse X: the class does
+        (``_accepts_sparse``) and ``init`` names none of its ``_dense_inits``."""
+        init = getattr(self, "init", None)
+        return self._accepts_sparse and not (isinstance(init, str) and init in self._dense_inits)
+
+    def _takes_graph_law(self) -> bool:
+        """Whether this configuration takes a :class:`~probdr.laws.graph.GraphLaw` as X, the
+        input graph itself (override)."""
+        return False
 
     def _validate_X(self, X):
         """scikit-learn's validation (2-D, finite, numeric, not complex, enough samples), then a
         float64 tensor; a scipy sparse matrix (where the estimator takes one) stays sparse, as
-        float64 CSR."""
+        float64 CSR; a graph law (where the estimator takes one) as it is, its nodes counted as
+        the features."""
         import scipy.sparse as sp
 
+        from ..laws.graph import GraphLaw
+
+        if isinstance(X, GraphLaw) and self._takes_graph_law():
+            self.n_features_in_ = X.n
+            if hasattr(self, "feature_names_in_"):
+                del self.feature_names_in_
+            return X
         if sp.issparse(X) or (isinstance(X, torch.Tensor) and X.is_sparse):
             if not self._sparse_ok():
                 raise TypeError(

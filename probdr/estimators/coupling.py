@@ -24,7 +24,7 @@ from sklearn.utils.metadata_routing import UNUSED
 from .._utils import generator
 from ..infer import Phase, run_map
 from ..infer.calibrate import Simulation
-from ..init import INITS, initialize
+from ..init import INITS, initial_embedding, initialize
 from ..input.calibration import InputGraph
 from ..input.graph import AFFINITIES, prior_kind
 from ..kernels import Kernel, UMAPKernel, get_kernel
@@ -43,24 +43,19 @@ from .coupling_new_points import (
     check_sampling_options,
 )
 from .docs import reference
-from .fitted import FittedCoupling
+from .fitted import FittedCoupling, auto_repulsion, map_phases
 from .inference import PosteriorInference
-from .inputs import initial_embedding
 from .params import (
     POSITIVE,
     Int,
     InvalidParameterError,
-    Num,
     StrOptions,
     check_early_exaggeration,
-    early_exaggeration_steps,
 )
 
 __all__ = ["GraphCoupling", "auto_coupling_weight", "CALIBRATED_INFLATION"]
 
 REPULSIONS = ("auto", "exact", "fft", "sampled", "negative_sampling")
-#: with repulsion="auto", the exact O(n^2) normaliser is used up to this many points
-EXACT_REPULSION_MAX_N = 4000
 #: a documented shortcut for the four settings of the Gaussian-blob study
 #: (``benchmarks/calibration.py``: true positions N(0, 3^2), 200 and 10,000 points, four graphs,
 #: the fit started at the truth): (inference, latent law, kernel) -> the variance factor that
@@ -101,13 +96,6 @@ def _kernel_family(kernel) -> str | None:
     return None
 
 
-#: with repulsion="auto", 2-D t-SNE switches to the FFT normaliser above this many points
-FFT_REPULSION_MIN_N = 1000
-#: Adam's learning rate for a kernel's learned numbers, in log space (a step changes the number
-#: by about this fraction); they take a step every KERNEL_STEP_EVERY steps (block-coordinate
-#: ascent: in between they cost what a fixed number does) and are held in early exaggeration
-KERNEL_LEARNING_RATE = 0.05
-KERNEL_STEP_EVERY = 5
 #: the estimator parameters that set the input side (:class:`~probdr.input.InputGraph`)
 INPUT_PARAMETERS = ("perplexity", "n_neighbors", "metric", "metric_params", "edge_prior",
                     "neighbors", "precomputed_knn")
@@ -132,83 +120,14 @@ class GraphCoupling(PosteriorInference, DREstimator):
 
     Parameters
     ----------
-    prior_x : {"D", "B", "B~", "E"} or GraphPrior
-        Prior of the input graph W_X.
-    prior_z : {"D", "B", "E"} or GraphPrior
-        Prior of the latent graph W_Z. The pair must have a defined cross-entropy (Van Assel et
-        al. 2022, Table 1); otherwise a ValueError lists the defined pairs.
-    kernel_z : {"gaussian", "student", "umap", "umap_odds"} or Kernel
-        Latent kernel k of the squared distances d²: "gaussian" exp(-d²), "student"
-        (1 + d²/ν)^(-(ν+1)/2) (ν = 1: Cauchy 1/(1 + d²)), "umap" UMAP's curve
-        1/(1 + a d^(2b)), "umap_odds" its odds 1/(a d^(2b)), whose B-prior edge probability is
-        UMAP's curve; or a probdr.kernels.Kernel.
-    affinity : {"auto", "entropic", "umap", "binary", "precomputed"}
-        Calibration of the input affinities K_X: "entropic" (per-point Gaussian bandwidths set
-        by the perplexity), "umap" (UMAP's fuzzy kNN weights), "binary" (the kNN graph);
-        "auto" is "umap" under the B and B~ input priors, else "entropic"; "precomputed": X is
-        the affinity matrix itself.
     n_neighbors : int or None
         Neighbours per point of the input graph (UMAP's convention: the point itself counted).
         None: 3 × perplexity for the entropic affinities.
-    kernel_params : dict or None
-        Keyword arguments of the latent kernel, e.g. {"dof": 0.5} or {"a": 1.6, "b": 0.9}; a
-        number given as "learn" ({"dof": "learn"}) is fitted by MAP with the embedding.
-    edge_prior : array of shape (n_samples, n_samples), sparse matrix, edge-prior object or None
-        Edge prior π of the input graph: its posterior weights are π ⊙ K_X (Proposition 1). One
-        built from an observed network (probdr.laws.edge_priors.from_graph) also adds the
-        network's pairs to the neighbour lists.
-    repulsion : {"auto", "exact", "fft", "sampled", "negative_sampling"}
-        How the all-pairs (repulsive) part of the objective is computed: "exact" (O(n²) per
-        step), "fft" (grid interpolation, 2-D, O(n): the E law with a Student kernel, or the B law
-        with any fixed kernel, its nearest pairs summed exactly), "sampled" (Monte Carlo over
-        ``negative_samples`` partners per node, any prior) or "negative_sampling" (umap-learn's
-        scheme: down-weighted non-edges, B latent prior). "auto": FFT for 2-D fits with the E
-        latent prior above 1,000 points, otherwise exact up to 4,000 points, then sampled.
-    negative_samples : int
-        Negatives per edge ("negative_sampling") or per node ("sampled").
-    negative_weight : float
-        Weight γ of the negatives ("negative_sampling" only).
-    observe : {"mean", "sample"}
-        Couple with the posterior mean E[W_X] (the exact cross-entropy) or with a fresh draw of
-        W_X at every step (Monte Carlo coupling).
-    init : {"pca", "random", "spectral", "ccpca"} or array of shape (n_samples, n_components)
-        Initial embedding: PCA scores, Gaussian noise, the spectral embedding of the input
-        graph, ccPCA (probdr.ccPCA), or an array; a named one is rescaled by ``init_scale``.
-    n_iter : int
-        Optimiser steps in all, early exaggeration included.
-    early_exaggeration : float
-        Multiplier of the attraction during the first ``early_exaggeration_iter`` steps.
-    early_exaggeration_iter : int or "auto"
-        Steps of early exaggeration (at most ``n_iter``); "auto": min(250, n_iter // 3).
-    learning_rate : float or "auto"
-        Step size. "auto": for the gains optimiser max(50, n / (4 α)) in each phase, α its
-        exaggeration (openTSNE's max(200, n / α) in this gradient's scale, which keeps t-SNE's
-        factor 4; scikit-learn's rule), 16 times smaller with ``repulsion="sampled"``; 1 for
-        "sgd" and "adam".
-    momentum : float
-        Momentum of the main phase ("gains" and "sgd").
-    early_momentum : float
-        Momentum of the early-exaggeration phase ("gains" and "sgd").
-    optimizer : {"gains", "sgd", "adam"}
-        "gains": t-SNE's delta-bar-delta gains with momentum, on the loss divided by n (the
-        scale of t-SNE's gradient, which the automatic learning rate assumes); "sgd" and
-        "adam": on the loss itself.
-    learning_rate_decay : bool
-        Decay the learning rate linearly to 0 over the main phase (umap-learn's schedule).
-    grad_clip : float or None
-        Clip every gradient coordinate, and every pair's force inside the model, to
-        [-grad_clip, grad_clip] (umap-learn clips at 4).
-    init_scale : float or "umap"
-        A named initialisation is centred and scaled so that its first coordinate has this
-        standard deviation (openTSNE's 1e-4); "umap" maps it to the box [0, 10] with 1e-4
-        noise, as umap-learn does.
     coupling_weight : float or "auto"
         Weight ω of the coupling likelihood, an inverse temperature: the posterior's spread
         depends on it, the MAP does not (up to the Z prior). "auto": 1 for MAP; for SVI, MCMC
         and ``sample_transform`` the tail rule of probdr.estimators.coupling.auto_coupling_weight
         (at most 4 for 2-D t-SNE), stored as ``coupling_weight_``.
-    latent_edge_prior : array, sparse matrix, edge-prior object or None
-        Edge prior π on the latent graph W_Z.
     metric : str or callable
         Dissimilarity of the rows of X (probdr.input.distances): "euclidean", "sqeuclidean",
         "cosine", "correlation", "manhattan", "chebyshev", "minkowski", "hamming", "jaccard",
@@ -217,13 +136,6 @@ class GraphCoupling(PosteriorInference, DREstimator):
         distances (scanpy's ``obsp["distances"]``), and ``transform`` takes the new points'
         distances to the training points. The entropic affinities use the cost d², UMAP's
         calibration the distance d.
-    precomputed_knn : tuple (indices, distances) or None
-        Neighbour lists of shape (n_samples, k) computed elsewhere, used instead of the search
-        (umap-learn's layout, the point itself in column 0, is accepted).
-    target_weight : float
-        Weight α in [0, 1] of the labels in ``fit(X, y)`` (probdr.input.labels): a labelled
-        point's observed row is (1 - α) P_X + α P_Y, the label graph W_Y linking it to points of
-        its own label; 0 ignores the labels, 1 follows only them; y = -1 marks an unknown label.
 
     Attributes
     ----------
@@ -308,7 +220,6 @@ class GraphCoupling(PosteriorInference, DREstimator):
         "learning_rate": [POSITIVE, StrOptions({"auto"})],
         "coupling_weight": [POSITIVE, StrOptions({"auto"})],
         "n_neighbors": [Int(2), None],  # UMAP's count includes the point itself
-        "target_weight": [Num(0, 1)],
         "affinity": [StrOptions({"auto", *AFFINITIES, "precomputed"})],
         "repulsion": [StrOptions(set(REPULSIONS))],
         "optimizer": [StrOptions({"gains", "sgd", "adam"})],
@@ -316,6 +227,7 @@ class GraphCoupling(PosteriorInference, DREstimator):
         "kernel_z": [StrOptions({"gaussian", "student", "cauchy", "t", "umap", "umap_odds"}),
                      Kernel]}
     _accepts_sparse = True
+    _dense_inits = ("ccpca",)  # ccPCA's component means need the features dense
 
     def __init__(
         self,
@@ -424,6 +336,12 @@ class GraphCoupling(PosteriorInference, DREstimator):
     def _epoch_steps(self, n: int) -> int:
         return 1  # negative sampling: optimiser steps per epoch (see UMAP)
 
+    def _fit_choices(self, n: int) -> tuple[Kernel, int, int]:
+        """The choices the parameters make for a fit of ``n`` points, once: the latent kernel,
+        the optimiser's steps in all and per negative-sampling epoch (a preset records its
+        own, e.g. UMAP's ``a_``, ``b_``)."""
+        return self._make_kernel(), self._n_iter(n), self._epoch_steps(n)
+
     def _make_input(self) -> InputGraph:
         """The input side from those of the estimator's parameters that set it (a preset
         without a parameter, such as UMAP's perplexity, leaves InputGraph's default)."""
@@ -438,24 +356,17 @@ class GraphCoupling(PosteriorInference, DREstimator):
         the parameters (:attr:`probdr.input.InputGraph.precomputed`)."""
         return self._make_input().precomputed
 
-    def _validate_X(self, X):
-        if self._precomputed() == "affinity" and isinstance(X, GraphLaw):
-            self.n_features_in_ = X.n
-            if hasattr(self, "feature_names_in_"):
-                del self.feature_names_in_
-            return X
-        return super()._validate_X(X)
+    def _takes_graph_law(self) -> bool:
+        """X may be a GraphLaw: the input graph itself (``affinity="precomputed"``)."""
+        return self._precomputed() == "affinity"
 
     def _check_labels(self, y, n: int):
         from ..input.labels import check_labels
 
         return check_labels(y, n)
 
-    def _sparse_ok(self) -> bool:
-        return self._accepts_sparse and not (isinstance(self.init, str) and self.init == "ccpca")
-
     def _initial(self, X, mean, gen) -> torch.Tensor:
-        """The initial embedding (:func:`~probdr.estimators.inputs.initial_embedding`)."""
+        """The initial embedding (:func:`probdr.init.initial_embedding`)."""
         return initial_embedding(self.init, X, mean, self.input_graph_, self.n_components,
                                  self.init_scale, self._precomputed(), gen)
 
@@ -542,47 +453,29 @@ class GraphCoupling(PosteriorInference, DREstimator):
                                             "edge prior; use inference='svi'.")
         return side
 
-    def _phases(self, n: int) -> tuple[list[Phase], float, float | None]:
-        """Optimisation schedule, loss scale and gradient clip (umap-learn's per-pair clip at 4
-        is applied inside the model for the SGD presets). The loss is divided by
+    def _phases(self, n: int, n_iter: int | None = None,
+                repulsion: str | None = None) -> tuple[list[Phase], float, float | None]:
+        """The MAP fit's phases (:func:`~probdr.estimators.fitted.map_phases`), loss scale and
+        gradient clip (umap-learn's per-pair clip at 4 is applied inside the model for the SGD
+        presets) of ``n_iter`` steps in all (``None``: :meth:`_n_iter`) with the resolved
+        ``repulsion`` (``None``: :meth:`_repulsion`). The loss is divided by
         ``coupling_weight``, so that the MAP trajectory (flat prior) does not depend on the
         posterior's temperature."""
-        ee = float(self.early_exaggeration)
-        n_ee = early_exaggeration_steps(self.early_exaggeration_iter, self._n_iter(n)) \
-            if ee != 1.0 else 0
-        n_main = int(self._n_iter(n)) - n_ee
+        n_iter = self._n_iter(n) if n_iter is None else n_iter
+        shrink = 1.0
         if self.optimizer == "gains":
-            # openTSNE's rule max(200, n / exaggeration) in openTSNE's gradient scale, which
-            # leaves out t-SNE's factor 4 (dC/dz_i = 4 sum_j (p_ij - q_ij) q_ij Z (z_i - z_j));
-            # this gradient keeps it (one step at learning rate 1 is exactly 4x openTSNE's, same
-            # direction: tests/estimators/test_quality.py), so the rule is divided by 4, which is also
-            # scikit-learn's max(n / exaggeration / 4, 50). With the Monte Carlo normaliser the
-            # gradient is noisy and a 16x smaller step was needed for stability (measured).
-            shrink = SAMPLED_LR_SHRINK if self._repulsion(n) == "sampled" else 1.0
-            shrink *= self._row_mass(n)
-
-            def lr(alpha):
-                if self.learning_rate != "auto":
-                    return self.learning_rate
-                return max(200.0, n / alpha) / 4.0 / shrink
-            phases = []
-            if n_ee:
-                phases.append(Phase(n_ee, lr(ee), self.early_momentum,
-                                    model_kwargs={"exaggeration": ee}, name="exaggeration",
-                                    learn_sites=False))
-            phases.append(Phase(n_main, lr(1.0), self.momentum, name="main",
-                                final_learning_rate=0.0 if self.learning_rate_decay else None))
-            return phases, 1.0 / n / self._weight_now(), self.grad_clip
-        lr0 = 1.0 if self.learning_rate == "auto" else float(self.learning_rate)
-        mom = self.momentum if self.optimizer == "sgd" else 0.0
-        early_mom = self.early_momentum if self.optimizer == "sgd" else 0.0
-        phases = []
-        if n_ee:
-            phases.append(Phase(n_ee, lr0, early_mom, model_kwargs={"exaggeration": ee},
-                                name="exaggeration", learn_sites=False))
-        phases.append(Phase(n_main, lr0, mom, name="main",
-                            final_learning_rate=0.0 if self.learning_rate_decay else None))
-        return phases, 1.0 / self._weight_now(), self.grad_clip
+            # with the Monte Carlo normaliser the gradient is noisy and a 16x smaller step was
+            # needed for stability (measured); a B law's rows carry more mass (_row_mass)
+            repulsion = self._repulsion(n) if repulsion is None else repulsion
+            shrink = (SAMPLED_LR_SHRINK if repulsion == "sampled" else 1.0) * self._row_mass(n)
+        weight = self._weight_now()
+        phases, scale = map_phases(
+            n, n_iter, optimizer=self.optimizer, learning_rate=self.learning_rate,
+            early_exaggeration=self.early_exaggeration,
+            early_exaggeration_iter=self.early_exaggeration_iter, momentum=self.momentum,
+            early_momentum=self.early_momentum, learning_rate_decay=self.learning_rate_decay,
+            lr_shrink=shrink)
+        return phases, scale / weight, self.grad_clip
 
     def _row_mass(self, n: int) -> float:
         r"""The observed graph's mass per row, :math:`P_{++}/n`, for a latent B law (1 for the
@@ -597,26 +490,27 @@ class GraphCoupling(PosteriorInference, DREstimator):
         return max(1.0, float(graph_total(self.model_kwargs_["W_X"])) / max(n, 1))
 
     # -- fitting ---------------------------------------------------------------------------
-    def _repulsion(self, n: int) -> str:
-        """Resolve ``repulsion="auto"``: exact for small n; FFT for 2-D t-SNE; else sampled."""
+    def _repulsion(self, n: int, kernel: Kernel | None = None) -> str:
+        """Resolve ``repulsion="auto"``: exact for small n; FFT for 2-D t-SNE; else sampled
+        (``kernel``: the latent kernel, ``None``: from the parameters)."""
         if self.repulsion != "auto":
             return self.repulsion
-        k = self._make_kernel()
-        if (n > FFT_REPULSION_MIN_N and prior_kind(self._latent_prior()) == "E"
-                and self.n_components == 2 and k.has_fft and self.latent_edge_prior is None):
-            return "fft"
-        return "exact" if n <= EXACT_REPULSION_MAX_N else "sampled"
+        k = self._make_kernel() if kernel is None else kernel
+        return auto_repulsion(n, prior_kind(self._latent_prior()), self.n_components, k,
+                              self.latent_edge_prior)
 
     def _fit(self, X, y=None) -> torch.Tensor:
         n = X.n if isinstance(X, GraphLaw) else X.shape[0]
+        dtype = self._fit_dtype
+        # the choices the parameters (a preset's) make for n points, and the MAP's prior: once
+        self.kernel_, n_iter, epoch_steps = self._fit_choices(n)
+        z_prior = self._map_prior(n, self.n_components, dtype)
         gen = generator(self.random_state_)
         self.input_graph_ = self.input_.fit(X, random_state=self.random_state_)
         if self.input_graph_.n != n:
             raise ValueError(f"the input graph has {self.input_graph_.n} nodes for {n} samples.")
         mean = self.input_graph_.mean
         check_support(self.latent_edge_prior, mean)  # before optimising
-        self.kernel_ = self._make_kernel()
-        dtype = self._fit_dtype
         self.label_graph_ = self._y_fit = None  # a refit without labels forgets earlier ones
         if y is not None and float(self.target_weight) > 0:
             from ..input.labels import label_graph
@@ -630,25 +524,27 @@ class GraphCoupling(PosteriorInference, DREstimator):
         posterior_weight = self._resolve_coupling_weight(mean)
         Z0 = self._initial(X, mean, gen).to(dtype)
         del mean  # W_X holds what the fit needs (a float64 copy of a large graph's values)
+        repulsion = self._repulsion(n, self.kernel_)
         self.model_kwargs_ = dict(
             W_X=W_X, prior_z=self._latent_prior(), kernel=self.kernel_,
-            n_components=self.n_components, repulsion=self._repulsion(n),
+            n_components=self.n_components, repulsion=repulsion,
             negative_samples=self.negative_samples, negative_weight=self.negative_weight,
-            z_prior=self._map_prior(n, self.n_components, dtype),
-            coupling_weight=self.coupling_weight_)
-        phases, scale, clip = self._phases(n)
+            z_prior=z_prior, coupling_weight=self.coupling_weight_)
+        observe = self._observe()
+        phases, scale, clip = self._phases(n, n_iter, repulsion)
         mk = self.model_kwargs_
         coupling = FittedCoupling(
-            prior_z=mk["prior_z"], kernel=self.kernel_, repulsion=mk["repulsion"],
+            prior_z=mk["prior_z"], kernel=self.kernel_, repulsion=repulsion,
             negative_samples=mk["negative_samples"], negative_weight=mk["negative_weight"],
-            schedule=list(phases), loss_scale=scale, grad_clip=clip,
-            epoch_steps=self._epoch_steps(n))
-        init, sites = self._map_start(Z0)
+            schedule=list(phases), loss_scale=scale, grad_clip=clip, epoch_steps=epoch_steps,
+            model_kernel=self.kernel_)
+        init, sites = coupling.start(Z0)
         res = run_map(coupling.model(), self.model_kwargs_, init, phases,
                       optimizer=self.optimizer, loss_scale=scale, grad_clip=clip,
-                      observe=self._observe(), verbose=self.verbose, desc=type(self).__name__,
-                      **sites)
-        self._keep_learned_kernel(res.values)
+                      observe=observe, verbose=self.verbose, desc=type(self).__name__, **sites)
+        # the kernel that new points and the posterior use: learned numbers at their MAP
+        self._coupling, self.learned_kernel_params_ = coupling.learned(res.values)
+        self.kernel_ = self._coupling.kernel
         self.loss_history_, self.loss_steps_ = res.loss_history, res.loss_steps
         self.n_iter_ = res.n_iter
         self.n_rescued_ = res.n_rescued
@@ -656,7 +552,6 @@ class GraphCoupling(PosteriorInference, DREstimator):
         # what optimize continues: the optimiser's state and torch's random stream (negative
         # samples, sampled graphs); the schedule is the fitted coupling's
         self._optimizer_state, self._stream = res.optimizer_state, res.stream
-        self._coupling = coupling.with_kernel(self.kernel_)
         if self.inference == "map":
             return res.Z
         return self._fit_posterior(res.Z, Z0, gen, posterior_weight)
@@ -748,26 +643,6 @@ class GraphCoupling(PosteriorInference, DREstimator):
                        else W.double(), scale=self.init_scale, generator=gen)
         return Z.to(Z0.dtype)
 
-    def _map_start(self, Z0, values: dict | None = None):
-        """The MAP fit's start ``{site: value}`` -- Z0, and a learned kernel's numbers at
-        ``values`` (a fit's) or their initial values -- and the driver's options for those
-        numbers (their learning rates and step interval; none when the kernel learns none)."""
-        sites = self.model_kwargs_["kernel"].sites()
-        values = values or {}
-        init = {"Z": Z0, **{k: torch.tensor(float(values.get(k, s.init)), dtype=Z0.dtype)
-                            for k, s in sites.items()}}
-        if not sites:
-            return init, {}
-        return init, dict(site_lr={k: KERNEL_LEARNING_RATE for k in sites},
-                          site_every=KERNEL_STEP_EVERY)
-
-    def _keep_learned_kernel(self, values: dict) -> None:
-        """``kernel_`` at the MAP fit's values of the learned numbers (the kernel that new points
-        and the posterior use) and ``learned_kernel_params_`` (empty when none is learned)."""
-        sites = self.model_kwargs_["kernel"].sites()
-        self.learned_kernel_params_ = {k: float(values[k]) for k in sites}
-        self.kernel_ = self.model_kwargs_["kernel"].fixed(self.learned_kernel_params_)
-
     def _weight_now(self) -> float:
         """The resolved coupling weight (before a fit: the given one, or 1 for ``"auto"``)."""
         w = getattr(self, "coupling_weight_", None)
@@ -817,9 +692,13 @@ class GraphCoupling(PosteriorInference, DREstimator):
         self._check_fitted()
         coupling = self.__dict__.get("_coupling")
         mk = self.model_kwargs_
-        if coupling is not None:  # kept before it held epoch_steps: then model_kwargs_ did
-            return coupling if "epoch_steps" in vars(coupling) or "epoch_steps" not in mk \
-                else replace(coupling, epoch_steps=int(mk["epoch_steps"]))
+        if coupling is not None:
+            if "epoch_steps" not in vars(coupling) and "epoch_steps" in mk:
+                # kept before it held epoch_steps: then model_kwargs_ did
+                coupling = replace(coupling, epoch_steps=int(mk["epoch_steps"]))
+            if coupling.model_kernel is None:  # kept before it held the model's kernel
+                coupling = replace(coupling, model_kernel=mk["kernel"])
+            return coupling
         schedule = getattr(self, "_schedule", None)
         if schedule is None:  # saved before the schedule was kept: its last rate, constant
             lr, mom = self._last_step
@@ -829,7 +708,7 @@ class GraphCoupling(PosteriorInference, DREstimator):
                               repulsion=mk["repulsion"], negative_samples=mk["negative_samples"],
                               negative_weight=mk["negative_weight"], schedule=list(schedule),
                               loss_scale=scale, grad_clip=clip,
-                              epoch_steps=int(mk.get("epoch_steps", 1)))
+                              epoch_steps=int(mk.get("epoch_steps", 1)), model_kernel=mk["kernel"])
 
     def _model_kwargs(self) -> dict:
         """``model_kwargs_`` without the optimiser's settings that files saved before
@@ -900,7 +779,7 @@ class GraphCoupling(PosteriorInference, DREstimator):
                                        exaggeration)
         scale, clip = coupling.loss_scale, coupling.grad_clip
         Z0 = torch.as_tensor(self.embedding_).to(self._fit_dtype)
-        init, sites = self._map_start(Z0, getattr(self, "learned_kernel_params_", None))
+        init, sites = coupling.start(Z0, getattr(self, "learned_kernel_params_", None))
         seed = (self.random_state_ + int(self.n_iter_)) % (2**32)  # for files without _stream
         with isolated_random_state(seed), fit_callbacks(self._callback(), self.callbacks_every):
             res = run_map(coupling.model(), self._model_kwargs(), init, phases,
@@ -911,8 +790,8 @@ class GraphCoupling(PosteriorInference, DREstimator):
                           stream=getattr(self, "_stream", None), first_step=int(self.n_iter_),
                           **sites)
         self._stream = res.stream
-        self._keep_learned_kernel(res.values)
-        self._coupling = coupling.with_kernel(self.kernel_)
+        self._coupling, self.learned_kernel_params_ = coupling.learned(res.values)
+        self.kernel_ = self._coupling.kernel
         if not torch.isfinite(res.Z).all():
             raise FloatingPointError(f"{type(self).__name__}.optimize produced a non-finite "
                                      "embedding; lower the learning rate.")

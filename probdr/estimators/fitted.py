@@ -1,4 +1,5 @@
-r"""What a graph-coupling fit resolved, once: :class:`FittedCoupling`.
+r"""What a graph-coupling fit resolved, once: :class:`FittedCoupling`, and the rules that
+resolve the parameters' "auto" for it (:func:`auto_repulsion`, :func:`map_phases`).
 
 ``GraphCoupling.fit`` turns the estimator's parameters into one configuration -- the latent law's
 prior, the kernel with its learned numbers, the repulsion ("auto" resolved), the optimiser's
@@ -22,8 +23,74 @@ from ..kernels import Kernel
 from ..laws.graph import GraphLaw, GraphPrior
 from ..laws.weights import KernelWeights
 from ..models.coupling import graph_coupling_model
+from .params import early_exaggeration_steps
 
-__all__ = ["FittedCoupling"]
+__all__ = ["FittedCoupling", "KERNEL_LEARNING_RATE", "KERNEL_STEP_EVERY", "auto_repulsion",
+           "map_phases", "EXACT_REPULSION_MAX_N", "FFT_REPULSION_MIN_N"]
+
+#: with repulsion="auto", the exact O(n^2) normaliser is used up to this many points
+EXACT_REPULSION_MAX_N = 4000
+#: with repulsion="auto", 2-D t-SNE switches to the FFT normaliser above this many points
+FFT_REPULSION_MIN_N = 1000
+
+#: Adam's learning rate for a kernel's learned numbers, in log space (a step changes the number
+#: by about this fraction); they take a step every KERNEL_STEP_EVERY steps (block-coordinate
+#: ascent: in between they cost what a fixed number does) and are held in early exaggeration
+KERNEL_LEARNING_RATE = 0.05
+KERNEL_STEP_EVERY = 5
+
+
+def auto_repulsion(n: int, latent_kind: str, n_components: int, kernel: Kernel,
+                   latent_edge_prior=None) -> str:
+    """What ``repulsion="auto"`` is for ``n`` points: the FFT normaliser for 2-D fits of the E
+    latent law (``latent_kind``) with a kernel it serves (the Student kernels) and no latent
+    edge prior above :data:`FFT_REPULSION_MIN_N` points, otherwise the exact normaliser up to
+    :data:`EXACT_REPULSION_MAX_N` points, then sampled."""
+    if (n > FFT_REPULSION_MIN_N and latent_kind == "E" and n_components == 2
+            and kernel.has_fft and latent_edge_prior is None):
+        return "fft"
+    return "exact" if n <= EXACT_REPULSION_MAX_N else "sampled"
+
+
+def map_phases(n: int, n_iter: int, *, optimizer: str, learning_rate, early_exaggeration,
+               early_exaggeration_iter, momentum, early_momentum, learning_rate_decay: bool,
+               lr_shrink: float = 1.0) -> tuple[list[Phase], float]:
+    """The MAP fit's phases for ``n`` points, ``n_iter`` steps in all, and the loss's scale
+    (before the coupling weight): early exaggeration for its steps
+    (:func:`~probdr.estimators.params.early_exaggeration_steps`; none at exaggeration 1), then
+    the main phase, its rate decaying linearly to 0 with ``learning_rate_decay``.
+
+    ``optimizer="gains"`` (t-SNE's, on the loss divided by n): the automatic rate in each phase
+    is openTSNE's rule max(200, n / exaggeration) in openTSNE's gradient scale, which leaves out
+    t-SNE's factor 4 (dC/dz_i = 4 sum_j (p_ij - q_ij) q_ij Z (z_i - z_j)); this gradient keeps it
+    (one step at learning rate 1 is exactly 4x openTSNE's, same direction:
+    tests/estimators/test_quality.py), so the rule is divided by 4, which is also
+    scikit-learn's max(n / exaggeration / 4, 50); then by ``lr_shrink``. "sgd" and "adam": the
+    rate 1, on the loss itself, momentum for "sgd" only."""
+    ee = float(early_exaggeration)
+    n_ee = early_exaggeration_steps(early_exaggeration_iter, n_iter) if ee != 1.0 else 0
+    n_main = int(n_iter) - n_ee
+    decay = 0.0 if learning_rate_decay else None
+    if optimizer == "gains":
+        def lr(alpha):
+            if learning_rate != "auto":
+                return learning_rate
+            return max(200.0, n / alpha) / 4.0 / lr_shrink
+        phases = []
+        if n_ee:
+            phases.append(Phase(n_ee, lr(ee), early_momentum, model_kwargs={"exaggeration": ee},
+                                name="exaggeration", learn_sites=False))
+        phases.append(Phase(n_main, lr(1.0), momentum, name="main", final_learning_rate=decay))
+        return phases, 1.0 / n
+    lr0 = 1.0 if learning_rate == "auto" else float(learning_rate)
+    mom = momentum if optimizer == "sgd" else 0.0
+    early_mom = early_momentum if optimizer == "sgd" else 0.0
+    phases = []
+    if n_ee:
+        phases.append(Phase(n_ee, lr0, early_mom, model_kwargs={"exaggeration": ee},
+                            name="exaggeration", learn_sites=False))
+    phases.append(Phase(n_main, lr0, mom, name="main", final_learning_rate=decay))
+    return phases, 1.0
 
 
 @dataclass(frozen=True)
@@ -50,6 +117,9 @@ class FittedCoupling:
         (umap-learn's heuristic, :class:`~probdr.infer.schedule.OptimiserHooks`).
     epoch_steps : int
         Negative sampling: the optimiser steps an epoch is cut into.
+    model_kernel : Kernel or None
+        The model's kernel, its numbers given as "learn" still latent sites (``None``: the
+        kernel, as in couplings kept before it was).
     """
 
     prior_z: GraphPrior
@@ -61,6 +131,7 @@ class FittedCoupling:
     loss_scale: float
     grad_clip: float | None
     epoch_steps: int = 1
+    model_kernel: Kernel | None = None
 
     def model(self, whole_epoch: bool = False, epoch_steps: int | None = None):
         """The graph-coupling model under the fit's optimiser heuristics
@@ -105,6 +176,28 @@ class FittedCoupling:
                          include_boundaries="left")
         return phases
 
-    def with_kernel(self, kernel: Kernel) -> FittedCoupling:
-        """The same configuration with the kernel's learned numbers moved on (``optimize``)."""
-        return replace(self, kernel=kernel)
+    def start(self, Z0: torch.Tensor, values: dict | None = None) -> tuple[dict, dict]:
+        """The MAP fit's start ``{site: value}`` -- Z0, and the kernel's learned numbers at
+        ``values`` (a fit's, which ``optimize`` continues) or their initial values -- and the
+        driver's options for those numbers (their learning rates and step interval; none when
+        the kernel learns none)."""
+        sites = self._sites()
+        values = values or {}
+        init = {"Z": Z0, **{k: torch.tensor(float(values.get(k, s.init)), dtype=Z0.dtype)
+                            for k, s in sites.items()}}
+        if not sites:
+            return init, {}
+        return init, dict(site_lr={k: KERNEL_LEARNING_RATE for k in sites},
+                          site_every=KERNEL_STEP_EVERY)
+
+    def learned(self, values: dict) -> tuple[FittedCoupling, dict]:
+        """The configuration with the kernel's learned numbers at ``values`` (a MAP fit's: the
+        kernel that new points and the posterior use), and those numbers ``{site: value}``
+        (empty when none is learned)."""
+        model_kernel = self.kernel if self.model_kernel is None else self.model_kernel
+        numbers = {k: float(values[k]) for k in self._sites()}
+        return replace(self, kernel=model_kernel.fixed(numbers), model_kernel=model_kernel), \
+            numbers
+
+    def _sites(self) -> dict:
+        return (self.kernel if self.model_kernel is None else self.model_kernel).sites()

@@ -112,7 +112,9 @@ def _row(constraint, doc=None) -> Row:
 
 #: Every parameter, one row by name, shared by every estimator that has it: its constraint and
 #: its docstring entry. Adding a parameter is its ``__init__`` entry and this row
-#: (:func:`probdr.estimators.docs.reference` writes the entry into the class's docstring).
+#: (:func:`probdr.estimators.docs.reference` writes the entry into the class's docstring); one
+#: of GraphCoupling's reaches the presets too, whose ``__init__`` is declared from
+#: GraphCoupling's (:func:`probdr.estimators.presets.declare`).
 TABLE: dict[str, Row] = {
     "n_components": _row([Int(1)], """int
         Dimension q of the embedding.
@@ -126,19 +128,49 @@ TABLE: dict[str, Row] = {
     "n_neighbors": _row([Int(1), None], """int
         Neighbours per point of the kNN graph (the point itself excluded), symmetrised by union.
     """),
-    "n_iter": _row([Int(1)]),
+    "n_iter": _row([Int(1)], """int
+        Optimiser steps in all, early exaggeration included.
+    """),
     "n_epochs": _row([Int(1), None]),
     "epoch_steps": _row([Int(1), StrOptions({"auto"})]),
-    "learning_rate": _row([POSITIVE]),
-    "momentum": _row([FRACTION]),
-    "early_momentum": _row([FRACTION]),
-    "early_exaggeration": _row([POSITIVE]),
-    "early_exaggeration_iter": _row([Int(0), StrOptions({"auto"})]),
-    "negative_samples": _row([Int(1)]),
-    "negative_weight": _row([POSITIVE]),
-    "target_weight": _row([Num(0, 1)]),
-    "grad_clip": _row([POSITIVE, None]),
-    "init_scale": _row([POSITIVE, StrOptions({"umap"})]),
+    "learning_rate": _row([POSITIVE], """float or "auto"
+        Step size. "auto": for the gains optimiser max(50, n / (4 α)) in each phase, α its
+        exaggeration (openTSNE's max(200, n / α) in this gradient's scale, which keeps t-SNE's
+        factor 4; scikit-learn's rule), 16 times smaller with ``repulsion="sampled"``; 1 for
+        "sgd" and "adam".
+    """),
+    "momentum": _row([FRACTION], """float
+        Momentum of the main phase ("gains" and "sgd").
+    """),
+    "early_momentum": _row([FRACTION], """float
+        Momentum of the early-exaggeration phase ("gains" and "sgd").
+    """),
+    "early_exaggeration": _row([POSITIVE], """float
+        Multiplier of the attraction during the first ``early_exaggeration_iter`` steps.
+    """),
+    "early_exaggeration_iter": _row([Int(0), StrOptions({"auto"})], """int or "auto"
+        Steps of early exaggeration (at most ``n_iter``); "auto": min(250, n_iter // 3).
+    """),
+    "negative_samples": _row([Int(1)], """int
+        Negatives per edge ("negative_sampling") or per node ("sampled").
+    """),
+    "negative_weight": _row([POSITIVE], """float
+        Weight γ of the negatives ("negative_sampling" only).
+    """),
+    "target_weight": _row([Num(0, 1)], """float
+        Weight α in [0, 1] of the labels in ``fit(X, y)`` (probdr.input.labels): a labelled
+        point's observed row is (1 - α) P_X + α P_Y, the label graph W_Y linking it to points of
+        its own label; 0 ignores the labels, 1 follows only them; y = -1 marks an unknown label.
+    """),
+    "grad_clip": _row([POSITIVE, None], """float or None
+        Clip every gradient coordinate, and every pair's force inside the model, to
+        [-grad_clip, grad_clip] (umap-learn clips at 4).
+    """),
+    "init_scale": _row([POSITIVE, StrOptions({"umap"})], """float or "umap"
+        A named initialisation is centred and scaled so that its first coordinate has this
+        standard deviation (openTSNE's 1e-4); "umap" maps it to the box [0, 10] with 1e-4
+        noise, as umap-learn does.
+    """),
     "coupling_weight": _row([POSITIVE], """float
         Weight ω of the likelihood, an inverse temperature: the posterior concentrates on the MAP
         as it grows (spread about ω^(-1/2)); the flat-prior MAP does not depend on it.
@@ -149,7 +181,9 @@ TABLE: dict[str, Row] = {
     "verbose": _row(["verbose"], """bool
         Show progress bars and messages during the fit.
     """),
-    "learning_rate_decay": _row(["boolean"]),
+    "learning_rate_decay": _row(["boolean"], """bool
+        Decay the learning rate linearly to 0 over the main phase (umap-learn's schedule).
+    """),
     "center": _row(["boolean"]),
     "align": _row(["boolean"]),
     "geodesic": _row(["boolean"]),
@@ -200,14 +234,23 @@ TABLE: dict[str, Row] = {
         scale 10 × the RMS of the MAP embedding (``z_prior_scale_``). A float: the isotropic
         Gaussian of that scale, in the MAP fit too. A distribution: of event shape (n, q).
     """),  # its event shape: the data
-    "observe": _row([StrOptions({"mean", "sample"})]),
+    "observe": _row([StrOptions({"mean", "sample"})], """{"mean", "sample"}
+        Couple with the posterior mean E[W_X] (the exact cross-entropy) or with a fresh draw of
+        W_X at every step (Monte Carlo coupling).
+    """),
     "neighbors": _row([NEIGHBORS], """{"auto", "exact", "approximate", "pynndescent"}
         The neighbour search (probdr.input.neighbors.knn): "auto" is exact up to 20,000 points
         (brute force, then a pruned cell search), the torch approximate search beyond;
         "pynndescent" needs the optional pynndescent package.
     """),
-    "kernel_params": _row([dict, None]),
-    "init": _row([str, "array-like"]),  # an array: finite (check_init), its rows: the data
+    "kernel_params": _row([dict, None], """dict or None
+        Keyword arguments of the latent kernel, e.g. {"dof": 0.5} or {"a": 1.6, "b": 0.9}; a
+        number given as "learn" ({"dof": "learn"}) is fitted by MAP with the embedding.
+    """),
+    "init": _row([str, "array-like"], """{"pca", "random", "spectral", "ccpca"} or array of shape (n_samples, n_components)
+        Initial embedding: PCA scores, Gaussian noise, the spectral embedding of the input
+        graph, ccPCA (probdr.ccPCA), or an array; a named one is rescaled by ``init_scale``.
+    """),  # an array: finite (check_init), its rows: the data
     "callbacks": _row([callable, list, tuple, None], """callable, list of callables or None
         Called as ``callback(step, embedding, loss)`` every ``callbacks_every`` steps of the
         optimiser; the fit stops when one returns True (``stopped_by_callback_``).
@@ -240,6 +283,51 @@ TABLE: dict[str, Row] = {
     """),
     "metric_params": _row(None, """dict or None
         Parameters of the metric ({"p": 3} for minkowski).
+    """),
+    # the graph-coupling family's (their constraints: GraphCoupling._constraint_overrides)
+    "prior_x": _row(None, """{"D", "B", "B~", "E"} or GraphPrior
+        Prior of the input graph W_X.
+    """),
+    "prior_z": _row(None, """{"D", "B", "E"} or GraphPrior
+        Prior of the latent graph W_Z. The pair must have a defined cross-entropy (Van Assel et
+        al. 2022, Table 1); otherwise a ValueError lists the defined pairs.
+    """),
+    "kernel_z": _row(None, """{"gaussian", "student", "umap", "umap_odds"} or Kernel
+        Latent kernel k of the squared distances d²: "gaussian" exp(-d²), "student"
+        (1 + d²/ν)^(-(ν+1)/2) (ν = 1: Cauchy 1/(1 + d²)), "umap" UMAP's curve
+        1/(1 + a d^(2b)), "umap_odds" its odds 1/(a d^(2b)), whose B-prior edge probability is
+        UMAP's curve; or a probdr.kernels.Kernel.
+    """),
+    "affinity": _row(None, """{"auto", "entropic", "umap", "binary", "precomputed"}
+        Calibration of the input affinities K_X: "entropic" (per-point Gaussian bandwidths set
+        by the perplexity), "umap" (UMAP's fuzzy kNN weights), "binary" (the kNN graph);
+        "auto" is "umap" under the B and B~ input priors, else "entropic"; "precomputed": X is
+        the affinity matrix itself.
+    """),
+    "edge_prior": _row(None, """array of shape (n_samples, n_samples), sparse matrix, edge-prior object or None
+        Edge prior π of the input graph: its posterior weights are π ⊙ K_X (Proposition 1). One
+        built from an observed network (probdr.laws.edge_priors.from_graph) also adds the
+        network's pairs to the neighbour lists.
+    """),
+    "repulsion": _row(None, """{"auto", "exact", "fft", "sampled", "negative_sampling"}
+        How the all-pairs (repulsive) part of the objective is computed: "exact" (O(n²) per
+        step), "fft" (grid interpolation, 2-D, O(n): the E law with a Student kernel, or the B law
+        with any fixed kernel, its nearest pairs summed exactly), "sampled" (Monte Carlo over
+        ``negative_samples`` partners per node, any prior) or "negative_sampling" (umap-learn's
+        scheme: down-weighted non-edges, B latent prior). "auto": FFT for 2-D fits with the E
+        latent prior above 1,000 points, otherwise exact up to 4,000 points, then sampled.
+    """),
+    "optimizer": _row(None, """{"gains", "sgd", "adam"}
+        "gains": t-SNE's delta-bar-delta gains with momentum, on the loss divided by n (the
+        scale of t-SNE's gradient, which the automatic learning rate assumes); "sgd" and
+        "adam": on the loss itself.
+    """),
+    "latent_edge_prior": _row(None, """array, sparse matrix, edge-prior object or None
+        Edge prior π on the latent graph W_Z.
+    """),
+    "precomputed_knn": _row(None, """tuple (indices, distances) or None
+        Neighbour lists of shape (n_samples, k) computed elsewhere, used instead of the search
+        (umap-learn's layout, the point itself in column 0, is accepted).
     """),
 }
 #: the constraint of each parameter name (:data:`TABLE`'s)

@@ -1,6 +1,7 @@
 """The graph-coupling presets :class:`SNE`, :class:`TSNE`, :class:`LargeVis` and :class:`UMAP`:
 each is :class:`~probdr.estimators.coupling.GraphCoupling` with its fixed choices (priors,
-kernel, optimiser, schedule) as class attributes and its own parameters in ``__init__``.
+kernel, optimiser, schedule) as class attributes and its own parameters and defaults declared
+(``_defaults``).
 
 =========  =======  =======  ============  ===========  ==========================================
 preset     prior_x  prior_z  kernel_z      affinity     optimisation default
@@ -11,15 +12,23 @@ LargeVis   D        B        student       entropic     negative sampling (m=5, 
 UMAP       B~       B        umap_odds     umap         negative sampling (m=5, gamma=1), SGD
 =========  =======  =======  ============  ===========  ==========================================
 
-``affinity`` is the preset's calibration, or ``"precomputed"`` (X is the input affinity). The
-parameters not listed in a preset's signature are those of :class:`GraphCoupling` at the
-values of the preset's class attributes (use :class:`GraphCoupling` to change them).
+``affinity`` is the preset's calibration, or ``"precomputed"`` (X is the input affinity).
+
+A preset is a declaration, not a constructor written out: its class attributes fix the
+choices of :class:`GraphCoupling` it does not open (use :class:`GraphCoupling` to change them),
+``_positional`` names the parameters that come first, and ``_defaults`` gives its own parameters
+and the defaults it changes. Its ``__init__`` is made from :class:`GraphCoupling`'s signature
+(:func:`declare`): every parameter of GraphCoupling that the preset does not fix is the
+preset's too, with GraphCoupling's default unless ``_defaults`` changes it. So a parameter added
+to GraphCoupling (its ``__init__`` entry and its row of :data:`probdr.estimators.params.TABLE`)
+reaches every preset that does not fix it, with its constraint and its docstring entry.
 """
 
 from __future__ import annotations
 
+import inspect
+
 from ..kernels import find_ab_params, get_kernel
-from ..laws.graph import GraphLaw
 from .compat import foreign_names
 from .coupling import GraphCoupling
 from .docs import reference
@@ -45,11 +54,72 @@ def umap_schedule(n: int) -> tuple[int, int]:
     raise AssertionError("the schedule's last row takes every size")  # pragma: no cover
 
 
-class _GainsPreset(GraphCoupling):
+def preset_signature(cls) -> inspect.Signature:
+    """The ``__init__`` signature of the preset ``cls``: ``_positional``, then its own
+    parameters (in ``_defaults``, not GraphCoupling's), then GraphCoupling's keyword parameters
+    in their order, less those ``cls`` fixes (a class attribute of ``cls`` or of a base below
+    GraphCoupling that ``_defaults`` does not name), each with its default in ``_defaults``
+    or GraphCoupling's."""
+    family = inspect.signature(GraphCoupling.__init__).parameters
+    declared = cls._defaults
+    fixed = {name for klass in cls.__mro__[:cls.__mro__.index(GraphCoupling)]
+             for name in vars(klass) if name in family} - set(declared)
+    kw, pos = inspect.Parameter.KEYWORD_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD
+
+    def param(name, kind):
+        base = family.get(name)
+        default = declared[name] if name in declared else base.default
+        annotation = base.annotation if base is not None else inspect.Parameter.empty
+        return inspect.Parameter(name, kind, default=default, annotation=annotation)
+
+    names = [n for n in family if n != "self" and n not in fixed and n not in cls._positional]
+    own = [n for n in declared if n not in family and n not in cls._positional]
+    return inspect.Signature([inspect.Parameter("self", pos)]
+                             + [param(n, pos) for n in cls._positional]
+                             + [param(n, kw) for n in own + names])
+
+
+def declare(cls) -> None:
+    """Give the preset ``cls`` its ``__init__``: the parameters of :func:`preset_signature`,
+    each stored as it is given (scikit-learn's rule; ``get_params`` reads the signature)."""
+    signature = preset_signature(cls)
+
+    def __init__(self, *args, **kwargs):
+        try:
+            bound = signature.bind(self, *args, **kwargs)
+        except TypeError as err:  # Python's message for a written-out __init__
+            raise TypeError(f"{type(self).__name__}.__init__() {err}") from None
+        bound.apply_defaults()
+        for name, value in list(bound.arguments.items())[1:]:
+            setattr(self, name, value)
+
+    __init__.__signature__ = signature
+    __init__.__qualname__ = f"{cls.__qualname__}.__init__"
+    __init__.__doc__ = f"Store the parameters of {cls.__name__} (see the class docstring)."
+    cls.__init__ = __init__
+
+
+class Preset(GraphCoupling):
+    """A preset: GraphCoupling with choices fixed (class attributes), its parameters declared
+    (``_positional``, ``_defaults``) and its ``__init__`` made from them (:func:`declare`) when
+    the class is defined, unless the class writes its own. The base of the presets of this
+    module and of :class:`~probdr.estimators.snekhorn.SNEkhorn` and ``TSNEkhorn``."""
+
+    #: the parameters that may be given by position, in order
+    _positional: tuple[str, ...] = ("perplexity", "n_components")
+    #: the preset's own parameters and the defaults it changes, ``{name: default}``
+    _defaults: dict = {}
+
+    def __init_subclass__(cls, **kwargs):
+        if "__init__" not in vars(cls):
+            declare(cls)  # before the base reads the signature (the constraints)
+        super().__init_subclass__(**kwargs)
+
+
+class _GainsPreset(Preset):
     """Fixed choices of the exact-normaliser presets fitted with t-SNE's gains optimiser."""
 
     prior_x = "D"
-    affinity = "entropic"
     n_neighbors = None
     kernel_params = None
     negative_weight = 1.0
@@ -59,7 +129,7 @@ class _GainsPreset(GraphCoupling):
     init_scale = 1e-4
 
 
-class _SGDPreset(GraphCoupling):
+class _SGDPreset(Preset):
     """Fixed choices of the negative-sampling presets fitted by umap-learn's SGD scheme: no
     exaggeration, no momentum, learning rate decaying linearly to 0, forces clipped at 4,
     initialisation in the box [0, 10]."""
@@ -134,47 +204,8 @@ class SNE(_GainsPreset):
     """
 
     prior_z = "D"
-
-    def __init__(self, perplexity=30.0, n_components=2, *, kernel_z="gaussian", n_iter=750,
-                 early_exaggeration=4.0, early_exaggeration_iter="auto", learning_rate=10.0,
-                 momentum=0.8, early_momentum=0.5, init="pca", repulsion="auto",
-                 negative_samples=10, observe="mean", edge_prior=None, neighbors="auto",
-                 inference="map", inference_params=None, z_prior=None, coupling_weight="auto",
-                 latent_edge_prior=None, dtype="float32", random_state=None, verbose=False, callbacks=None,
-                 callbacks_every: int = 50, n_jobs=None, device="auto", metric="euclidean", metric_params=None,
-                 precomputed_knn=None, target_weight=0.5, affinity="entropic"):
-        self.perplexity = perplexity
-        self.n_components = n_components
-        self.kernel_z = kernel_z
-        self.n_iter = n_iter
-        self.early_exaggeration = early_exaggeration
-        self.early_exaggeration_iter = early_exaggeration_iter
-        self.learning_rate = learning_rate
-        self.momentum = momentum
-        self.early_momentum = early_momentum
-        self.init = init
-        self.repulsion = repulsion
-        self.negative_samples = negative_samples
-        self.observe = observe
-        self.edge_prior = edge_prior
-        self.neighbors = neighbors
-        self.inference = inference
-        self.inference_params = inference_params
-        self.z_prior = z_prior
-        self.coupling_weight = coupling_weight
-        self.latent_edge_prior = latent_edge_prior
-        self.dtype = dtype
-        self.random_state = random_state
-        self.verbose = verbose
-        self.callbacks = callbacks
-        self.callbacks_every = callbacks_every
-        self.n_jobs = n_jobs
-        self.device = device
-        self.metric = metric
-        self.metric_params = metric_params
-        self.precomputed_knn = precomputed_knn
-        self.target_weight = target_weight
-        self.affinity = affinity
+    _defaults = {"kernel_z": "gaussian", "affinity": "entropic", "negative_samples": 10,
+                 "early_exaggeration": 4.0, "learning_rate": 10.0}
 
 
 @foreign_names("scikit-learn", "openTSNE")
@@ -261,47 +292,8 @@ class TSNE(_GainsPreset):
 
     prior_z = "E"
     kernel_z = "student"
+    _defaults = {"dof": 1.0, "affinity": "entropic", "negative_samples": 10}
 
-    def __init__(self, perplexity=30.0, n_components=2, *, dof=1.0, n_iter=750,
-                 early_exaggeration=12.0, early_exaggeration_iter="auto", learning_rate="auto",
-                 momentum=0.8, early_momentum=0.5, init="pca", repulsion="auto",
-                 negative_samples=10, observe="mean", edge_prior=None, neighbors="auto",
-                 inference="map", inference_params=None, z_prior=None, coupling_weight="auto",
-                 latent_edge_prior=None, dtype="float32", random_state=None, verbose=False, callbacks=None,
-                 callbacks_every: int = 50, n_jobs=None, device="auto", metric="euclidean", metric_params=None,
-                 precomputed_knn=None, target_weight=0.5, affinity="entropic"):
-        self.perplexity = perplexity
-        self.n_components = n_components
-        self.dof = dof
-        self.n_iter = n_iter
-        self.early_exaggeration = early_exaggeration
-        self.early_exaggeration_iter = early_exaggeration_iter
-        self.learning_rate = learning_rate
-        self.momentum = momentum
-        self.early_momentum = early_momentum
-        self.init = init
-        self.repulsion = repulsion
-        self.negative_samples = negative_samples
-        self.observe = observe
-        self.edge_prior = edge_prior
-        self.neighbors = neighbors
-        self.inference = inference
-        self.inference_params = inference_params
-        self.z_prior = z_prior
-        self.coupling_weight = coupling_weight
-        self.latent_edge_prior = latent_edge_prior
-        self.dtype = dtype
-        self.random_state = random_state
-        self.verbose = verbose
-        self.callbacks = callbacks
-        self.callbacks_every = callbacks_every
-        self.n_jobs = n_jobs
-        self.device = device
-        self.metric = metric
-        self.metric_params = metric_params
-        self.precomputed_knn = precomputed_knn
-        self.target_weight = target_weight
-        self.affinity = affinity
 
     def _make_kernel(self):
         return get_kernel("student", dof=self.dof)
@@ -373,45 +365,9 @@ class LargeVis(_SGDPreset):
 
     prior_x = "D"
     kernel_z = "student"
-    affinity = "entropic"
     n_neighbors = None
-
-    def __init__(self, perplexity=30.0, n_components=2, *, n_iter=500, negative_samples=5,
-                 negative_weight=7.0, learning_rate="auto", init="spectral",
-                 repulsion="negative_sampling", observe="mean", edge_prior=None,
-                 neighbors="auto", inference="map", inference_params=None, z_prior=None,
-                 coupling_weight="auto", latent_edge_prior=None, dtype="float32",
-                 random_state=None, verbose=False, callbacks=None,
-                 callbacks_every: int = 50, n_jobs=None, device="auto", metric="euclidean", metric_params=None,
-                 precomputed_knn=None, target_weight=0.5, affinity="entropic"):
-        self.perplexity = perplexity
-        self.n_components = n_components
-        self.n_iter = n_iter
-        self.negative_samples = negative_samples
-        self.negative_weight = negative_weight
-        self.learning_rate = learning_rate
-        self.init = init
-        self.repulsion = repulsion
-        self.observe = observe
-        self.edge_prior = edge_prior
-        self.neighbors = neighbors
-        self.inference = inference
-        self.inference_params = inference_params
-        self.z_prior = z_prior
-        self.coupling_weight = coupling_weight
-        self.latent_edge_prior = latent_edge_prior
-        self.dtype = dtype
-        self.random_state = random_state
-        self.verbose = verbose
-        self.callbacks = callbacks
-        self.callbacks_every = callbacks_every
-        self.n_jobs = n_jobs
-        self.device = device
-        self.metric = metric
-        self.metric_params = metric_params
-        self.precomputed_knn = precomputed_knn
-        self.target_weight = target_weight
-        self.affinity = affinity
+    _defaults = {"affinity": "entropic", "negative_weight": 7.0, "init": "spectral",
+                 "repulsion": "negative_sampling", "n_iter": 500}
 
 
 @foreign_names("umap-learn")
@@ -513,47 +469,12 @@ class UMAP(_SGDPreset):
 
     prior_x = "B~"
     kernel_z = "umap_odds"
-    affinity = "umap"
-
-    def __init__(self, n_neighbors=15, n_components=2, *, min_dist=0.1, spread=1.0,
-                 n_epochs=None, negative_samples=5, negative_weight=1.0, learning_rate="auto",
-                 init="spectral", repulsion="negative_sampling", observe="mean", edge_prior=None,
-                 neighbors="auto", inference="map", inference_params=None, z_prior=None,
-                 coupling_weight="auto", latent_edge_prior=None, dtype="float32",
-                 random_state=None, verbose=False, callbacks=None,
-                 callbacks_every: int = 50, n_jobs=None, device="auto", metric="euclidean", metric_params=None,
-                 precomputed_knn=None, target_weight=0.5, affinity="umap", epoch_steps="auto"):
-        self.n_neighbors = n_neighbors
-        self.n_components = n_components
-        self.min_dist = min_dist
-        self.spread = spread
-        self.n_epochs = n_epochs
-        self.negative_samples = negative_samples
-        self.negative_weight = negative_weight
-        self.learning_rate = learning_rate
-        self.init = init
-        self.repulsion = repulsion
-        self.observe = observe
-        self.edge_prior = edge_prior
-        self.neighbors = neighbors
-        self.inference = inference
-        self.inference_params = inference_params
-        self.z_prior = z_prior
-        self.coupling_weight = coupling_weight
-        self.latent_edge_prior = latent_edge_prior
-        self.dtype = dtype
-        self.random_state = random_state
-        self.verbose = verbose
-        self.callbacks = callbacks
-        self.callbacks_every = callbacks_every
-        self.n_jobs = n_jobs
-        self.device = device
-        self.metric = metric
-        self.metric_params = metric_params
-        self.precomputed_knn = precomputed_knn
-        self.target_weight = target_weight
-        self.affinity = affinity
-        self.epoch_steps = epoch_steps
+    perplexity = None  # the calibration is by n_neighbors
+    n_iter = None  # counted in epochs: n_epochs of epoch_steps steps (_n_iter)
+    _positional = ("n_neighbors", "n_components")
+    _defaults = {"n_neighbors": 15, "min_dist": 0.1, "spread": 1.0, "n_epochs": None,
+                 "epoch_steps": "auto", "affinity": "umap", "init": "spectral",
+                 "repulsion": "negative_sampling"}
 
     def _make_kernel(self):
         a, b = find_ab_params(self.spread, self.min_dist)
@@ -566,8 +487,9 @@ class UMAP(_SGDPreset):
     def _epoch_steps(self, n: int) -> int:
         return umap_schedule(n)[1] if self.epoch_steps == "auto" else int(self.epoch_steps)
 
-    def _fit(self, X, y=None):
-        n = X.n if isinstance(X, GraphLaw) else X.shape[0]
-        self.a_, self.b_ = find_ab_params(self.spread, self.min_dist)
-        self.epoch_steps_ = self._epoch_steps(n)
-        return super()._fit(X, y)
+    def _fit_choices(self, n: int):
+        """The kernel (UMAP's curve as odds), the steps in all and per epoch for ``n`` points;
+        recorded as ``a_``, ``b_`` and ``epoch_steps_``."""
+        kernel, n_iter, epoch_steps = self._make_kernel(), self._n_iter(n), self._epoch_steps(n)
+        self.a_, self.b_, self.epoch_steps_ = kernel.a, kernel.b, epoch_steps
+        return kernel, n_iter, epoch_steps

@@ -10,15 +10,15 @@ import torch
 from ..input.calibration import InputGraph
 from ..laws.doubly_stochastic import DoublyStochasticPrior
 from ..laws.graph import GraphPrior
-from .coupling import GraphCoupling
 from .docs import reference
 from .params import Num, StrOptions
+from .presets import Preset
 
 __all__ = ["SNEkhorn", "TSNEkhorn"]
 
 
 @reference
-class SNEkhorn(GraphCoupling):
+class SNEkhorn(Preset):
     """SNEkhorn (Van Assel et al. 2023) as a graph coupling: the symmetric entropic affinity
     P^se of the data (the symmetric doubly stochastic affinity closest to entropic affinities of
     the given perplexity) under the E input prior, coupled with a doubly stochastic latent law
@@ -103,6 +103,7 @@ class SNEkhorn(GraphCoupling):
     """
 
     prior_x = "E"
+    prior_z = None  # the doubly stochastic law (_latent_prior), none of GraphCoupling's priors
     affinity = "sea"
     repulsion = "exact"
     neighbors = "exact"
@@ -125,39 +126,10 @@ class SNEkhorn(GraphCoupling):
     _accepts_sparse = False
     _constraint_overrides = {"kernel_z": [StrOptions({"gaussian", "student"})],
                              "perplexity": [Num(1, None, closed="neither")]}
-
-    def __init__(self, perplexity: float = 30.0, n_components: int = 2, *,
-                 kernel_z: str = "gaussian", sea_tol: float = 1e-5, sinkhorn_tol: float = 1e-5,
-                 sinkhorn_max_iter: int = 1000, n_iter: int = 750,
-                 early_exaggeration: float = 1.0, early_exaggeration_iter: int = 0,
-                 learning_rate=0.5, momentum: float = 0.8, early_momentum: float = 0.5,
-                 optimizer: str = "adam", learning_rate_decay: bool = True, init="pca",
-                 dtype: str = "float32", random_state: int | None = None, verbose: bool = False, callbacks=None,
-                 callbacks_every: int = 50, n_jobs=None, device="auto", metric="euclidean", metric_params=None):
-        self.perplexity = perplexity
-        self.n_components = n_components
-        self.kernel_z = kernel_z
-        self.sea_tol = sea_tol
-        self.sinkhorn_tol = sinkhorn_tol
-        self.sinkhorn_max_iter = sinkhorn_max_iter
-        self.n_iter = n_iter
-        self.early_exaggeration = early_exaggeration
-        self.early_exaggeration_iter = early_exaggeration_iter
-        self.learning_rate = learning_rate
-        self.momentum = momentum
-        self.early_momentum = early_momentum
-        self.optimizer = optimizer
-        self.learning_rate_decay = learning_rate_decay
-        self.init = init
-        self.dtype = dtype
-        self.random_state = random_state
-        self.verbose = verbose
-        self.callbacks = callbacks
-        self.callbacks_every = callbacks_every
-        self.n_jobs = n_jobs
-        self.device = device
-        self.metric = metric
-        self.metric_params = metric_params
+    _defaults = {"kernel_z": "gaussian", "sea_tol": 1e-5, "sinkhorn_tol": 1e-5,
+                 "sinkhorn_max_iter": 1000, "early_exaggeration": 1.0,
+                 "early_exaggeration_iter": 0, "learning_rate": 0.5, "optimizer": "adam",
+                 "learning_rate_decay": True}
 
     # SEA has the entropic affinities' perplexity constraints plus the self-loop exclusion
     # (perplexity <= n - 2, checked by the input side; perplexity > 1, kernel_z, the tolerances:
@@ -238,36 +210,5 @@ class TSNEkhorn(SNEkhorn):
     """
 
     kernel_z = "student"
-
-    def __init__(self, perplexity: float = 30.0, n_components: int = 2, *,
-                 sea_tol: float = 1e-5, sinkhorn_tol: float = 1e-5,
-                 sinkhorn_max_iter: int = 1000, n_iter: int = 750,
-                 early_exaggeration: float = 4.0, early_exaggeration_iter: int | str = "auto",
-                 learning_rate="auto", momentum: float = 0.8, early_momentum: float = 0.5,
-                 optimizer: str = "gains", learning_rate_decay: bool = False, init="pca",
-                 dtype: str = "float32", random_state: int | None = None,
-                 verbose: bool = False, callbacks=None,
-                 callbacks_every: int = 50, n_jobs=None, device="auto", metric="euclidean", metric_params=None):
-        self.perplexity = perplexity
-        self.n_components = n_components
-        self.sea_tol = sea_tol
-        self.sinkhorn_tol = sinkhorn_tol
-        self.sinkhorn_max_iter = sinkhorn_max_iter
-        self.n_iter = n_iter
-        self.early_exaggeration = early_exaggeration
-        self.early_exaggeration_iter = early_exaggeration_iter
-        self.learning_rate = learning_rate
-        self.momentum = momentum
-        self.early_momentum = early_momentum
-        self.optimizer = optimizer
-        self.learning_rate_decay = learning_rate_decay
-        self.init = init
-        self.dtype = dtype
-        self.random_state = random_state
-        self.verbose = verbose
-        self.callbacks = callbacks
-        self.callbacks_every = callbacks_every
-        self.n_jobs = n_jobs
-        self.device = device
-        self.metric = metric
-        self.metric_params = metric_params
+    _defaults = {"sea_tol": 1e-5, "sinkhorn_tol": 1e-5, "sinkhorn_max_iter": 1000,
+                 "early_exaggeration": 4.0}

@@ -15,7 +15,7 @@ import pytest
 from numpydoc.docscrape import ClassDoc
 
 import probdr
-from probdr.estimators import coupling, docs
+from probdr.estimators import docs, fitted
 from probdr.estimators.base import DREstimator
 
 ESTIMATORS = [getattr(probdr, name) for name in probdr.estimators.__all__
@@ -85,8 +85,8 @@ def test_help_is_plain_text_and_shows_every_parameter(cls):
 
 def test_documented_thresholds_are_the_code_constants():
     text = probdr.GraphCoupling.__doc__
-    assert f"above {coupling.FFT_REPULSION_MIN_N:,} points" in text
-    assert f"exact up to {coupling.EXACT_REPULSION_MAX_N:,} points" in text
+    assert f"above {fitted.FFT_REPULSION_MIN_N:,} points" in text
+    assert f"exact up to {fitted.EXACT_REPULSION_MAX_N:,} points" in text
 
 
 @pytest.mark.parametrize("cls", ESTIMATORS, ids=lambda c: c.__name__)
@@ -178,3 +178,77 @@ def test_one_row_gives_a_new_parameter_its_constraint_and_its_entry(monkeypatch)
     with pytest.raises(InvalidParameterError, match="smoothing"):
         Smoother(smoothing=2.0)._validate_params()
 
+
+
+PRESETS = [probdr.SNE, probdr.TSNE, probdr.LargeVis, probdr.UMAP, probdr.SNEkhorn,
+           probdr.TSNEkhorn]
+
+
+@pytest.mark.parametrize("preset", PRESETS, ids=lambda c: c.__name__)
+def test_a_parameter_added_to_graph_coupling_reaches_every_preset(monkeypatch, preset):
+    """Adding a parameter shared by GraphCoupling and its presets is two places too: its entry in
+    ``GraphCoupling.__init__`` and its row of the table. A preset's ``__init__`` is declared
+    (probdr.estimators.presets.declare), not written out: it gets the parameter, its default,
+    its constraint and its docstring entry; a preset that fixes it (a class attribute) does
+    not."""
+    from sklearn.utils._param_validation import InvalidParameterError
+
+    from probdr.estimators.coupling import GraphCoupling
+    from probdr.estimators.params import TABLE, Num, Row
+
+    # place 1: GraphCoupling's __init__ entry (here added to the signature it reads)
+    init = GraphCoupling.__init__
+    signature = inspect.signature(init)
+
+    def __init__(self, *args, smoothing=0.5, **kwargs):
+        init(self, *args, **kwargs)
+        self.smoothing = smoothing
+
+    __init__.__signature__ = signature.replace(parameters=[
+        *signature.parameters.values(),
+        inspect.Parameter("smoothing", inspect.Parameter.KEYWORD_ONLY, default=0.5)])
+    monkeypatch.setattr(GraphCoupling, "__init__", __init__)
+    # place 2: the table's row
+    monkeypatch.setitem(TABLE, "smoothing", Row([Num(0, 1)], "float\n    How much to smooth."))
+
+    # the preset as its module declares it (a subclass is declared the same way)
+    Preset = docs.reference(type(preset.__name__, (preset,), {"__doc__": "A preset."}))
+    assert "smoothing" in _init_names(Preset)
+    assert "smoothing : float, default=0.5\n    How much to smooth." in Preset.__doc__
+    assert Preset._parameter_constraints["smoothing"] == TABLE["smoothing"].constraint
+    est = Preset(smoothing=0.25)
+    assert est.get_params()["smoothing"] == 0.25 and Preset().smoothing == 0.5
+    with pytest.raises(InvalidParameterError, match="smoothing"):
+        Preset(smoothing=2.0)._validate_params()
+    # the rest of the preset is as declared: its parameters and defaults, GraphCoupling's more
+    before = inspect.signature(preset.__init__).parameters
+    after = inspect.signature(Preset.__init__).parameters
+    assert [n for n in after if n != "smoothing"] == list(before)
+    assert all(after[n].default is before[n].default or after[n].default == before[n].default
+               for n in before)
+    # a preset that fixes the choice (a class attribute) leaves it out
+    Fixed = type(preset.__name__, (preset,), {"smoothing": 0.0})
+    assert "smoothing" not in _init_names(Fixed)
+
+
+def test_presets_are_declared_not_written_out():
+    """No preset writes its ``__init__``: each signature is GraphCoupling's, less the choices the
+    preset fixes (class attributes), with the preset's own parameters and defaults."""
+    from probdr.estimators import presets
+    from probdr.estimators.coupling import GraphCoupling
+
+    family = inspect.signature(GraphCoupling.__init__).parameters
+    for preset in PRESETS:
+        params = inspect.signature(preset.__init__).parameters
+        assert inspect.signature(preset.__init__) == presets.preset_signature(preset)
+        for name, p in params.items():
+            if name in family and name not in preset._defaults:
+                assert p.default == family[name].default, (preset.__name__, name)
+            assert name in family or name in preset._defaults or name == "self"
+        fixed = set(family) - set(params)
+        assert all(hasattr(preset, name) for name in fixed), preset.__name__
+    # a wrong argument: Python's message for a written-out __init__
+    with pytest.raises(TypeError, match=r"TSNE.__init__\(\) got an unexpected keyword"):
+        probdr.TSNE(nonsense=1)
+    with pytest.raises(TypeError, match=r"UMAP.__init__\(\) too many positional"):
+        probdr.UMAP(15, 2, 0.1)
