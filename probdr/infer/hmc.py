@@ -21,11 +21,13 @@ learned kernel's degrees of freedom) move in their unconstrained space, scaled b
 the warm-up.
 
 Which density is sampled
-    The Metropolis test makes the chain exact for the density whose value the model computes,
-    whatever gradient the leapfrog uses: a leapfrog step built on any vector field is reversible
-    and preserves volume, so a gradient that is not exactly the value's (the FFT field) costs
-    acceptance, not correctness. With ``repulsion="exact"`` the chain samples the posterior; with
-    ``"fft"`` the posterior of the FFT-interpolated likelihood; with the stochastic repulsions
+    The Metropolis test makes the chain exact for the density whose value the model computes:
+    with ``repulsion="exact"`` the chain samples the posterior. The FFT normaliser's value and
+    its gradient are two interpolations that do not match (near the mode the value's change
+    along a step differs from the gradient's by most of its size), so a test on the value would
+    reject every long trajectory; with ``"fft"`` the test measures the potential's change as the
+    gradient's work along the trajectory instead (the trapezoidal rule), and the chain samples
+    the density of the FFT field, as the MAP and SVI follow it. With the stochastic repulsions
     (``"negative_sampling"``, ``"sampled"``) the random draws are held for a trajectory (both
     ends scored with the same draws) and redrawn for the next, so each transition is exact for
     the surrogate likelihood of its own draws: the chain samples the negative-sampling surrogate
@@ -57,6 +59,8 @@ HMC_OPTIONS = {
 }
 #: repulsions whose log density is a random estimate: their draws are held for a trajectory
 STOCHASTIC_REPULSIONS = ("sampled", "negative_sampling")
+#: the largest first step size (whitened units, where a point's spread is about 1 at the start)
+MAX_FIRST_STEP = 4.0
 #: a trajectory whose energy error exceeds this is counted divergent (Stan's threshold)
 DIVERGENCE = 1000.0
 # dual averaging's constants (Hoffman & Gelman 2014, section 3.2)
@@ -69,7 +73,8 @@ def likelihood_sampled(repulsion: str) -> str:
         return "the negative-sampling surrogate, its draws renewed each trajectory" \
             if repulsion == "negative_sampling" else \
             "the sampled-normaliser surrogate, its draws renewed each trajectory"
-    return "the FFT-interpolated likelihood" if repulsion == "fft" else "the exact likelihood"
+    return "the FFT field's likelihood, its changes integrated along each trajectory" \
+        if repulsion == "fft" else "the exact likelihood"
 
 
 class Whitened:
@@ -85,9 +90,9 @@ class Whitened:
     a window sets it)."""
 
     def __init__(self, model: Callable, kwargs: dict, values: dict, supports: dict, name: str,
-                 roots: torch.Tensor, stochastic: bool):
+                 roots: torch.Tensor, stochastic: bool, integrated: bool = False):
         self.model, self.kwargs, self.name, self.roots = model, kwargs, name, roots
-        self.stochastic = stochastic
+        self.stochastic, self.integrated = stochastic, integrated
         self.bijections = {k: biject_to(c) for k, c in supports.items()}
         centre = {k: self.bijections[k].inv(v.detach()) for k, v in values.items()}
         self.shapes = {k: v.shape for k, v in centre.items()}
@@ -192,17 +197,24 @@ class DualAveraging:
 def _transition(target: Whitened, x, U, grad, step: float, n_leap: int,
                 gen: torch.Generator) -> tuple:
     """One Metropolis-adjusted trajectory of ``n_leap`` leapfrog steps from ``(x, U, grad)``:
-    returns the next ``(x, U, grad)``, the acceptance probability and the energy error."""
+    returns the next ``(x, U, grad)``, the acceptance probability and the energy error. Where
+    the target's gradient is not its value's (``target.integrated``: the FFT field), the
+    potential's change is the gradient's work along the path (the trapezoidal rule), so the
+    test measures the leapfrog's error on the field's own potential."""
     p = torch.randn(x.shape, generator=gen, dtype=x.dtype)
     H0 = U + 0.5 * float(p.square().sum())
     xn, pn = x, p - 0.5 * step * grad
-    Un, gn = U, grad
+    Un, gn, work = U, grad, 0.0
     for k in range(n_leap):
-        xn = xn + step * pn
-        Un, gn = target.energy(xn)
+        x_next = xn + step * pn
+        Un, g_next = target.energy(x_next)
         if not math.isfinite(Un):
             return x, U, grad, 0.0, math.inf
+        work += 0.5 * float((gn + g_next) @ (x_next - xn))
+        xn, gn = x_next, g_next
         pn = pn - (step if k < n_leap - 1 else 0.5 * step) * gn
+    if target.integrated:
+        Un = U + work
     error = Un + 0.5 * float(pn.square().sum()) - H0
     accept = math.exp(min(0.0, -error)) if math.isfinite(error) else 0.0
     if float(torch.rand((), generator=gen, dtype=torch.float64)) < accept:
@@ -218,6 +230,8 @@ def _first_step(target: Whitened, x, U, grad, gen) -> float:
     up = a > 0.5
     for _ in range(30):
         nxt = step * (2.0 if up else 0.5)
+        if nxt > MAX_FIRST_STEP:  # a wide, flat start: leave the rest to the adaptation
+            return step
         _, _, _, a, _ = _transition(target, x, U, grad, nxt, 1, gen)
         if (a > 0.5) != up:
             return step if up else nxt
@@ -340,7 +354,7 @@ def sample_hmc(model: Callable, kwargs: dict, latent, site: tuple, Z_init: torch
     roots = _roots(model, kwargs, Z_init) if blocks else None
     start = roots if roots is not None else _identity(Z_init)
     target = Whitened(model, kwargs, latent.values, latent.supports, name, start,
-                      repulsion in STOCHASTIC_REPULSIONS)
+                      repulsion in STOCHASTIC_REPULSIONS, integrated=repulsion == "fft")
     align = reference if opts["align"] and to_site is None else None
     gen = torch.Generator().manual_seed(seed)
     t0 = time.perf_counter()

@@ -95,7 +95,7 @@ def test_dual_averaging_finds_the_step_of_its_target():
 
 
 def test_likelihood_names():
-    assert "FFT" in likelihood_sampled("fft")
+    assert "FFT field" in likelihood_sampled("fft")
     assert "negative-sampling surrogate" in likelihood_sampled("negative_sampling")
 
 
@@ -147,3 +147,22 @@ def test_hmc_refuses_a_factor_and_bad_options(digits):
         probdr.TSNE(inference="hmc", inference_params={"max_leapfrog": 0}).fit(digits)
     with pytest.raises(InvalidParameterError, match="tree_depth"):
         probdr.TSNE(inference="hmc", inference_params={"max_tree_depth": 4}).fit(digits)
+
+
+def test_integrated_energy_equals_the_value_on_a_quadratic():
+    """The FFT's test (the gradient's work along the path, trapezoidal) is exact where the
+    gradient is linear: on a Gaussian it accepts exactly what the value's test accepts."""
+    from probdr.infer.hmc import _transition
+
+    mu, _, model = _gaussian(n=4)
+    values = {"Z": mu.reshape(4, 2).clone()}
+    supports = {"Z": dist.constraints.real}
+    eye = torch.eye(2, dtype=torch.float64).expand(4, 2, 2).clone()
+    by_value = Whitened(model, {}, values, supports, "Z", eye, stochastic=False)
+    by_work = Whitened(model, {}, values, supports, "Z", eye, stochastic=False, integrated=True)
+    x = 0.7 * torch.randn(8, dtype=torch.float64, generator=torch.Generator().manual_seed(3))
+    U, g = by_value.energy(x)
+    for step in (0.05, 0.3, 0.9):
+        a = _transition(by_value, x, U, g, step, 7, torch.Generator().manual_seed(4))
+        b = _transition(by_work, x, U, g, step, 7, torch.Generator().manual_seed(4))
+        assert abs(a[3] - b[3]) < 1e-9 and abs(a[4] - b[4]) < 1e-8
