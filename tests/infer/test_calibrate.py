@@ -144,5 +144,5 @@ def test_models_that_cannot_be_simulated_say_so():
                                 inference_params={"num_steps": 10}).fit(X)
     assert est.calibration_ is None
     assert "cannot be simulated" in est.posterior_.diagnostics["calibration"]
-    with pytest.raises(InvalidParameterError, match="NUTS needs no"):
+    with pytest.raises(InvalidParameterError, match="sampler .*needs no factor"):
         probdr.TSNE(inference="mcmc", inference_params={"calibrate": True}).fit(X)
