@@ -16,8 +16,8 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["Posterior", "GaussianDraws", "procrustes_align", "chain_statistics", "PointSummary",
-           "point_summary", "reliability_draws", "RELIABILITY_QUERIES"]
+__all__ = ["Posterior", "GaussianDraws", "procrustes_align", "chain_statistics",
+           "chain_diagnostics", "PointSummary", "point_summary", "reliability_draws", "RELIABILITY_QUERIES"]
 
 
 # --------------------------------------------------------------------------------------------
@@ -587,3 +587,29 @@ def point_summary(draws, level: float = 0.9) -> PointSummary:
     md2 = np.einsum("sni,nij,snj->sn", R, np.linalg.pinv(cov), R)
     std = np.sqrt(np.trace(cov, axis1=1, axis2=2) / D.shape[2])
     return PointSummary(mean, cov, std, np.quantile(md2, level, axis=0), float(level))
+
+
+def chain_diagnostics(aligned: np.ndarray, sites: dict,
+                      gen: np.random.Generator) -> dict:
+    """Split R-hat and bulk ESS of the aligned coordinates and the other sites (the worst), the
+    median point's ESS, and the same on a rotation-invariant quantity: each point's distance to
+    a random partner."""
+    out = {}
+    if aligned.shape[1] < 4:
+        return {"r_hat_max": float("nan"), "ess_min": float("nan"),
+                "ess_median": float("nan"), "r_hat_max_distances": float("nan"),
+                "ess_min_distances": float("nan")}
+    r, e = chain_statistics(aligned)
+    stats = [chain_statistics(v) for v in sites.values()]
+    r_all = np.concatenate([np.ravel(r)] + [np.ravel(s[0]) for s in stats])
+    e_all = np.concatenate([np.ravel(e)] + [np.ravel(s[1]) for s in stats])
+    out["r_hat_max"] = float(np.nan_to_num(r_all, nan=1.0).max())
+    out["ess_min"] = float(np.nan_to_num(e_all, nan=0.0).min())
+    out["ess_median"] = float(np.median(np.nan_to_num(e, nan=0.0)))
+    n = aligned.shape[2]
+    partner = (np.arange(n) + 1 + gen.integers(0, max(n - 1, 1), n)) % n
+    d = np.linalg.norm(aligned - aligned[:, :, partner], axis=-1)
+    rd, ed = chain_statistics(d)
+    out["r_hat_max_distances"] = float(np.nan_to_num(rd, nan=1.0).max())
+    out["ess_min_distances"] = float(np.nan_to_num(ed, nan=0.0).min())
+    return out

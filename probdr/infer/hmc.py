@@ -47,7 +47,7 @@ from pyro import poutine
 from torch.distributions import biject_to
 
 from .._compute.isolation import validation_off
-from .draws import chain_statistics, procrustes_align
+from .draws import procrustes_align
 from .schedule import OptimiserHooks, random_stream, set_random_stream
 
 __all__ = ["sample_hmc", "HMC_OPTIONS", "STOCHASTIC_REPULSIONS", "likelihood_sampled"]
@@ -402,28 +402,3 @@ def _identity(Z: torch.Tensor) -> torch.Tensor:
 
 def _numpy(x: torch.Tensor) -> np.ndarray:
     return x.detach().to(torch.float64).cpu().numpy()
-
-
-def chain_diagnostics(aligned: np.ndarray, sites: dict, gen: np.random.Generator) -> dict:
-    """Split R-hat and bulk ESS of the aligned coordinates and the other sites (the worst), the
-    median point's ESS, and the same on a rotation-invariant quantity: each point's distance to
-    a random partner."""
-    out = {}
-    if aligned.shape[1] < 4:
-        return {"r_hat_max": float("nan"), "ess_min": float("nan"),
-                "ess_median": float("nan"), "r_hat_max_distances": float("nan"),
-                "ess_min_distances": float("nan")}
-    r, e = chain_statistics(aligned)
-    stats = [chain_statistics(v) for v in sites.values()]
-    r_all = np.concatenate([np.ravel(r)] + [np.ravel(s[0]) for s in stats])
-    e_all = np.concatenate([np.ravel(e)] + [np.ravel(s[1]) for s in stats])
-    out["r_hat_max"] = float(np.nan_to_num(r_all, nan=1.0).max())
-    out["ess_min"] = float(np.nan_to_num(e_all, nan=0.0).min())
-    out["ess_median"] = float(np.median(np.nan_to_num(e, nan=0.0)))
-    n = aligned.shape[2]
-    partner = (np.arange(n) + 1 + gen.integers(0, max(n - 1, 1), n)) % n
-    d = np.linalg.norm(aligned - aligned[:, :, partner], axis=-1)
-    rd, ed = chain_statistics(d)
-    out["r_hat_max_distances"] = float(np.nan_to_num(rd, nan=1.0).max())
-    out["ess_min_distances"] = float(np.nan_to_num(ed, nan=0.0).min())
-    return out

@@ -123,8 +123,8 @@ from torch.distributions import biject_to, constraints
 from .._compute.alloc import release_free
 from .._compute.isolation import global_stream, private_pyro, validation_off
 from .._utils import generator
-from .draws import Posterior, chain_statistics, procrustes_align
-from .hmc import HMC_OPTIONS, chain_diagnostics, sample_hmc
+from .draws import Posterior, chain_diagnostics, procrustes_align
+from .hmc import HMC_OPTIONS, sample_hmc
 from .schedule import Phase
 
 __all__ = ["Posterior", "fit_posterior", "latent_sites", "LatentSites", "check_inference",
@@ -765,7 +765,7 @@ def _fit_mcmc(model, kwargs, Z_init, opts, seed, verbose, site, latent) -> Poste
             "step_size": steps,
             "num_chains": num_chains, "warmup": warmup, "num_samples": num_samples,
             "seconds": time.perf_counter() - t0}
-    diag.update(_chain_stats(aligned, *sites.values()))
+    diag.update(chain_diagnostics(aligned, sites, np.random.default_rng(seed)))
     _warn_convergence(diag)
     return Posterior("mcmc", aligned, reference, diag, raw, sites=sites)
 
@@ -834,15 +834,3 @@ def _potential_energy(model, kwargs, transforms):
             return -log_joint
 
     return potential_fn
-
-
-def _chain_stats(*chains: np.ndarray) -> dict:
-    """The largest split R-hat and smallest ESS over every coordinate of the draws per chain
-    ``chains`` (aligned Z, the other sites): :func:`~probdr.infer.draws.chain_statistics`."""
-    if chains[0].shape[1] < 4:
-        return {"r_hat_max": float("nan"), "ess_min": float("nan")}
-    stats = [chain_statistics(c) for c in chains]
-    r = np.concatenate([np.ravel(s[0]) for s in stats])
-    e = np.concatenate([np.ravel(s[1]) for s in stats])
-    return {"r_hat_max": float(np.nan_to_num(r, nan=1.0).max()),
-            "ess_min": float(np.nan_to_num(e, nan=0.0).min())}
