@@ -1,5 +1,6 @@
 """How many times one fit switches files inside ``probdr/estimators/``: a reader following
-``UMAP().fit_transform(X)`` by hand through the estimator layer (issue 59: at most 10).
+``UMAP().fit_transform(X)`` by hand through the estimator layer (at most 10; the test
+``tests/estimators/test_reading_path.py`` holds it).
 
 Every Python call made during the fit (``sys.setprofile``, "call" events) whose code lives in a
 file of ``probdr/estimators/`` is one stop of the reader; calls elsewhere (laws, models, the

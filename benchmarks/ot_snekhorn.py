@@ -81,7 +81,7 @@ def thesis_estimator(method: str, perplexity: float, lr: float, max_iter: int, Z
     from probdr.infer import Phase
 
     class Thesis:
-        def _phases(self, n):
+        def _phases(self, n, repulsion=None, steps=None):
             # the model's loss is the negative log-likelihood of the E law; the KL divergence
             # n KL(P/n | Q/n) is that loss + sum P log P - n log n + log n! - sum log Gamma(P + 1)
             # (checked against a direct computation of the KL, both presets)
@@ -92,7 +92,7 @@ def thesis_estimator(method: str, perplexity: float, lr: float, max_iter: int, Z
                         - torch.lgamma(v + 1).sum())
             self.kl_offset_ = off
             return [Phase(int(self.n_iter), float(self.learning_rate), tol=THESIS_TOL,
-                          tol_offset=off, name="adam")], 1.0, None
+                          tol_offset=off, name="adam")], 1.0, None, 1
 
     kw = dict(perplexity=perplexity, init=Z0, optimizer="adam", learning_rate=lr,
               early_exaggeration=1.0, early_exaggeration_iter=0, n_iter=max_iter)
@@ -136,8 +136,8 @@ class SharedSEA:
         shared.__dict__.update(vars(side))
         return shared
 
-    def _fit(self, X):
-        Z = super()._fit(X)
+    def _fit(self, X, y=None):
+        Z = super()._fit(X, y)
         self.sea_seconds_reused_ = self.input_.seconds_reused
         return Z
 

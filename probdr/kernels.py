@@ -456,9 +456,16 @@ def find_ab_params(spread: float = 1.0, min_dist: float = 0.1) -> tuple[float, f
 def get_kernel(kernel, **kwargs) -> Kernel:
     """Return a :class:`Kernel` from a name (``gaussian``, ``student``, ``umap``, ``umap_odds``)
     or pass a Kernel instance through. A parameter given as ``"learn"`` becomes
-    :class:`Learn` at its default start (1), a latent site of the model."""
+    :class:`Learn` at its default start (1), a latent site of the model. UMAP's kernels take
+    their curve's ``a, b`` or, as umap-learn, ``min_dist`` and ``spread``
+    (:func:`find_ab_params`)."""
     if isinstance(kernel, Kernel):
         return kernel
+    if kernel in ("umap", "umap_odds") and ({"min_dist", "spread"} & kwargs.keys()):
+        if {"a", "b"} & kwargs.keys():
+            raise ValueError("give UMAP's curve as a, b or as min_dist, spread, not both.")
+        kwargs["a"], kwargs["b"] = find_ab_params(kwargs.pop("spread", 1.0),
+                                                  kwargs.pop("min_dist", 0.1))
     kwargs = {k: Learn() if isinstance(v, str) and v == "learn" else v
               for k, v in kwargs.items()}
     if kernel == "gaussian":

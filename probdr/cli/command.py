@@ -55,7 +55,7 @@ OPTIMISED_IS = {
 def loss_is(est) -> str:
     """The report's ``loss_is``: what ``loss`` is, and what the fit optimised (by its repulsion,
     with early exaggeration where the fit had some)."""
-    from ..estimators.params import early_exaggeration_steps
+    from ..estimators.fitted import early_exaggeration_steps
 
     repulsion = (getattr(est, "model_kwargs_", None) or {}).get("repulsion",
                                                                getattr(est, "repulsion", None))

@@ -32,7 +32,7 @@ from .._compute.isolation import fit_stream, private_pyro
 from .._compute.threads import governed
 from .._utils import as_output, device_context, generator, resolve_device, resolve_dtype
 from ..infer.map import fit_callbacks
-from .params import MAX_SEED, InvalidParameterError, check_init, constraints_for
+from .params import MAX_SEED, InvalidParameterError, constraints_for
 from .tables import check_table, reword_nonfinite
 
 __all__ = ["DREstimator", "resolve_seed", "resolve_n_jobs", "thread_limit", "fit_environment",
@@ -158,7 +158,8 @@ class DREstimator(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimat
     (scikit-learn's ``_validate_params``, run by ``_fit_context``), then
     ``_check_params_together()`` (relations between parameters; no data), then, once ``X`` is
     validated, ``_check_params_vs_input(n, p)`` (the rules that need the data); subclasses
-    override the two hooks. ``fit`` resolves ``random_state`` to the integer ``random_state_``
+    override the two hooks (a graph coupling checks its data rules where it resolves its
+    configuration for the data, at the start of its ``_fit``, before any work). ``fit`` resolves ``random_state`` to the integer ``random_state_``
     and stores ``embedding_`` (numpy, float64), ``n_features_in_`` (and ``feature_names_in_``
     for a DataFrame) and ``n_samples_``.
     """
@@ -238,7 +239,8 @@ class DREstimator(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimat
                               ensure_min_samples=self._min_samples, reset=True)
             return sp.csr_matrix(A)
         data = X.detach().cpu().numpy() if isinstance(X, torch.Tensor) else X
-        check_table(data, type(self).__name__)
+        if hasattr(data, "columns"):  # a DataFrame: name its bad columns
+            check_table(data, type(self).__name__)
         try:
             A = validate_data(self, data, accept_sparse=False, dtype=np.float64,
                               ensure_min_samples=self._min_samples, reset=True)
@@ -257,9 +259,19 @@ class DREstimator(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimat
 
     def _check_params_together(self) -> None:
         """The data-independent rules the constraint table cannot state: relations between
-        parameters, the contents of array parameters. Runs after the table, before ``X`` is
-        looked at; raises ``InvalidParameterError`` (override, calling ``super()``)."""
-        check_init(getattr(self, "init", None))
+        parameters, the contents of array parameters (here: an ``init`` array holds finite
+        numbers, 2-D; its shape against the data is :meth:`_check_init_shape`'s). Runs after the
+        table, before ``X`` is looked at; raises ``InvalidParameterError`` (override, calling
+        ``super()``)."""
+        init = getattr(self, "init", None)
+        if init is None or isinstance(init, str):
+            return
+        a = np.asarray(init.detach().cpu() if hasattr(init, "detach") else init)
+        if a.ndim != 2 or not np.issubdtype(a.dtype, np.number) or not np.isfinite(a).all():
+            raise InvalidParameterError(
+                f"init must name a method or be a 2-D array of finite numbers, got an array of "
+                f"shape {a.shape} and dtype {a.dtype}"
+                f"{' with NaN or inf' if a.dtype.kind in 'fc' else ''}.")
 
     def _check_params_vs_input(self, n: int, p: int):
         """The rules that depend on the data: ``n`` samples, ``p`` features, the kind of X
@@ -384,7 +396,8 @@ class DREstimator(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimat
                               reset=False, ensure_min_samples=1)
             return sp.csr_matrix(A)
         data = X.detach().cpu().numpy() if isinstance(X, torch.Tensor) else X
-        check_table(data, type(self).__name__)
+        if hasattr(data, "columns"):  # a DataFrame: name its bad columns
+            check_table(data, type(self).__name__)
         try:
             A = validate_data(self, data, accept_sparse=False, dtype=np.float64, reset=False,
                               ensure_min_samples=1)

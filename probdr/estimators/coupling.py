@@ -43,14 +43,20 @@ from .coupling_new_points import (
     check_sampling_options,
 )
 from .docs import reference
-from .fitted import FittedCoupling, auto_repulsion, map_phases
+from .fitted import (
+    Configuration,
+    FittedCoupling,
+    auto_repulsion,
+    early_exaggeration_steps,
+    map_phases,
+    optimiser_steps,
+)
 from .inference import PosteriorInference
 from .params import (
     POSITIVE,
     Int,
     InvalidParameterError,
     StrOptions,
-    check_early_exaggeration,
 )
 
 __all__ = ["GraphCoupling", "auto_coupling_weight", "CALIBRATED_INFLATION"]
@@ -216,6 +222,12 @@ class GraphCoupling(PosteriorInference, DREstimator):
     _has_laplace = True  # the coupling model declares its per-point curvature
 
     _defaults_kernel: dict[str, Any] = {}
+    #: the estimator's own parameters that are its latent kernel's, passed to
+    #: :func:`~probdr.kernels.get_kernel` by name (TSNE's ``dof``; UMAP's ``min_dist`` and
+    #: ``spread``, from which the kernel fits its curve's ``a``, ``b``)
+    _kernel_args: tuple[str, ...] = ()
+    #: the fitted kernel's numbers that ``fit`` records as ``<name>_`` (UMAP's ``a_``, ``b_``)
+    _kernel_records: tuple[str, ...] = ()
     _constraint_overrides = {
         "learning_rate": [POSITIVE, StrOptions({"auto"})],
         "coupling_weight": [POSITIVE, StrOptions({"auto"})],
@@ -325,22 +337,18 @@ class GraphCoupling(PosteriorInference, DREstimator):
         return get_prior(self.prior_z, self.latent_edge_prior)
 
     def _make_kernel(self):
+        """The latent kernel the parameters name: ``kernel_z`` with the preset's own kernel
+        parameters (:attr:`_kernel_args`) and ``kernel_params``."""
         params = dict(self._defaults_kernel)
+        params.update({name: getattr(self, name) for name in self._kernel_args})
         params.update(self.kernel_params or {})
         return get_kernel(self.kernel_z, **params)
 
-    def _n_iter(self, n: int) -> int:
-        """Total optimisation steps for n samples."""
-        return self.n_iter
-
-    def _epoch_steps(self, n: int) -> int:
-        return 1  # negative sampling: optimiser steps per epoch (see UMAP)
-
-    def _fit_choices(self, n: int) -> tuple[Kernel, int, int]:
-        """The choices the parameters make for a fit of ``n`` points, once: the latent kernel,
-        the optimiser's steps in all and per negative-sampling epoch (a preset records its
-        own, e.g. UMAP's ``a_``, ``b_``)."""
-        return self._make_kernel(), self._n_iter(n), self._epoch_steps(n)
+    def _steps(self, n: int) -> tuple[int, int]:
+        """The optimiser's steps in all and per negative-sampling epoch for ``n`` points
+        (:func:`~probdr.estimators.fitted.optimiser_steps`: ``n_iter``, or UMAP's epochs)."""
+        return optimiser_steps(n, getattr(self, "n_iter", None), getattr(self, "n_epochs", None),
+                               getattr(self, "epoch_steps", 1))
 
     def _make_input(self) -> InputGraph:
         """The input side from those of the estimator's parameters that set it (a preset
@@ -388,7 +396,9 @@ class GraphCoupling(PosteriorInference, DREstimator):
             check_coupling(kx, kz)
 
     def _check_params_together(self) -> None:
-        super()._check_params_together()
+        """The coupling's data-independent rules (Table 1's pairs, what a precomputed input or
+        a repulsion needs, the latent kernel's numbers), then the posterior's and the base's
+        (``super()``)."""
         self._check_priors()
         kind = self._precomputed()
         if kind is not None and isinstance(self.init, str) and self.init == "ccpca":
@@ -399,15 +409,20 @@ class GraphCoupling(PosteriorInference, DREstimator):
             raise InvalidParameterError(
                 "repulsion='negative_sampling' is implemented for the B latent prior (UMAP, "
                 "LargeVis); use repulsion='exact' with D or E.")
-        n_iter = getattr(self, "n_iter", None)  # UMAP counts epochs (n_epochs, epoch_steps)
-        if n_iter is not None:
-            check_early_exaggeration(self.early_exaggeration_iter, n_iter)
+        n_iter, ee = getattr(self, "n_iter", None), self.early_exaggeration_iter
+        if n_iter is not None and not isinstance(ee, str) and ee > n_iter:  # UMAP: epochs
+            raise InvalidParameterError(
+                f"early_exaggeration_iter={ee} exceeds n_iter={n_iter}: set "
+                f"early_exaggeration_iter='auto' (min(250, n_iter // 3) = "
+                f"{early_exaggeration_steps('auto', n_iter)} here) or a number up to {n_iter}, "
+                "or a larger n_iter.")
         try:
             kernel = self._make_kernel()
         except (TypeError, ValueError) as err:  # kernel_params, UMAP's min_dist and spread
             raise InvalidParameterError(f"{type(self).__name__}'s latent kernel: {err}") from err
         if self.repulsion == "fft":
             self._check_fft(kernel)
+        super()._check_params_together()
 
     def _check_fft(self, kernel) -> None:
         """``repulsion="fft"``: a 2-D embedding, and the E latent law with a Student kernel or
@@ -427,55 +442,62 @@ class GraphCoupling(PosteriorInference, DREstimator):
                 f"{name}: repulsion='fft' with the E latent law covers the Student kernels "
                 "(t-SNE's family); use repulsion='exact' or 'sampled' for this kernel.")
 
-    def _check_params_vs_input(self, n: int, p: int) -> InputGraph:
-        """The input side built from the parameters and checked against the data, once (``fit``
-        keeps it as ``input_``), then the rules of the latent side."""
+    def _configure(self, n: int, p: int, dtype=torch.float64) -> Configuration:
+        """What the parameters make of a fit of ``n`` points of ``p`` features, resolved once
+        and checked against the data before any work: the input side (``input_``), the latent
+        kernel, the repulsion, the MAP's prior (the posterior's settings checked last)."""
         side = self._make_input().check(n, p)
         from ..laws.edge_priors import check_edge_prior
 
         check_edge_prior(self.edge_prior, n, "edge_prior")
         check_edge_prior(self.latent_edge_prior, n, "latent_edge_prior")
-        # a z_prior distribution over (n, q); NUTS: fail before the MAP fit, not after it
-        self._check_inference(n, self.n_components,
-                              self._repulsion(n) if self.inference == "mcmc" else "exact")
+        kernel = self._make_kernel()
+        repulsion = self._repulsion(n, kernel)
         if self.inference == "laplace":  # fail now, not after the MAP fit
-            from ..laws.curvature import check_laplace
+            self._check_laplace(n, kernel, repulsion)
+        # a z_prior distribution over (n, q); NUTS: fail before the MAP fit, not after it
+        q = self.n_components
+        self._check_inference(n, q, repulsion if self.inference == "mcmc" else "exact")
+        return Configuration(side, kernel, repulsion, self._map_prior(n, q, dtype))
 
-            ns = (self.negative_samples, self.negative_weight) \
-                if self._repulsion(n) == "negative_sampling" else None
-            try:
-                check_laplace(prior_kind(self._latent_prior()), self._make_kernel(), n,
-                              self.n_components, ns)
-            except ValueError as err:
-                raise InvalidParameterError(str(err)) from err
-            if self.latent_edge_prior is not None:
-                raise InvalidParameterError("inference='laplace' covers latent laws without an "
-                                            "edge prior; use inference='svi'.")
-        return side
+    def _check_laplace(self, n: int, kernel: Kernel, repulsion: str) -> None:
+        """``inference="laplace"``: the latent law's curvature is written for this setting
+        (:func:`probdr.laws.curvature.check_laplace`) and has no edge prior."""
+        from ..laws.curvature import check_laplace
 
-    def _phases(self, n: int, n_iter: int | None = None,
-                repulsion: str | None = None) -> tuple[list[Phase], float, float | None]:
-        """The MAP fit's phases (:func:`~probdr.estimators.fitted.map_phases`), loss scale and
+        ns = (self.negative_samples, self.negative_weight) \
+            if repulsion == "negative_sampling" else None
+        try:
+            check_laplace(prior_kind(self._latent_prior()), kernel, n, self.n_components, ns)
+        except ValueError as err:
+            raise InvalidParameterError(str(err)) from err
+        if self.latent_edge_prior is not None:
+            raise InvalidParameterError("inference='laplace' covers latent laws without an "
+                                        "edge prior; use inference='svi'.")
+
+    def _phases(self, n: int, repulsion: str | None = None,
+                steps: tuple[int, int] | None = None
+                ) -> tuple[list[Phase], float, float | None, int]:
+        """The MAP fit's phases (:func:`~probdr.estimators.fitted.map_phases`), loss scale,
         gradient clip (umap-learn's per-pair clip at 4 is applied inside the model for the SGD
-        presets) of ``n_iter`` steps in all (``None``: :meth:`_n_iter`) with the resolved
-        ``repulsion`` (``None``: :meth:`_repulsion`). The loss is divided by
-        ``coupling_weight``, so that the MAP trajectory (flat prior) does not depend on the
-        posterior's temperature."""
-        n_iter = self._n_iter(n) if n_iter is None else n_iter
-        shrink = 1.0
+        presets) and steps per negative-sampling epoch, of ``steps`` (steps in all, per epoch;
+        ``None``: :meth:`_steps`) with the resolved ``repulsion`` (``None``: :meth:`_repulsion`).
+        The loss is divided by ``coupling_weight``, so that the MAP trajectory (flat prior) does
+        not depend on the posterior's temperature."""
+        weight, shrink = self._weight_now(), 1.0
         if self.optimizer == "gains":
             # with the Monte Carlo normaliser the gradient is noisy and a 16x smaller step was
             # needed for stability (measured); a B law's rows carry more mass (_row_mass)
             repulsion = self._repulsion(n) if repulsion is None else repulsion
             shrink = (SAMPLED_LR_SHRINK if repulsion == "sampled" else 1.0) * self._row_mass(n)
-        weight = self._weight_now()
+        n_iter, epoch_steps = self._steps(n) if steps is None else steps
         phases, scale = map_phases(
             n, n_iter, optimizer=self.optimizer, learning_rate=self.learning_rate,
             early_exaggeration=self.early_exaggeration,
             early_exaggeration_iter=self.early_exaggeration_iter, momentum=self.momentum,
             early_momentum=self.early_momentum, learning_rate_decay=self.learning_rate_decay,
             lr_shrink=shrink)
-        return phases, scale / weight, self.grad_clip
+        return phases, scale / weight, self.grad_clip, epoch_steps
 
     def _row_mass(self, n: int) -> float:
         r"""The observed graph's mass per row, :math:`P_{++}/n`, for a latent B law (1 for the
@@ -500,11 +522,12 @@ class GraphCoupling(PosteriorInference, DREstimator):
                               self.latent_edge_prior)
 
     def _fit(self, X, y=None) -> torch.Tensor:
-        n = X.n if isinstance(X, GraphLaw) else X.shape[0]
+        n, p = (X.n, X.n) if isinstance(X, GraphLaw) else X.shape
         dtype = self._fit_dtype
-        # the choices the parameters (a preset's) make for n points, and the MAP's prior: once
-        self.kernel_, n_iter, epoch_steps = self._fit_choices(n)
-        z_prior = self._map_prior(n, self.n_components, dtype)
+        # what the parameters make of n points, checked against the data before any work: once
+        self.input_, self.kernel_, repulsion, z_prior = self._configure(n, p, dtype)
+        for name in self._kernel_records:  # UMAP's a_, b_
+            setattr(self, f"{name}_", getattr(self.kernel_, name))
         gen = generator(self.random_state_)
         self.input_graph_ = self.input_.fit(X, random_state=self.random_state_)
         if self.input_graph_.n != n:
@@ -524,14 +547,15 @@ class GraphCoupling(PosteriorInference, DREstimator):
         posterior_weight = self._resolve_coupling_weight(mean)
         Z0 = self._initial(X, mean, gen).to(dtype)
         del mean  # W_X holds what the fit needs (a float64 copy of a large graph's values)
-        repulsion = self._repulsion(n, self.kernel_)
         self.model_kwargs_ = dict(
             W_X=W_X, prior_z=self._latent_prior(), kernel=self.kernel_,
             n_components=self.n_components, repulsion=repulsion,
             negative_samples=self.negative_samples, negative_weight=self.negative_weight,
             z_prior=z_prior, coupling_weight=self.coupling_weight_)
         observe = self._observe()
-        phases, scale, clip = self._phases(n, n_iter, repulsion)
+        phases, scale, clip, epoch_steps = self._phases(n, repulsion)
+        if "epoch_steps" in self._get_param_names():  # "auto" resolved
+            self.epoch_steps_ = epoch_steps
         mk = self.model_kwargs_
         coupling = FittedCoupling(
             prior_z=mk["prior_z"], kernel=self.kernel_, repulsion=repulsion,
@@ -703,7 +727,7 @@ class GraphCoupling(PosteriorInference, DREstimator):
         if schedule is None:  # saved before the schedule was kept: its last rate, constant
             lr, mom = self._last_step
             schedule = [Phase(0, lr, mom, name="main")]
-        _, scale, clip = self._phases(self.embedding_.shape[0])
+        _, scale, clip, _ = self._phases(self.embedding_.shape[0])
         return FittedCoupling(prior_z=mk["prior_z"], kernel=self.kernel_,
                               repulsion=mk["repulsion"], negative_samples=mk["negative_samples"],
                               negative_weight=mk["negative_weight"], schedule=list(schedule),

@@ -1,5 +1,7 @@
-r"""What a graph-coupling fit resolved, once: :class:`FittedCoupling`, and the rules that
-resolve the parameters' "auto" for it (:func:`auto_repulsion`, :func:`map_phases`).
+r"""What a graph-coupling fit resolved, once: :class:`Configuration` (what the parameters make of
+the data, before any work), :class:`FittedCoupling` (what the fit keeps), and the rules that
+resolve the parameters' "auto" for it (:func:`auto_repulsion`, :func:`optimiser_steps` with
+UMAP's :data:`UMAP_SCHEDULE`, :func:`early_exaggeration_steps`, :func:`map_phases`).
 
 ``GraphCoupling.fit`` turns the estimator's parameters into one configuration -- the latent law's
 prior, the kernel with its learned numbers, the repulsion ("auto" resolved), the optimiser's
@@ -13,6 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from numbers import Real
+from typing import NamedTuple
 
 import torch
 from sklearn.utils import check_scalar
@@ -23,10 +26,11 @@ from ..kernels import Kernel
 from ..laws.graph import GraphLaw, GraphPrior
 from ..laws.weights import KernelWeights
 from ..models.coupling import graph_coupling_model
-from .params import early_exaggeration_steps
 
-__all__ = ["FittedCoupling", "KERNEL_LEARNING_RATE", "KERNEL_STEP_EVERY", "auto_repulsion",
-           "map_phases", "EXACT_REPULSION_MAX_N", "FFT_REPULSION_MIN_N"]
+__all__ = ["Configuration", "FittedCoupling", "KERNEL_LEARNING_RATE", "KERNEL_STEP_EVERY",
+           "auto_repulsion", "map_phases", "optimiser_steps", "umap_schedule", "UMAP_SCHEDULE",
+           "early_exaggeration_steps", "EARLY_EXAGGERATION_ITER", "EXACT_REPULSION_MAX_N",
+           "FFT_REPULSION_MIN_N"]
 
 #: with repulsion="auto", the exact O(n^2) normaliser is used up to this many points
 EXACT_REPULSION_MAX_N = 4000
@@ -38,6 +42,64 @@ FFT_REPULSION_MIN_N = 1000
 #: ascent: in between they cost what a fixed number does) and are held in early exaggeration
 KERNEL_LEARNING_RATE = 0.05
 KERNEL_STEP_EVERY = 5
+
+
+#: UMAP's default schedule: ``(most points, epochs, optimiser steps per epoch)``, the first row
+#: whose size the data fit. Up to 10,000 points umap-learn's 500 epochs, each one full-batch
+#: step. Above, fewer epochs of more (smaller) steps: a step per part of an epoch is closer to
+#: umap-learn's sequential updates, so each epoch does more, and the time goes with the epochs
+#: (the pairs updated). On deformed MNIST against umap-learn's 200 epochs (docs/benchmarks.md,
+#: benchmarks/umap_epoch_steps.py): 60 epochs of 12 steps match its trustworthiness@15 and 5-NN
+#: accuracy at 70,000 points in half its time; at 200,000 and 1,000,000 points they trail by
+#: up to 0.005, and 100 epochs of 8 steps hold the match (within 0.003).
+UMAP_SCHEDULE = ((10_000, 500, 1), (100_000, 60, 12), (None, 100, 8))
+
+
+def umap_schedule(n: int) -> tuple[int, int]:
+    """UMAP's default ``(epochs, steps per epoch)`` for ``n`` points (:data:`UMAP_SCHEDULE`)."""
+    for most, epochs, steps in UMAP_SCHEDULE:
+        if most is None or n <= most:
+            return epochs, steps
+    raise AssertionError("the schedule's last row takes every size")  # pragma: no cover
+
+
+#: the early-exaggeration steps of ``early_exaggeration_iter="auto"`` in a long fit
+#: (openTSNE's and scikit-learn's 250)
+EARLY_EXAGGERATION_ITER = 250
+
+
+def early_exaggeration_steps(early_exaggeration_iter, n_iter: int) -> int:
+    """The early-exaggeration steps of a fit of ``n_iter`` steps in all: the number given, or
+    for ``"auto"`` min(250, n_iter // 3) (250 of the default 750; a third of a shorter fit,
+    as the command line does with ``--n-iter``)."""
+    if isinstance(early_exaggeration_iter, str):
+        return min(EARLY_EXAGGERATION_ITER, int(n_iter) // 3)
+    return int(early_exaggeration_iter)
+
+
+def optimiser_steps(n: int, n_iter: int | None = None, n_epochs: int | None = None,
+                    epoch_steps: int | str = 1) -> tuple[int, int]:
+    """The optimiser's steps in all and per negative-sampling epoch for ``n`` points: ``n_iter``
+    steps of one epoch each where it is given (GraphCoupling, TSNE, LargeVis); else counted in
+    epochs as UMAP does, ``n_epochs`` of ``epoch_steps`` steps, either ``None``/``"auto"`` taken
+    from :func:`umap_schedule`."""
+    if n_iter is not None:
+        return int(n_iter), 1
+    epochs, steps = umap_schedule(n)
+    steps = steps if epoch_steps == "auto" else int(epoch_steps)
+    return (epochs if n_epochs is None else int(n_epochs)) * steps, steps
+
+
+class Configuration(NamedTuple):
+    """What a coupling's parameters make of a fit of ``n`` points, resolved once before any work
+    (``GraphCoupling._configure``): the input side checked against the data, the latent kernel
+    (a learned number at its start), the repulsion ("auto" resolved) and the MAP's prior on Z
+    (``None``: flat)."""
+
+    input: object
+    kernel: Kernel
+    repulsion: str
+    z_prior: object
 
 
 def auto_repulsion(n: int, latent_kind: str, n_components: int, kernel: Kernel,
@@ -57,7 +119,7 @@ def map_phases(n: int, n_iter: int, *, optimizer: str, learning_rate, early_exag
                lr_shrink: float = 1.0) -> tuple[list[Phase], float]:
     """The MAP fit's phases for ``n`` points, ``n_iter`` steps in all, and the loss's scale
     (before the coupling weight): early exaggeration for its steps
-    (:func:`~probdr.estimators.params.early_exaggeration_steps`; none at exaggeration 1), then
+    (:func:`early_exaggeration_steps`; none at exaggeration 1), then
     the main phase, its rate decaying linearly to 0 with ``learning_rate_decay``.
 
     ``optimizer="gains"`` (t-SNE's, on the loss divided by n): the automatic rate in each phase

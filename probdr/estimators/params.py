@@ -12,9 +12,11 @@ is defined. Three places, in the order ``fit`` runs them:
 * the table: each parameter alone (its type, its choices, its range);
 * ``_check_params_together()``: what the table cannot state and needs no data -- relations
   between parameters (``solver="closed_form"`` needs ``alpha=0``) and the contents of array
-  parameters (:func:`check_init`); it raises ``InvalidParameterError`` too;
+  parameters (``DREstimator._check_params_together``); it raises ``InvalidParameterError`` too;
 * ``_check_params_vs_input(n, p)``: the rules that need the data (``perplexity < n - 1``,
-  ``n_components <= p``, an ``init`` array of n rows).
+  ``n_components <= p``, an ``init`` array of n rows); a graph coupling checks them where its
+  ``_fit`` resolves the configuration for the data (``GraphCoupling._configure``), before any
+  work.
 
 Numbers: integers refuse booleans, reals refuse booleans, NaN and infinities; numpy scalars are
 numbers. A wrong value raises scikit-learn's ``InvalidParameterError`` (a ``ValueError`` and a
@@ -30,9 +32,8 @@ import numpy as np
 import torch
 from sklearn.utils._param_validation import Interval, InvalidParameterError, StrOptions
 
-__all__ = ["Int", "Num", "TABLE", "Row", "PARAMETERS", "DESCRIPTIONS", "constraints_for", "check_init", "POSITIVE", "StrOptions",
-           "InvalidParameterError", "NEIGHBORS", "MAX_SEED", "EARLY_EXAGGERATION_ITER",
-           "early_exaggeration_steps"]
+__all__ = ["Int", "Num", "TABLE", "Row", "PARAMETERS", "DESCRIPTIONS", "constraints_for", "POSITIVE", "StrOptions",
+           "InvalidParameterError", "NEIGHBORS", "MAX_SEED"]
 
 
 class Int(Interval):
@@ -70,32 +71,6 @@ FRACTION = Num(0, 1, closed="left")  # momentum: [0, 1)
 MAX_SEED = 2**32 - 1
 #: the neighbour searches of :func:`probdr.input.neighbors.knn`
 NEIGHBORS = StrOptions({"auto", "exact", "approximate", "pynndescent"})
-
-#: the early-exaggeration steps of ``early_exaggeration_iter="auto"`` in a long fit
-#: (openTSNE's and scikit-learn's 250)
-EARLY_EXAGGERATION_ITER = 250
-
-
-def early_exaggeration_steps(early_exaggeration_iter, n_iter: int) -> int:
-    """The early-exaggeration steps of a fit of ``n_iter`` steps in all: the number given, or
-    for ``"auto"`` min(250, n_iter // 3) (250 of the default 750; a third of a shorter fit,
-    as the command line does with ``--n-iter``)."""
-    if isinstance(early_exaggeration_iter, str):
-        return min(EARLY_EXAGGERATION_ITER, int(n_iter) // 3)
-    return int(early_exaggeration_iter)
-
-
-def check_early_exaggeration(early_exaggeration_iter, n_iter: int) -> None:
-    """An ``early_exaggeration_iter`` given as a number fits in ``n_iter``; the message says
-    what to set. Raises ``InvalidParameterError``."""
-    if isinstance(early_exaggeration_iter, str) or early_exaggeration_iter <= n_iter:
-        return
-    raise InvalidParameterError(
-        f"early_exaggeration_iter={early_exaggeration_iter} exceeds n_iter={n_iter}: set "
-        f"early_exaggeration_iter='auto' (min(250, n_iter // 3) = "
-        f"{early_exaggeration_steps('auto', n_iter)} here) or a number up to {n_iter}, or a "
-        "larger n_iter.")
-
 
 class Row(NamedTuple):
     """A parameter's row of :data:`TABLE`: its constraint (scikit-learn's list; ``None``: no
@@ -250,7 +225,7 @@ TABLE: dict[str, Row] = {
     "init": _row([str, "array-like"], """{"pca", "random", "spectral", "ccpca"} or array of shape (n_samples, n_components)
         Initial embedding: PCA scores, Gaussian noise, the spectral embedding of the input
         graph, ccPCA (probdr.ccPCA), or an array; a named one is rescaled by ``init_scale``.
-    """),  # an array: finite (check_init), its rows: the data
+    """),  # an array: finite (_check_params_together), its rows: the data
     "callbacks": _row([callable, list, tuple, None], """callable, list of callables or None
         Called as ``callback(step, embedding, loss)`` every ``callbacks_every`` steps of the
         optimiser; the fit stops when one returns True (``stopped_by_callback_``).
@@ -347,16 +322,3 @@ def constraints_for(cls) -> dict[str, list]:
         out.update({k: v for k, v in vars(klass).get("_constraint_overrides", {}).items()
                     if k in names})
     return out
-
-
-def check_init(init) -> None:
-    """An ``init`` array (an initial embedding) holds finite numbers, 2-D; its shape against
-    the data is the estimator's rule. Strings name a method and pass (the table checks the
-    name). Raises ``InvalidParameterError``."""
-    if init is None or isinstance(init, str):
-        return
-    a = np.asarray(init.detach().cpu() if hasattr(init, "detach") else init)
-    if a.ndim != 2 or not np.issubdtype(a.dtype, np.number) or not np.isfinite(a).all():
-        raise InvalidParameterError(f"init must name a method or be a 2-D array of finite numbers, got "
-                         f"an array of shape {a.shape} and dtype {a.dtype}"
-                         f"{' with NaN or inf' if a.dtype.kind in 'fc' else ''}.")

@@ -28,31 +28,11 @@ from __future__ import annotations
 
 import inspect
 
-from ..kernels import find_ab_params, get_kernel
 from .compat import foreign_names
 from .coupling import GraphCoupling
 from .docs import reference
 
 __all__ = ["SNE", "TSNE", "LargeVis", "UMAP"]
-
-#: UMAP's default schedule: ``(most points, epochs, optimiser steps per epoch)``, the first row
-#: whose size the data fit. Up to 10,000 points umap-learn's 500 epochs, each one full-batch
-#: step. Above, fewer epochs of more (smaller) steps: a step per part of an epoch is closer to
-#: umap-learn's sequential updates, so each epoch does more, and the time goes with the epochs
-#: (the pairs updated). On deformed MNIST against umap-learn's 200 epochs (docs/benchmarks.md,
-#: benchmarks/umap_epoch_steps.py): 60 epochs of 12 steps match its trustworthiness@15 and 5-NN
-#: accuracy at 70,000 points in half its time; at 200,000 and 1,000,000 points they trail by
-#: up to 0.005, and 100 epochs of 8 steps hold the match (within 0.003).
-UMAP_SCHEDULE = ((10_000, 500, 1), (100_000, 60, 12), (None, 100, 8))
-
-
-def umap_schedule(n: int) -> tuple[int, int]:
-    """UMAP's default ``(epochs, steps per epoch)`` for ``n`` points (:data:`UMAP_SCHEDULE`)."""
-    for most, epochs, steps in UMAP_SCHEDULE:
-        if most is None or n <= most:
-            return epochs, steps
-    raise AssertionError("the schedule's last row takes every size")  # pragma: no cover
-
 
 def preset_signature(cls) -> inspect.Signature:
     """The ``__init__`` signature of the preset ``cls``: ``_positional``, then its own
@@ -293,10 +273,7 @@ class TSNE(_GainsPreset):
     prior_z = "E"
     kernel_z = "student"
     _defaults = {"dof": 1.0, "affinity": "entropic", "negative_samples": 10}
-
-
-    def _make_kernel(self):
-        return get_kernel("student", dof=self.dof)
+    _kernel_args = ("dof",)
 
 
 @reference
@@ -394,7 +371,7 @@ class UMAP(_SGDPreset):
         (``a_``, ``b_``).
     n_epochs : int or None
         Optimisation epochs; None: by the data's size
-        (``probdr.estimators.presets.UMAP_SCHEDULE``): 500 up to 10,000 points (umap-learn's),
+        (``probdr.estimators.fitted.UMAP_SCHEDULE``): 500 up to 10,000 points (umap-learn's),
         60 up to 100,000, else 100.
     epoch_steps : int or "auto"
         Optimiser steps per epoch, each using its share of the epoch's edges (an edge acts at
@@ -470,26 +447,10 @@ class UMAP(_SGDPreset):
     prior_x = "B~"
     kernel_z = "umap_odds"
     perplexity = None  # the calibration is by n_neighbors
-    n_iter = None  # counted in epochs: n_epochs of epoch_steps steps (_n_iter)
+    n_iter = None  # counted in epochs: n_epochs of epoch_steps steps (optimiser_steps)
     _positional = ("n_neighbors", "n_components")
     _defaults = {"n_neighbors": 15, "min_dist": 0.1, "spread": 1.0, "n_epochs": None,
                  "epoch_steps": "auto", "affinity": "umap", "init": "spectral",
                  "repulsion": "negative_sampling"}
-
-    def _make_kernel(self):
-        a, b = find_ab_params(self.spread, self.min_dist)
-        return get_kernel("umap_odds", a=a, b=b)
-
-    def _n_iter(self, n: int) -> int:
-        epochs = int(self.n_epochs) if self.n_epochs is not None else umap_schedule(n)[0]
-        return epochs * self._epoch_steps(n)
-
-    def _epoch_steps(self, n: int) -> int:
-        return umap_schedule(n)[1] if self.epoch_steps == "auto" else int(self.epoch_steps)
-
-    def _fit_choices(self, n: int):
-        """The kernel (UMAP's curve as odds), the steps in all and per epoch for ``n`` points;
-        recorded as ``a_``, ``b_`` and ``epoch_steps_``."""
-        kernel, n_iter, epoch_steps = self._make_kernel(), self._n_iter(n), self._epoch_steps(n)
-        self.a_, self.b_, self.epoch_steps_ = kernel.a, kernel.b, epoch_steps
-        return kernel, n_iter, epoch_steps
+    _kernel_args = ("min_dist", "spread")  # the curve's a, b (find_ab_params)
+    _kernel_records = ("a", "b")

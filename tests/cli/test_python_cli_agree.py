@@ -7,7 +7,7 @@ from sklearn.utils._param_validation import InvalidParameterError
 
 import probdr
 from probdr.cli import command as cli
-from probdr.estimators.params import early_exaggeration_steps
+from probdr.estimators.fitted import early_exaggeration_steps
 
 CASES = [("tsne", probdr.TSNE, 100), ("tsne", probdr.TSNE, 30), ("sne", probdr.SNE, 60),
          ("tsnekhorn", probdr.TSNEkhorn, 40)]

@@ -31,7 +31,7 @@ def test_rescue_is_a_symmetry_of_the_exaggerated_dynamics():
     X = X[:300].astype(float)
     est = probdr.TSNE(perplexity=90, dtype="float64", random_state=0, n_iter=1,
                       early_exaggeration_iter=1).fit(X)
-    phases, scale, _ = est._phases(300)
+    phases, scale, _, _ = est._phases(300)
     phase = dataclasses.replace(phases[0], n_iter=80, learning_rate=10.0)
     assert phase.model_kwargs["exaggeration"] == 12.0
     Z0 = 1e-4 * torch.randn(300, 2, generator=torch.Generator().manual_seed(0),

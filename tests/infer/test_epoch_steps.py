@@ -21,10 +21,10 @@ from probdr.models.coupling import graph_coupling_model
 def test_auto_rule(n, epochs, steps):
     """The default epochs and steps per epoch follow the data's size (UMAP_SCHEDULE); a given
     ``n_epochs`` or ``epoch_steps`` replaces only its own part."""
-    est = probdr.UMAP()
-    assert est._epoch_steps(n) == steps and est._n_iter(n) == epochs * steps
-    assert probdr.UMAP(n_epochs=7)._n_iter(n) == 7 * steps
-    assert probdr.UMAP(epoch_steps=3)._n_iter(n) == epochs * 3
+    assert probdr.UMAP()._steps(n) == (epochs * steps, steps)
+    assert probdr.UMAP(n_epochs=7)._steps(n) == (7 * steps, steps)
+    assert probdr.UMAP(epoch_steps=3)._steps(n) == (epochs * 3, 3)
+    assert probdr.LargeVis(n_iter=300)._steps(n) == (300, 1)  # counted in steps
 
 
 def _used_edges(W, steps, seed):

@@ -45,3 +45,19 @@ def test_fft_normaliser_refuses_other_kernels():
                              .total_logsumexp()))
     with pytest.raises(ValueError, match="Student kernel"):
         KernelWeights(Z, GaussianKernel(), normaliser="fft").total_logsumexp()
+
+
+def test_umap_kernel_from_min_dist_and_spread_is_umap_learns_curve():
+    """``get_kernel("umap_odds", min_dist=, spread=)`` fits the curve's a, b as umap-learn does
+    (its own ``find_ab_params`` where installed); giving both forms is refused."""
+    k = get_kernel("umap_odds", min_dist=0.5, spread=1.5)
+    default = get_kernel("umap", min_dist=0.1)
+    umap_umap_ = pytest.importorskip("umap.umap_")
+    for kern, (spread, md) in ((k, (1.5, 0.5)), (default, (1.0, 0.1))):
+        a, b = umap_umap_.find_ab_params(spread, md)
+        assert kern.a == pytest.approx(a, rel=1e-3) and kern.b == pytest.approx(b, rel=1e-3)
+    assert k.odds and not default.odds
+    with pytest.raises(ValueError, match="not both"):
+        get_kernel("umap", a=1.0, min_dist=0.1)
+    with pytest.raises(ValueError, match="min_dist must lie"):
+        get_kernel("umap_odds", min_dist=2.0, spread=1.0)

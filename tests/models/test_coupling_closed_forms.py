@@ -170,5 +170,5 @@ def test_tsne_step_is_openTSNE_step_in_our_gradient_scale():
     assert np.linalg.norm(step) / np.linalg.norm(step_ref) == pytest.approx(4.0, rel=1e-3)
     # and the automatic schedule is openTSNE's divided by 4
     est = probdr.TSNE()
-    phases, _, _ = est._phases(20_000)
+    phases, _, _, _ = est._phases(20_000)
     assert [ph.learning_rate for ph in phases] == pytest.approx([20_000 / 12 / 4, 20_000 / 4])
