@@ -19,7 +19,6 @@ its coupling weight, no exaggeration), until a rule says the mode is reached or 
 
 from __future__ import annotations
 
-import math
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -31,7 +30,7 @@ import torch
 
 from .._compute.isolation import validation_off
 from .map import run_map
-from .schedule import Phase, RelativeChange
+from .schedule import Phase, RelativeChange, windows_agree
 
 __all__ = ["Mode", "converge_mode", "MODE_TOL", "MODE_MAX_CALLS", "WINDOW", "MAX_WINDOWS"]
 
@@ -118,8 +117,7 @@ def _adam_windows(model, kwargs, Z0, reparam, max_windows: int) -> Mode:
                       optimizer="adam", reparam=reparam, collapse_floor=None,
                       warn_collapse=False, desc="mode")
         Z, losses = res.Z.detach().to(Z0.dtype), np.asarray(res.loss_history, dtype=np.float64)
-        now = (losses.mean(), losses.var(ddof=1) / losses.size)
-        if previous is not None and abs(now[0] - previous[0]) < 2 * math.sqrt(now[1] + previous[1]):
+        if previous is not None and windows_agree(previous, losses)[0]:
             return Mode(Z, True, w * WINDOW, float("nan"), "adam")
-        previous, rate = now, rate / 2
+        previous, rate = losses, rate / 2
     return Mode(Z, False, max_windows * WINDOW, float("nan"), "adam")

@@ -125,7 +125,7 @@ from .._compute.isolation import global_stream, private_pyro, validation_off
 from .._utils import generator
 from .draws import Posterior, chain_diagnostics, procrustes_align
 from .hmc import HMC_OPTIONS, sample_hmc
-from .schedule import Phase
+from .schedule import Phase, windows_agree
 
 __all__ = ["Posterior", "fit_posterior", "latent_sites", "LatentSites", "check_inference",
            "check_inference_options", "check_mcmc_setup", "procrustes_align", "MCMC_MAX_PARAMS",
@@ -140,8 +140,12 @@ MCMC_MAX_PARAMS = 400
 SVI_OPTIONS = {
     "guide": "normal", "num_steps": 1000, "lr": 0.2, "lr_decay": 0.05, "num_particles": 1,
     "num_samples": 200, "rank": None, "init_scale": 0.1, "inflation": 1.0, "reference": None,
-    "align": True, "average": 0.2,
+    "align": True, "average": 0.2, "plateau": True, "max_steps": None,
 }
+#: SVI's plateau rule compares windows of this fraction of ``num_steps`` (at least
+#: :data:`PLATEAU_MIN_WINDOW` steps); an extension runs two such windows
+PLATEAU_WINDOW = 0.1
+PLATEAU_MIN_WINDOW = 50
 LAPLACE_OPTIONS = {
     "num_samples": 200, "inflation": 1.0, "reference": None, "align": True,
 }
@@ -225,6 +229,16 @@ def fit_posterior(
             Adam steps; learning rate decays geometrically to ``lr * lr_decay``.
         ``num_particles``
             ELBO particles per step.
+        ``plateau``, ``max_steps``
+            After the ``num_steps`` of the schedule, the ELBO must have stopped improving: the
+            mean loss of the last window of ``num_steps / 10`` steps (at least 50) within two
+            standard errors of the window before (the rule of the stochastic mode search).
+            While it is not, two more windows run at the schedule's geometric middle rate
+            (``lr * sqrt(lr_decay)``), their iterates averaged afresh, up to ``max_steps`` in all (``None``: ``3 * num_steps``); a
+            ``RuntimeWarning`` says when the cap came first. ``plateau=False`` runs the schedule
+            alone and only reports the verdict. ``diagnostics``: ``num_steps`` (all steps
+            run), ``elbo_plateau`` (the verdict; ``None`` with too few recorded losses) and
+            ``elbo_improvement_se`` (the last windows' improvement in standard errors).
         ``average``
             Average the guide's parameters over this last fraction of the steps (Polyak-Ruppert
             averaging, :data:`AVERAGE_SNAPSHOTS` snapshots; 0: the last step's). With a
@@ -506,6 +520,9 @@ def check_inference_options(method: str, **options) -> dict[str, Any]:
                      include_boundaries="neither")
         check_scalar(opts["average"], "average", Real, min_val=0, max_val=1,
                      include_boundaries="left")
+        check_scalar(opts["plateau"], "plateau", bool)
+        if opts["max_steps"] is not None:
+            check_scalar(opts["max_steps"], "max_steps", Integral, min_val=opts["num_steps"])
         return opts
     opts = _check_options(options, MCMC_OPTIONS, method)
     for name in ("num_chains", "num_samples"):
@@ -626,6 +643,7 @@ def _fit_svi_in_scope(model, kwargs, Z_init, opts, seed, verbose, site, latent) 
         try:
             fit.run(Phase(num_steps, lr, final_learning_rate=lr * decay, geometric=True,
                           name="svi"), kwargs)
+            plateau = _until_plateau(fit, kwargs, opts, average)
         except FloatingPointError as err:
             raise FloatingPointError(f"{err} Lower lr or init_scale, or use "
                                      "dtype='float64'.") from err
@@ -642,11 +660,61 @@ def _fit_svi_in_scope(model, kwargs, Z_init, opts, seed, verbose, site, latent) 
         if not np.all(np.isfinite(v)):
             raise FloatingPointError(f"SVI: the guide produced non-finite draws of {k!r}.")
     diag = {"elbo": elbo, "elbo_steps": fit.loss_steps, "guide": guide_name,
-            "num_steps": num_steps, "inflation": float(opts["inflation"]),
+            "num_steps": plateau.steps, "elbo_plateau": plateau.reached,
+            "elbo_improvement_se": plateau.improvement, "inflation": float(opts["inflation"]),
             "averaged_snapshots": average.count,
             "seconds": time.perf_counter() - t0}
     aligned = procrustes_align(raw, reference) if opts["align"] else raw
     return Posterior("svi", aligned, reference, diag, raw, guide=guide, sites=sites)
+
+
+class Plateau(NamedTuple):
+    """SVI's ELBO-plateau rule's verdict: whether it held (``None``: too few recorded losses to
+    judge), the last two windows' improvement in standard errors, the steps run in all."""
+
+    reached: bool | None
+    improvement: float
+    steps: int
+
+
+def _plateau(fit, window: int) -> tuple[bool | None, float]:
+    """:func:`~probdr.infer.schedule.windows_agree` on the recorded losses of the last two
+    windows of ``window`` steps (``None``: fewer than 5 recorded in either)."""
+    losses, steps = fit.history, fit.loss_steps
+    end = int(steps[-1]) if steps.size else 0
+    latest = losses[steps > end - window]
+    previous = losses[(steps > end - 2 * window) & (steps <= end - window)]
+    if min(latest.size, previous.size) < 5:
+        return None, float("nan")
+    return windows_agree(previous, latest)
+
+
+def _until_plateau(fit, kwargs: dict, opts: dict, average) -> Plateau:
+    r"""After SVI's schedule: while the ELBO still improves between the last two windows
+    (:data:`PLATEAU_WINDOW`), or too few steps were recorded to judge, run two more windows at
+    the schedule's geometric middle rate :math:`\mathrm{lr}\sqrt{\mathrm{lr\_decay}}`, their
+    iterates averaged afresh, up to ``max_steps`` (``None``: three times ``num_steps``, and at
+    least two extensions); warn
+    when the cap comes first. ``plateau=False``: judge only. (At the schedule's final rate the
+    progress left per window hides in the ELBO's noise: on a 40-dimensional Gaussian started 6
+    sds away, 100 steps of rate 0.05 were continued to a mean 0.34 sd off; at the middle rate,
+    0.07 sd.)"""
+    num_steps = int(opts["num_steps"])
+    window = max(PLATEAU_MIN_WINDOW, int(round(PLATEAU_WINDOW * num_steps)))
+    cap = num_steps if not opts["plateau"] else int(opts["max_steps"] or max(
+        3 * num_steps, num_steps + 4 * window))
+    rate = float(opts["lr"]) * math.sqrt(float(opts["lr_decay"]))
+    steps, (held, z) = num_steps, _plateau(fit, window)
+    while held is not True and steps + 2 * window <= cap:
+        average.restart(steps)
+        fit.run(Phase(2 * window, rate, name="svi plateau"), kwargs)
+        steps += 2 * window
+        held, z = _plateau(fit, window)
+    if held is False and opts["plateau"]:
+        warnings.warn(f"SVI: the ELBO still improved after {steps} steps (by {z:.1f} standard "
+                      f"errors between the last two windows of {window} steps); raise "
+                      "max_steps or num_steps, or lr.", RuntimeWarning, stacklevel=4)
+    return Plateau(held, z, steps)
 
 
 #: the number of parameter snapshots an SVI fit averages over its last steps (``average``)
@@ -686,6 +754,10 @@ class IterateAverage:
                     total.add_(p)
             self.count += 1
         return False
+
+    def restart(self, start: int) -> None:
+        """Average afresh over the steps after ``start`` (an extension of the fit)."""
+        self.start, self.count, self._sums = start, 0, [torch.zeros_like(t) for t in self._sums]
 
     def apply(self) -> None:
         """Set the guide's parameters to the snapshots' mean (nothing without snapshots)."""

@@ -23,7 +23,7 @@ from pyro.poutine.messenger import Messenger
 from .._compute.isolation import fit_generator
 from ..optim import SGD, Adam, GainsMomentum
 
-__all__ = ["OPTIMIZERS", "fit_callbacks", "RelativeChange", "Phase", "MAPResult",
+__all__ = ["OPTIMIZERS", "fit_callbacks", "RelativeChange", "windows_agree", "Phase", "MAPResult",
            "COLLAPSE_FLOOR", "continue_schedule", "random_stream", "set_random_stream",
            "OptimiserHooks", "with_hooks"]
 
@@ -64,6 +64,21 @@ class RelativeChange:
 
     def __call__(self, previous: float, loss: float) -> bool:
         return abs(previous - loss) <= self.tol * max(1.0, abs(loss))
+
+
+def windows_agree(previous, latest) -> tuple[bool, float]:
+    r"""The stopping rule of a noisy objective: two consecutive windows of losses agree when
+    their means differ by less than twice the standard error of the difference,
+    :math:`|\bar\ell_1 - \bar\ell_2| < 2\sqrt{s_1^2/k_1 + s_2^2/k_2}` (the noise of the
+    objective hides any progress left). Returns the verdict and the improvement
+    :math:`(\bar\ell_1 - \bar\ell_2)` in standard errors (positive: the loss still falls).
+    The stochastic mode search's rule (:mod:`probdr.infer.mode`) and SVI's ELBO plateau."""
+    a, b = np.asarray(previous, dtype=np.float64), np.asarray(latest, dtype=np.float64)
+    se = math.sqrt(a.var(ddof=1) / a.size + b.var(ddof=1) / b.size)
+    gap = float(a.mean() - b.mean())
+    if se == 0.0:
+        return gap == 0.0, (0.0 if gap == 0.0 else math.copysign(math.inf, gap))
+    return abs(gap) < 2 * se, gap / se
 
 
 @dataclass
