@@ -432,6 +432,10 @@ class EpochSchedule:
         self.v, self.vmax, self.steps, self.generator = v, float(vmax), int(steps), generator
         self.epoch = self.slots = self.order = None
         self.bounds: list[int] = []
+        #: the systematic sample's running sum of v / vmax, picks per epoch, and the epoch's
+        #: positions and use flags per step (:meth:`systematic`)
+        self.cumulative = self.positions = self.used = None
+        self.picks = 0
 
     @classmethod
     def of(cls, v: torch.Tensor, vmax: float, steps: int, generator=None) -> EpochSchedule:
@@ -481,37 +485,44 @@ class EpochSchedule:
             self._draw_epoch(epoch)
         return self.slots == s if as_mask else self._positions(s)
 
-    def strided(self, index: int, rows: torch.Tensor, cols: torch.Tensor):
-        r"""The edges of step ``index`` at a shape fixed for the whole fit (sync-free mode):
-        every ``steps``-th edge, from a start that the epoch turns by :data:`STRIDE_TURN`
-        (each edge in exactly one step of each epoch, as umap-learn's edges act at fixed
-        intervals), each used with probability :math:`v_e / v_{\max}`. Returns ``(rows, cols,
-        used)`` of :math:`\lceil m / \mathrm{steps}\rceil` edges: an edge acts at most once per
-        epoch, in one step, with the probability of :meth:`next`, at a ``1 / steps`` share of
-        the work of all the edges; the rows stay sorted (the edge lists are padded to a multiple
-        of ``steps`` with unused copies of the last edge)."""
+    def systematic(self, index: int, rows: torch.Tensor, cols: torch.Tensor):
+        r"""The edges of step ``index`` at a shape fixed for the whole fit (sync-free mode), the
+        epoch's used edges only. At the start of an epoch, systematic sampling with
+        probabilities :math:`p_e = v_e / v_{\max}` (Madow 1949): one uniform :math:`u`, and
+        edge e is used if an integer :math:`k` has :math:`C_{e-1} \le u + k < C_e`, with
+        :math:`C` the running sum of :math:`p`. So edge e is used with probability
+        :math:`p_e` (at most once, as :meth:`next`'s), and an epoch uses
+        :math:`\lfloor P\rfloor` or :math:`\lceil P\rceil` edges, :math:`P = \sum_e p_e`,
+        found by a binary search at a shape known from the first epoch (one host read of
+        :math:`P`, when the schedule is made): no work on unused edges, no shape from the
+        draw. The used edges are dealt to the epoch's steps in a random order (each in one step
+        drawn at random, as :meth:`next`'s slots do), each step sorted by position (rows stay
+        sorted). Returns ``(rows, cols, used)`` of :math:`\lceil (\lfloor P\rfloor + 1) /
+        \mathrm{steps}\rceil` edges, ``used`` false on the padding."""
         epoch, s = divmod(int(index), self.steps)
-        start = (s + STRIDE_TURN * epoch) % self.steps
-        r, c, v = tensor_cache(self.v, f"_probdr_strided_{self.steps}",
-                               lambda: _padded(rows, cols, self.v, self.steps))
-        r, c, v = r[start::self.steps], c[start::self.steps], v[start::self.steps]
-        u = torch.rand(v.shape, dtype=v.dtype, device=v.device, generator=self.generator)
-        return r, c, u.mul_(self.vmax) < v
+        if epoch != self.epoch:
+            self._deal_epoch(epoch)
+        at = self.positions[s]
+        return rows.index_select(0, at), cols.index_select(0, at), self.used[s]
 
-
-#: how far the start of the strided steps (:meth:`EpochSchedule.strided`) turns from one epoch
-#: to the next, so that an edge's step changes between epochs
-STRIDE_TURN = 5
-
-
-def _padded(rows, cols, v, steps: int):
-    """The edge lists padded to a multiple of ``steps`` with copies of the last edge at value 0
-    (never used), so that every strided step has the same number of edges."""
-    pad = (-v.numel()) % steps
-    if not pad:
-        return rows, cols, v
-    return (torch.cat([rows, rows[-1:].expand(pad)]), torch.cat([cols, cols[-1:].expand(pad)]),
-            torch.cat([v, v.new_zeros(pad)]))
+    def _deal_epoch(self, epoch: int) -> None:
+        """Draw the epoch's systematic sample and deal it to its steps (:meth:`systematic`)."""
+        if self.cumulative is None:
+            self.cumulative = (self.v.double() / self.vmax).cumsum(0)
+            self.picks = int(float(self.cumulative[-1])) + 1  # the one host read
+        v, c, picks, steps = self.v, self.cumulative, self.picks, self.steps
+        u = torch.rand((), dtype=c.dtype, device=c.device, generator=self.generator)
+        t = torch.arange(picks, dtype=c.dtype, device=c.device).add_(u)
+        at = torch.searchsorted(c, t, right=True).clamp_max_(v.numel() - 1)
+        used = t < c[-1]
+        order = torch.randperm(picks, device=c.device, generator=self.generator)
+        per = -(-picks // steps)
+        pad = per * steps - picks
+        at = torch.cat([at.index_select(0, order), at.new_zeros(pad)]).view(steps, per)
+        used = torch.cat([used.index_select(0, order), used.new_zeros(pad)]).view(steps, per)
+        at, sort = at.sort(dim=1)
+        self.positions, self.used = at, used.gather(1, sort)
+        self.epoch, self.slots, self.order = epoch, None, None
 
 
 def scheduled_edges(v, vmax, rows, cols, n: int, m: int, steps: int, generator=None,
@@ -523,14 +534,14 @@ def scheduled_edges(v, vmax, rows, cols, n: int, m: int, steps: int, generator=N
     Selected by index: the masks are ``None``, and the rows (edge lists are sorted by row) and
     the negatives' rows are sorted (segment sums in the backward; their row counts are set
     here, not found at every step). On a device in sync-free mode
-    (:func:`probdr.config.sync_free_for`), fixed shapes instead: with several steps an epoch,
-    the step's strided share of the edges (:meth:`EpochSchedule.strided`), else every edge; the
-    masks (a boolean per edge and per negative) leave the unused edges and their negatives
-    out."""
+    (:func:`probdr.config.sync_free_for`), fixed shapes instead: in a fit's steps the epoch's
+    used edges, a systematic sample dealt to its steps (:meth:`EpochSchedule.systematic`), else
+    (an independent draw) every edge; the masks (a boolean per edge and per negative) leave the
+    unused edges (the padding) and their negatives out."""
     schedule = EpochSchedule.of(v, vmax, steps, generator)
     if sync_free_for(v.device):
-        if index is not None and schedule.steps > 1:  # a 1 / steps share, at a fixed shape
-            rows, cols, used = schedule.strided(index, rows, cols)
+        if index is not None:  # the epoch's used edges, dealt to its steps, at fixed shapes
+            rows, cols, used = schedule.systematic(index, rows, cols)
             return rows, cols, rows.repeat_interleave(m), used, used.repeat_interleave(m)
         used = schedule.next(index, as_mask=True)
         neg_rows = tensor_cache(rows, f"_probdr_ns_neg_rows_{m}", lambda: rows.repeat_interleave(m))

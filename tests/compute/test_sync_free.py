@@ -178,44 +178,46 @@ def test_setting_is_validated_and_decides_by_device(sync_free):
         config.set_sync_free("yes")
 
 
-def test_strided_steps_cover_each_edge_once_an_epoch_at_a_fixed_shape():
-    """Sync-free negative sampling with several steps an epoch: each step a fixed number of
-    edges (every steps-th, rows still sorted), each edge in exactly one step of an epoch and
-    used there with probability v / max(v)."""
+@pytest.mark.parametrize("steps", [1, 4])
+def test_systematic_steps_use_each_edge_at_its_rate_at_a_fixed_shape(steps):
+    """Sync-free negative sampling: each step a fixed number of edges (rows sorted), about the
+    epoch's used edges only (P = sum v / max(v) of them, not all), each edge at most once an
+    epoch, used with probability v / max(v), in a step drawn uniformly."""
     from probdr._compute.edges import EpochSchedule
 
     g = torch.Generator().manual_seed(0)
-    m, steps = 1001, 4
+    m = 1001
     rows = torch.sort(torch.randint(0, 50, (m,), generator=g)).values
     cols = torch.randint(0, 50, (m,), generator=g)
     v = torch.rand(m, generator=g, dtype=torch.float64) + 0.05
-    sched = EpochSchedule(v, float(v.max()), steps, torch.Generator().manual_seed(1))
-    key = rows * 1000 + cols
-    for epoch in range(2):
-        seen = []
-        for s in range(steps):
-            r, c, used = sched.strided(epoch * steps + s, rows, cols)
-            assert r.shape == c.shape == used.shape == (-(-m // steps),)
-            assert bool((r[1:] >= r[:-1]).all())
-            seen.append(r * 1000 + c)
-        pad = key[-1:].expand(steps * -(-m // steps) - m)  # the padding: the last edge again
-        assert torch.equal(torch.sort(torch.cat(seen)).values,
-                           torch.sort(torch.cat([key, pad])).values)
-    counts = torch.zeros(m, dtype=torch.float64)
-    epochs = 400
-    for e in range(epochs):
-        for s in range(steps):
-            start = (s + 5 * e) % steps
-            _, _, used = sched.strided(e * steps + s, rows, cols)
-            counts[start::steps] += used[: counts[start::steps].numel()].double()
     rate = v / v.max()
+    total = float(rate.sum())
+    sched = EpochSchedule(v, float(v.max()), steps, torch.Generator().manual_seed(1))
+    per = -(-(int(total) + 1) // steps)
+    counts, in_step = torch.zeros(m, dtype=torch.float64), torch.zeros(steps)
+    epochs = 1000
+    for e in range(epochs):
+        picked = []
+        for s in range(steps):
+            r, c, used = sched.systematic(e * steps + s, rows, cols)
+            assert r.shape == c.shape == used.shape == (per,)
+            assert bool((r[1:] >= r[:-1]).all())
+            picked.append(sched.positions[s][used])
+            in_step[s] += float(used.sum())
+        picked = torch.cat(picked)
+        assert picked.unique().numel() == picked.numel()  # at most once an epoch
+        assert int(total) <= picked.numel() <= int(total) + 1
+        counts[picked] += 1
+    assert per * steps < 0.7 * m  # the work: the used edges, not every edge
     assert float((counts / epochs - rate).abs().max()) < 5 * float((0.25 / epochs) ** 0.5)
+    share = in_step / in_step.sum()
+    assert float((share - 1 / steps).abs().max()) < 0.01
 
 
-def test_strided_negative_sampling_same_quality_and_no_host_reads(digits, sync_free, monkeypatch):
-    """UMAP at 4 steps an epoch: the sync-free path takes a fixed quarter of the edges a step
-    (not all of them, masked) without a host read inside the loop, to the quality of the CPU
-    path's selected edges."""
+def test_systematic_negative_sampling_same_quality_and_no_host_reads(digits, sync_free, monkeypatch):
+    """UMAP at 4 steps an epoch: the sync-free path takes a fixed share of the epoch's used
+    edges a step (not all of them, masked) without a host read inside the loop, to the quality
+    of the CPU path's selected edges."""
     X, y = digits[0][:800], digits[1][:800]
     q = {}
     for on in (False, True):
