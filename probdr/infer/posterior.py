@@ -236,7 +236,8 @@ def fit_posterior(
             While it is not, two more windows run at the schedule's geometric middle rate
             (``lr * sqrt(lr_decay)``), their iterates averaged afresh, up to ``max_steps`` in all (``None``: ``3 * num_steps``); a
             ``RuntimeWarning`` says when the cap came first. ``plateau=False`` runs the schedule
-            alone and only reports the verdict. ``diagnostics``: ``num_steps`` (all steps
+            alone and only reports the verdict; a schedule of fewer than two windows is not
+            judged. ``diagnostics``: ``num_steps`` (all steps
             run), ``elbo_plateau`` (the verdict; ``None`` with too few recorded losses) and
             ``elbo_improvement_se`` (the last windows' improvement in standard errors).
         ``average``
@@ -691,11 +692,13 @@ def _plateau(fit, window: int) -> tuple[bool | None, float]:
 
 def _until_plateau(fit, kwargs: dict, opts: dict, average) -> Plateau:
     r"""After SVI's schedule: while the ELBO still improves between the last two windows
-    (:data:`PLATEAU_WINDOW`), or too few steps were recorded to judge, run two more windows at
+    (:data:`PLATEAU_WINDOW`), run two more windows at
     the schedule's geometric middle rate :math:`\mathrm{lr}\sqrt{\mathrm{lr\_decay}}`, their
     iterates averaged afresh, up to ``max_steps`` (``None``: three times ``num_steps``, and at
     least two extensions); warn
-    when the cap comes first. ``plateau=False``: judge only. (At the schedule's final rate the
+    when the cap comes first. ``plateau=False``: judge only. A schedule too short to hold two
+    windows of recorded losses (a quick look, ``num_steps < 100``) is not judged (``None``) nor
+    continued. (At the schedule's final rate the
     progress left per window hides in the ELBO's noise: on a 40-dimensional Gaussian started 6
     sds away, 100 steps of rate 0.05 were continued to a mean 0.34 sd off; at the middle rate,
     0.07 sd.)"""
@@ -705,7 +708,7 @@ def _until_plateau(fit, kwargs: dict, opts: dict, average) -> Plateau:
         3 * num_steps, num_steps + 4 * window))
     rate = float(opts["lr"]) * math.sqrt(float(opts["lr_decay"]))
     steps, (held, z) = num_steps, _plateau(fit, window)
-    while held is not True and steps + 2 * window <= cap:
+    while held is False and steps + 2 * window <= cap:
         average.restart(steps)
         fit.run(Phase(2 * window, rate, name="svi plateau"), kwargs)
         steps += 2 * window

@@ -426,7 +426,8 @@ def test_svi_through_estimator(svi_fit):
     assert np.allclose(est.posterior_mean_, post.mean)
     assert np.array_equal(est.embedding_, est.map_embedding_.astype(np.float64))
     assert np.allclose(post.mean, post.samples.mean(0))
-    assert post.diagnostics["elbo"].shape == (150,)
+    steps = post.diagnostics["num_steps"]  # 150, then more while the ELBO still fell
+    assert steps >= 150 and post.diagnostics["elbo"].shape == (steps,)
     assert post.diagnostics["guide"] == "AutoNormal"
     C = post.point_covariances()
     assert C.shape == (60, 2, 2) and np.all(np.linalg.eigvalsh(C) >= -1e-9)

@@ -57,12 +57,11 @@ def test_a_schedule_too_short_is_continued_until_the_elbo_stops_improving():
     assert abs(post.raw_chains.mean() - MEAN) < 0.1
 
 
-def test_a_schedule_too_short_to_judge_is_continued_until_it_can_be():
-    """30 steps hold fewer than two windows of 50: two more windows run, and the rule judges."""
-    post, _ = _svi(num_steps=30)
-    assert post.diagnostics["num_steps"] >= 130 and post.diagnostics["elbo_plateau"] is True
-    assert abs(post.raw_chains.mean() - MEAN) < 0.1
-    assert post.raw_chains.std(1).mean() == pytest.approx(SD, rel=0.1)
+def test_a_schedule_too_short_to_judge_is_left_as_asked():
+    """30 steps hold fewer than two windows of 50: a quick look, not judged nor continued."""
+    post, warned = _svi(num_steps=30)
+    assert post.diagnostics["num_steps"] == 30 and post.diagnostics["elbo_plateau"] is None
+    assert not warned
 
 
 def test_the_cap_is_warned_about():
