@@ -311,7 +311,8 @@ def widest_variance(draws: torch.Tensor, folds: int = 4, leak: float = 0.1) -> f
     towards noise-driven long ones. Autocorrelated draws would leak a block's noise into its
     neighbours' :math:`v`: the draws within :func:`_lag_gap` of a block are left out of its
     training set. The blocks' variances are pooled (sums of squares over degrees of freedom);
-    with too few draws for any block, 1 (a unit direction's variance)."""
+    with too few draws (or draws too still) for any block, 1 (a unit direction's variance)."""
+    draws = draws.detach().to(torch.float64)
     k = draws.shape[0]
     folds = max(2, min(folds, k // 2))
     gap = min(_lag_gap(draws, leak), k // (2 * folds)) if k > 2 else 0
@@ -324,7 +325,9 @@ def widest_variance(draws: torch.Tensor, folds: int = 4, leak: float = 0.1) -> f
         train = train - train.mean(0)
         a_top = torch.linalg.eigh(train @ train.T)[1][:, -1]  # top left vector, via the Gram
         v = train.T @ a_top
-        v = v / v.norm().clamp_min(1e-300)
+        if not float(v.norm()) > 0:  # the training draws do not move: no direction to test
+            continue
+        v = v / v.norm()
         test = draws[a:b] - draws[a:b].mean(0)
         ss, df = ss + float((test @ v).square().sum()), df + (b - a - 1)
     return ss / df if df > 0 else 1.0

@@ -153,10 +153,14 @@ def test_widest_variance_of_autocorrelated_noise_stays_near_one():
     assert min(_in_sample_top(_window(s, rho=0.7)) for s in SEEDS) > 25
 
 
-def test_widest_variance_of_a_short_window():
-    """Four draws (the shortest window) give a finite, positive estimate."""
+def test_widest_variance_of_a_short_or_still_window():
+    """Four draws (the shortest window) give a finite, positive estimate; a chain that did not
+    move (every trajectory rejected), in single precision, gives a unit variance, not NaN."""
     e = widest_variance(_window(0, k=4, d=6))
     assert np.isfinite(e) and e > 0
+    assert widest_variance(torch.zeros(4, 6, dtype=torch.float32)) == 1.0
+    still = torch.cat([torch.zeros(3, 6), torch.ones(3, 6)])  # moved once, between two blocks
+    assert np.isfinite(widest_variance(still))
 
 
 def test_likelihood_names():
