@@ -299,8 +299,12 @@ def widest_variance(draws: torch.Tensor, folds: int = 4, leak: float = 0.1) -> f
     d dimensions give about :math:`(1+\sqrt{d/k})^2` (the Marchenko-Pastur edge; 13 at d = 400,
     k = 60, where every direction's variance is 1), more when the draws are autocorrelated.
     Here the draws (in chain order) are cut into ``folds`` contiguous blocks; for each block
-    the top right-singular vector :math:`v` of the other draws (centred on their mean) is found,
-    and the held-out block's variance along it (centred on its own mean) is measured. As
+    the top right-singular vector :math:`v` of the other m draws (centred on their mean
+    :math:`\bar x`) is found, and the held-out block's mean square along it about that mean
+    is measured (divided by :math:`1 + 1/m`, the mean's own noise). Centring a block on the
+    others' mean keeps a slow move of the chain (a drift across the window, a direction it
+    wanders along) in the estimate: a block centred on its own mean would see little of it,
+    and the short trajectories that follow would explore it less still. As
     :math:`v` does not depend on the block's draws, this is an unbiased estimate of
     :math:`v^\top\Sigma v \le \lambda_{\max}`: pure noise gives about 1, and a direction of
     variance :math:`\ell` well above the noise gives about
@@ -310,7 +314,7 @@ def widest_variance(draws: torch.Tensor, folds: int = 4, leak: float = 0.1) -> f
     :math:`\ell` = 25 at d = 400, k = 60). The error is towards shorter trajectories, never
     towards noise-driven long ones. Autocorrelated draws would leak a block's noise into its
     neighbours' :math:`v`: the draws within :func:`_lag_gap` of a block are left out of its
-    training set. The blocks' variances are pooled (sums of squares over degrees of freedom);
+    training set. The blocks' variances are pooled (sums of squares over their draws);
     with too few draws (or draws too still) for any block, 1 (a unit direction's variance)."""
     draws = draws.detach().to(torch.float64)
     k = draws.shape[0]
@@ -322,14 +326,15 @@ def widest_variance(draws: torch.Tensor, folds: int = 4, leak: float = 0.1) -> f
         train = torch.cat([draws[:max(a - gap, 0)], draws[b + gap:]])
         if len(train) < 2 or b - a < 2:
             continue
-        train = train - train.mean(0)
+        mean = train.mean(0)
+        train = train - mean
         a_top = torch.linalg.eigh(train @ train.T)[1][:, -1]  # top left vector, via the Gram
         v = train.T @ a_top
         if not float(v.norm()) > 0:  # the training draws do not move: no direction to test
             continue
         v = v / v.norm()
-        test = draws[a:b] - draws[a:b].mean(0)
-        ss, df = ss + float((test @ v).square().sum()), df + (b - a - 1)
+        held = float(((draws[a:b] - mean) @ v).square().sum()) / (1 + 1 / len(train))
+        ss, df = ss + held, df + (b - a)
     return ss / df if df > 0 else 1.0
 
 
