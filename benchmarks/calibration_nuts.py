@@ -247,11 +247,18 @@ def flow_rows(kw, Zm, ref, sn, steps: int, draws: int = 2000) -> list[dict]:
                  mean_diff_in_sd_median=float(np.median(np.linalg.norm(m - ref, axis=1) / sn)))]
 
 
+#: the HMC diagnostics a row records
+SAMPLER_KEYS = ("gradient_evaluations", "leapfrog_mean", "trajectory_length", "step_size",
+                "accept_prob", "divergences", "r_hat_max", "ess_min", "ess_median",
+                "r_hat_max_distances", "ess_min_distances")
+
+
 def default_posteriors(method: str, W, beta: float, s: float, seed: int,
                        names=("svi", "laplace", "hmc")):
-    """``(name, draws, factor)`` of the public estimator's default posteriors ``names`` on the
-    observed graph ``W``: SVI and Laplace each with the factor it measured for itself, the HMC
-    sampler with none."""
+    """``(name, draws, factor, sampler)`` of the public estimator's default posteriors ``names``
+    on the observed graph ``W``: SVI and Laplace each with the factor it measured for itself,
+    the HMC sampler with none; ``sampler``, the HMC sampler's diagnostics (gradients, leapfrog
+    steps, R-hat, ESS; empty for the approximations)."""
     law, kw, repulsion = SETUPS[method]
     W = W.to_dense() if W.is_sparse else W
     for name in names:
@@ -262,7 +269,9 @@ def default_posteriors(method: str, W, beta: float, s: float, seed: int,
                                    {"num_samples": 1000},
                                    random_state=seed).fit(W.numpy())
         factor = 1.0 if est.calibration_ is None else est.calibration_.inflation
-        yield name, np.asarray(est.posterior_samples_, dtype=np.float64), factor
+        diag = est.posterior_.diagnostics if name == "hmc" else {}
+        sampler = {k: diag[k] for k in SAMPLER_KEYS if k in diag}
+        yield name, np.asarray(est.posterior_samples_, dtype=np.float64), factor, sampler
 
 
 def main() -> None:
@@ -303,8 +312,8 @@ def main() -> None:
         common["conditional_mean_shift_in_sd_median"] = float(
             np.median(np.linalg.norm(shift, axis=1) / sn))
     rows = [dict(approx=name, svi_average=SVI_OPTIONS["average"], factor=factor,
-                 **compare(draws, ref, sn, 1.0))
-            for name, draws, factor in default_posteriors(a.method, W, beta, s, a.seed,
+                 **compare(draws, ref, sn, 1.0), **sampler)
+            for name, draws, factor, sampler in default_posteriors(a.method, W, beta, s, a.seed,
                                                           a.posteriors)]
     for options in a.svi:
         post = fit_posterior(graph_coupling_model, kw, Zm, method="svi", num_samples=1000,

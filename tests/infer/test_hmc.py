@@ -11,7 +11,7 @@ from sklearn.datasets import load_digits
 
 import probdr
 from probdr.estimators.params import InvalidParameterError
-from probdr.infer.hmc import DualAveraging, Whitened, likelihood_sampled
+from probdr.infer.hmc import DualAveraging, Whitened, likelihood_sampled, widest_variance
 from probdr.infer.posterior import fit_posterior
 
 FAST = dict(warmup=150, num_samples=300, num_chains=2)
@@ -92,6 +92,91 @@ def test_dual_averaging_finds_the_step_of_its_target():
     for _ in range(2000):
         adapt.update(float(np.exp(-adapt.step)))
     assert abs(adapt.final - np.log(1 / 0.75)) < 0.02
+
+
+def _window(seed, k=60, d=400, spike=None, rho=0.0):
+    """k draws of N(0, I_d) (an AR(1) chain of correlation ``rho`` if given), one random unit
+    direction's variance raised to ``spike``."""
+    g = torch.Generator().manual_seed(seed)
+    E = torch.randn(k, d, dtype=torch.float64, generator=g)
+    for t in range(1, k) if rho else ():
+        E[t] = rho * E[t - 1] + (1 - rho**2) ** 0.5 * E[t]
+    if spike is not None:
+        u = torch.randn(d, dtype=torch.float64, generator=g)
+        u = u / u.norm()
+        E = E + (spike**0.5 - 1) * (E @ u)[:, None] * u[None]
+    return E
+
+
+def _in_sample_top(draws):
+    """The top eigenvalue of the draws' sample covariance (the estimate widest_variance
+    replaces)."""
+    dX = draws - draws.mean(0)
+    return float(torch.linalg.svdvals(dX)[0] ** 2) / (len(draws) - 1)
+
+
+SEEDS = range(8)
+
+
+def test_widest_variance_of_white_noise_is_one():
+    """60 draws of white noise in 400 dimensions: every direction's variance is 1; the
+    in-sample top eigenvalue sits at the Marchenko-Pastur edge (1 + sqrt(400/59))^2 = 13."""
+    est = [widest_variance(_window(s)) for s in SEEDS]
+    old = [_in_sample_top(_window(s)) for s in SEEDS]
+    assert abs(np.mean(est) - 1) < 0.15 and all(abs(e - 1) < 0.6 for e in est)
+    assert min(old) > 10  # the estimate replaced: a quarter period sqrt(10) times too long
+
+
+def test_widest_variance_of_a_spike():
+    """One random direction of variance 25 in 400 white dimensions, 60 draws: the estimate is
+    the held-out variance along a direction found from m = 45 draws, which random-matrix
+    theory puts at 1 + (s^2 - g) / (s + g), s = 24, g = 400 / 44 (18.1: the direction is
+    only partly resolved); the in-sample top eigenvalue is inflated above 25 instead. With
+    four times the draws the estimate comes closer to 25 (22.9 by the same formula)."""
+    def closed(m):
+        return 1 + (24.0**2 - 400 / (m - 1)) / (24.0 + 400 / (m - 1))
+
+    est = [widest_variance(_window(s, spike=25.0)) for s in SEEDS]
+    assert abs(np.mean(est) / closed(45) - 1) < 0.15
+    assert 0.65 * 25 < np.mean(est) < 25
+    assert np.mean([_in_sample_top(_window(s, spike=25.0)) for s in SEEDS]) > 29
+    more = [widest_variance(_window(s, k=240, spike=25.0)) for s in SEEDS]  # m = 180
+    assert np.mean(more) > np.mean(est) and abs(np.mean(more) / closed(180) - 1) < 0.1
+
+
+def test_widest_variance_of_autocorrelated_noise_stays_near_one():
+    """White noise drawn as an AR(1) chain (correlation 0.7: about 10 effective draws of 60):
+    the in-sample top eigenvalue grows (to about 40), the cross-validated one, its held-out
+    blocks kept apart from their training draws by the lag the autocorrelation decays in,
+    stays near 1 (about 1.4: the training mean is noisier than 1/m says)."""
+    est = [widest_variance(_window(s, rho=0.7)) for s in SEEDS]
+    assert np.mean(est) < 2 and all(0.4 < e < 3 for e in est)
+    assert min(_in_sample_top(_window(s, rho=0.7)) for s in SEEDS) > 25
+
+
+def test_widest_variance_keeps_a_drift():
+    """A chain drifting steadily along one direction across the window (a ramp of variance 16
+    on white noise: 17 along it about the window's mean) is a wide direction to tune for:
+    each held-out block is measured about the other draws' mean, not its own, so the drift
+    counts (about 13.5; a block centred on its own mean would see a sixteenth of it)."""
+    est = []
+    for s in SEEDS:
+        g = torch.Generator().manual_seed(100 + s)
+        u = torch.randn(400, dtype=torch.float64, generator=g)
+        ramp = torch.linspace(-1, 1, 60, dtype=torch.float64)
+        ramp = ramp / ramp.std() * 4.0
+        est.append(widest_variance(_window(s) + ramp[:, None] * (u / u.norm())[None]))
+    assert np.mean(est) > 0.6 * 17 and min(est) > 8 and max(est) < 20
+
+
+def test_widest_variance_of_a_short_or_still_window():
+    """Four draws (the shortest window) give a finite, positive estimate; a chain that did not
+    move (every trajectory rejected), in single precision, gives a unit variance, not NaN."""
+    e = widest_variance(_window(0, k=4, d=6))
+    assert np.isfinite(e) and e > 0
+    assert widest_variance(torch.zeros(4, 6, dtype=torch.float32)) == 1.0
+    still = torch.cat([torch.zeros(3, 6), torch.ones(3, 6)])  # moved once, between two blocks
+    assert np.isfinite(widest_variance(still))
 
 
 def test_likelihood_names():
