@@ -33,6 +33,7 @@ from probdr._compute.fused import (
     log_total_value_and_grad,
 )
 from probdr.laws.edge_lists import edge_terms, folded_edges, graph_total, sum_lgamma1
+from probdr.laws.graph import BinaryGraph, GraphPrior, NEdgeGraph
 from probdr.laws.weights import KernelWeights
 
 __all__ = ["coupling_fused_step"]
@@ -48,19 +49,29 @@ def coupling_fused_step(Z: torch.Tensor, *, W_X, prior_z, kernel, n_components=N
     """The fused step of :func:`~probdr.models.coupling.graph_coupling_model` at these
     arguments, or ``None`` where it has none (module docstring). ``Z``: the fit's current value
     (its dtype and device)."""
-    if (z_prior is not None or prior_z.edge_prior is not None or kernel.sites()
-            or kernel.learnable() or getattr(prior_z, "kind", None) not in ("B", "E")):
+    kind = _plain_law(prior_z)
+    if (z_prior is not None or kind is None or prior_z.edge_prior is not None
+            or kernel.sites() or kernel.learnable()):
         return None
-    if isinstance(W_X, torch.Tensor) and W_X.dim() != 2:
+    if not isinstance(W_X, torch.Tensor) or W_X.dim() != 2:  # a batch of graphs
         return None
     weights = KernelWeights(Z.detach(), kernel)  # the pair clip: the driver's, as in the model
     clip, cw, ex = weights.pair_grad_clip, float(coupling_weight), float(exaggeration)
-    if repulsion == "negative_sampling" and prior_z.kind == "B":
+    if repulsion == "negative_sampling" and kind == "B":
         return _negative_sampling_step(weights, W_X, int(negative_samples),
                                        float(negative_weight), cw, ex, clip)
-    if repulsion == "exact" and prior_z.kind == "E":
+    if repulsion == "exact" and kind == "E":
         return _exact_e_step(W_X, kernel, cw, ex, clip)
     return None
+
+
+def _plain_law(prior_z):
+    """The latent law's kind, "B" or "E", when ``prior_z`` gives the B or E law of
+    :mod:`probdr.laws.graph` itself (not a subclass's own posterior or law); else ``None``."""
+    law = getattr(prior_z, "law", None)
+    if law not in (BinaryGraph, NEdgeGraph) or type(prior_z).posterior is not GraphPrior.posterior:
+        return None
+    return law.prior
 
 
 def _attraction_edges(W_X):

@@ -169,6 +169,28 @@ def test_exact_e_gradient_is_the_closed_form():
     torch.testing.assert_close(grad, closed, rtol=1e-10, atol=1e-12 * float(closed.abs().max()))
 
 
+def test_no_fused_form_outside_its_cases():
+    """The model offers a fused step for negative sampling of the B law and the exact E law
+    only, with a flat prior, a fixed kernel and no latent edge prior (else the Pyro path)."""
+    from probdr.kernels import Learn
+    from probdr.laws.doubly_stochastic import DoublyStochasticPrior
+    from probdr.models.coupling_fused import coupling_fused_step
+
+    W, Z = _graph(7, total=float(N)), torch.zeros(N, 2, dtype=torch.float64)
+    ok = dict(W_X=W, prior_z=get_prior("E"), kernel=StudentKernel(), repulsion="exact")
+    assert coupling_fused_step(Z, **ok) is not None
+    assert coupling_fused_step(Z, **dict(ok, prior_z=get_prior("B"),
+                                         repulsion="negative_sampling")) is not None
+    for change in [dict(repulsion="fft"), dict(repulsion="sampled"),
+                   dict(prior_z=get_prior("D")), dict(prior_z=get_prior("B")),
+                   dict(prior_z=get_prior("E", edge_prior=torch.ones(N, N))),
+                   dict(prior_z=DoublyStochasticPrior()),
+                   dict(kernel=StudentKernel(dof=Learn())),
+                   dict(z_prior=dist.Normal(0.0, 1.0).expand((N, 2)).to_event(2)),
+                   dict(W_X=torch.stack([W.to_dense()] * 2))]:
+        assert coupling_fused_step(Z, **dict(ok, **change)) is None, change
+
+
 # ------------------------------------------------------------------------------------------
 # whole fits, on and off
 # ------------------------------------------------------------------------------------------
