@@ -11,8 +11,9 @@ fused form -- then the driver runs the Pyro program. Covered: a flat prior on Z,
   negatives, drawn from the same stream in the same order as the model's
   ``_negative_sampling_likelihood``, at weights ``weight`` and ``negative_weight * weight``,
   umap-learn's per-pair gradient clip;
-* the E law with its exact normaliser (t-SNE at small n): the attraction over the observed
-  edges and :math:`W_{++} \log \sum_{i \ne j} k_{ij}`, in blocks of rows;
+* the E law (t-SNE) with its exact normaliser (in blocks of rows) or its FFT-interpolated one
+  (2-D, Student kernels): the attraction over the observed edges and
+  :math:`W_{++} \log \sum_{i \ne j} k_{ij}`;
 
 each with the early-exaggeration factor :math:`(\alpha - 1) \sum W_{X,ij} \log k_{ij}` and the
 coupling weight. The optimiser's heuristics (the clip, the epoch's steps) are read from the same
@@ -27,6 +28,7 @@ from collections.abc import Callable
 import torch
 
 from probdr._compute.edges import epoch_edges
+from probdr._compute.fft import kernel_log_total_value_and_grad
 from probdr._compute.fused import (
     bernoulli_pairs_value_and_grad,
     edge_sum_value_and_grad,
@@ -60,8 +62,9 @@ def coupling_fused_step(Z: torch.Tensor, *, W_X, prior_z, kernel, n_components=N
     if repulsion == "negative_sampling" and kind == "B":
         return _negative_sampling_step(weights, W_X, int(negative_samples),
                                        float(negative_weight), cw, ex, clip)
-    if repulsion == "exact" and kind == "E":
-        return _exact_e_step(W_X, kernel, cw, ex, clip)
+    if kind == "E" and (repulsion == "exact" or (
+            repulsion == "fft" and kernel.has_fft and Z.shape[-1] == 2)):
+        return _e_law_step(W_X, kernel, cw, ex, clip, repulsion)
     return None
 
 
@@ -126,11 +129,14 @@ def _negative_sampling_step(weights: KernelWeights, W_X, m: int, gamma: float, c
     return step
 
 
-def _exact_e_step(W_X, kernel, cw: float, ex: float, clip) -> FusedStep:
-    r"""The E law's step with its exact normaliser: :math:`-\,c\,[\alpha \sum W \log k -
-    W_{++} \log \sum_{i \ne j} k_{ij} + \log n! - \sum \log W_{ij}!]` (coupling weight
-    :math:`c`, exaggeration :math:`\alpha`). The scalars of the gradient are formed as autograd
+def _e_law_step(W_X, kernel, cw: float, ex: float, clip, repulsion: str) -> FusedStep:
+    r"""The E law's step: :math:`-\,c\,[\alpha \sum W \log k - W_{++} \log \sum_{i \ne j}
+    k_{ij} + \log n! - \sum \log W_{ij}!]` (coupling weight :math:`c`, exaggeration
+    :math:`\alpha`), the normaliser summed exactly (``"exact"``, in blocks of rows) or
+    interpolated on a grid (``"fft"``, 2-D). The scalars of the gradient are formed as autograd
     forms them from the Pyro path's loss, whose dtype is float64 (the constant's)."""
+    log_total_of = log_total_value_and_grad if repulsion == "exact" else \
+        kernel_log_total_value_and_grad
     att = _attraction_edges(W_X)
     total = graph_total(W_X)
     const = math.lgamma(W_X.shape[0] + 1) - sum_lgamma1(edge_terms(W_X)[2])
@@ -143,7 +149,7 @@ def _exact_e_step(W_X, kernel, cw: float, ex: float, clip) -> FusedStep:
             gf = g.to(Z.dtype)
             g_att = g_lp + (gf * cw if cw != 1.0 else gf) * (ex - 1.0)
         a, grad = edge_sum_value_and_grad(Z, *att, kernel, clip, g_att, value)
-        log_total, grad_n = log_total_value_and_grad(Z, kernel, g_lp.neg() * total)
+        log_total, grad_n = log_total_of(Z, kernel, g_lp.neg() * total)
         grad = grad + grad_n
         if not value:
             return None, grad

@@ -129,22 +129,24 @@ def test_negative_sampling_gradient_is_autograds(case, scheduled):
 
 
 E_CASES = {
-    "cauchy": (StudentKernel(), 1.0, 1.0),
-    "cauchy_exaggerated": (StudentKernel(), 12.0, 1.0),
-    "dof_half": (StudentKernel(dof=0.5), 1.0, 1.0),
-    "dof_half_exaggerated_weighted": (StudentKernel(dof=0.5), 12.0, 0.6),
+    "cauchy": (StudentKernel(), 1.0, 1.0, "exact"),
+    "cauchy_exaggerated": (StudentKernel(), 12.0, 1.0, "exact"),
+    "dof_half": (StudentKernel(dof=0.5), 1.0, 1.0, "exact"),
+    "dof_half_exaggerated_weighted": (StudentKernel(dof=0.5), 12.0, 0.6, "exact"),
+    "fft_cauchy_exaggerated": (StudentKernel(), 12.0, 1.0, "fft"),
+    "fft_dof_half_weighted": (StudentKernel(dof=0.5), 1.0, 0.6, "fft"),
 }
 
 
 @pytest.mark.parametrize("case", sorted(E_CASES))
-def test_exact_e_law_gradient_is_autograds(case):
-    """The E law with its exact normaliser (t-SNE): loss and gradient of the Pyro path, with
-    early exaggeration's factor and a coupling weight."""
-    kernel, ex, cw = E_CASES[case]
+def test_e_law_gradient_is_autograds(case):
+    """The E law with its exact or FFT normaliser (t-SNE): loss and gradient of the Pyro path,
+    with early exaggeration's factor and a coupling weight."""
+    kernel, ex, cw, repulsion = E_CASES[case]
     W = _graph(3, total=float(N))
     Z0 = torch.randn(N, 2, generator=torch.Generator().manual_seed(4), dtype=torch.float64)
-    kw = dict(W_X=W, prior_z=get_prior("E"), kernel=kernel, n_components=2, repulsion="exact",
-              exaggeration=ex, coupling_weight=cw)
+    kw = dict(W_X=W, prior_z=get_prior("E"), kernel=kernel, n_components=2,
+              repulsion=repulsion, exaggeration=ex, coupling_weight=cw)
     lp, gp, _, _ = _pyro_path(Z0, kw, None, 1, 0, 1.0 / N, 0, [])
     lf, gf, _, _ = _fused_path(Z0, kw, None, 1, 0, 1.0 / N, 0, [])
     torch.testing.assert_close(gf, gp, rtol=1e-10, atol=1e-12 * float(gp.abs().max()))
@@ -181,7 +183,7 @@ def test_no_fused_form_outside_its_cases():
     assert coupling_fused_step(Z, **ok) is not None
     assert coupling_fused_step(Z, **dict(ok, prior_z=get_prior("B"),
                                          repulsion="negative_sampling")) is not None
-    for change in [dict(repulsion="fft"), dict(repulsion="sampled"),
+    for change in [dict(repulsion="sampled"), dict(kernel=UMAPKernel(), repulsion="fft"),
                    dict(prior_z=get_prior("D")), dict(prior_z=get_prior("B")),
                    dict(prior_z=get_prior("E", edge_prior=torch.ones(N, N))),
                    dict(prior_z=DoublyStochasticPrior()),
@@ -226,6 +228,7 @@ PRESETS = {
     "largevis": lambda: probdr.LargeVis(n_iter=60, random_state=0),
     "tsne": lambda: probdr.TSNE(n_iter=90, random_state=0),
     "tsne_dof": lambda: probdr.TSNE(n_iter=90, dof=0.5, random_state=0, dtype="float64"),
+    "tsne_fft": lambda: probdr.TSNE(n_iter=90, repulsion="fft", random_state=0),
 }
 
 
@@ -265,14 +268,14 @@ FALLBACKS = {
     "learned_kernel": lambda: probdr.TSNE(n_iter=30, dof="learn", random_state=0),
     "z_prior": lambda: probdr.TSNE(n_iter=30, z_prior=1.0, random_state=0),
     "observe_sample": lambda: probdr.UMAP(n_epochs=20, observe="sample", random_state=0),
-    "fft": lambda: probdr.TSNE(n_iter=30, repulsion="fft", random_state=0),
+    "sampled": lambda: probdr.TSNE(n_iter=30, repulsion="sampled", random_state=0),
 }
 
 
 @pytest.mark.parametrize("name", sorted(FALLBACKS))
 def test_fallbacks_run_the_pyro_path(name, digits_small, fused_steps):
-    """A learned kernel, a prior on Z, sampled graphs and the FFT normaliser have no fused form:
-    every step runs the Pyro program."""
+    """A learned kernel, a prior on Z, sampled graphs and the Monte Carlo normaliser have no
+    fused form: every step runs the Pyro program."""
     _fit(FALLBACKS[name], digits_small[0][:120], True)
     assert fused_steps and all(f == 0 and done > 0 for f, done, _ in fused_steps)
 
