@@ -45,7 +45,7 @@ costs nothing and the selected edges are fewer operations; ``True``/``False`` fo
 
 ``fused_step`` (default on; environment variable ``PROBDR_FUSED=0`` turns it off) lets a plain MAP
 fit of a graph coupling whose likelihood has a fused form (negative sampling of the B law: UMAP,
-LargeVis; the E law with its exact normaliser: t-SNE at small n) take each step from explicit
+LargeVis; the E law with its exact or FFT normaliser: t-SNE) take each step from explicit
 gradient formulas -- the loss and its gradient on Z computed directly, with the same edges, the
 same random draws and the same optimiser step -- instead of a Pyro trace and autograd
 (:class:`probdr.infer.map.MAPFit`). Off, every step runs the Pyro program. The numbers agree to

@@ -171,7 +171,7 @@ class MAPFit:
     The fused step: in a plain MAP fit (a point mass over ``"Z"`` alone, a fixed observed
     graph, a stochastic-gradient optimiser, one process, not sync-free; see
     :meth:`_fused_form`) of a model that offers ``fused_step`` for the phase's arguments (the
-    graph coupling's negative sampling and exact E law, :mod:`probdr.models.coupling_fused`),
+    graph coupling's negative sampling and E law, :mod:`probdr.models.coupling_fused`),
     each step takes the loss and its gradient on Z from that function -- explicit formulas, no
     Pyro trace, no autograd -- and then the same clip, optimiser step and rescue. The setting
     :func:`probdr.config.set_fused_step` (``PROBDR_FUSED=0``) turns it off.
