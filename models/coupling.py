@@ -41,6 +41,8 @@ from probdr._compute.edges import epoch_edges
 from probdr.laws.graph import GraphPrior
 from probdr.laws.weights import KernelWeights
 
+from .coupling_fused import coupling_fused_step
+
 __all__ = ["graph_coupling_model", "flat_prior"]
 
 
@@ -160,6 +162,9 @@ def gaussian_precision(z_prior, shape) -> torch.Tensor | None:
 
 #: the per-point curvature at a point (the Laplace approximation, probdr.infer.laplace)
 graph_coupling_model.point_precisions = coupling_point_precisions
+#: the likelihood's value and gradient on Z by explicit formulas, where it has them (the MAP
+#: driver's fused step, :mod:`probdr.models.coupling_fused`)
+graph_coupling_model.fused_step = coupling_fused_step
 
 
 def _negative_sampling_likelihood(law, W_X, m, gamma, n):

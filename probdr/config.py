@@ -42,6 +42,14 @@ computed on the device, and negative sampling evaluates every edge with a 0/1 we
 selecting the edges of the step (the same law of the draws, another random stream). ``None``
 (default, or ``PROBDR_SYNC_FREE=auto``): on for every device but the CPU, where a synchronisation
 costs nothing and the selected edges are fewer operations; ``True``/``False`` force it.
+
+``fused_step`` (default on; environment variable ``PROBDR_FUSED=0`` turns it off) lets a plain MAP
+fit of a graph coupling whose likelihood has a fused form (negative sampling of the B law: UMAP,
+LargeVis; the E law with its exact or FFT normaliser: t-SNE) take each step from explicit
+gradient formulas -- the loss and its gradient on Z computed directly, with the same edges, the
+same random draws and the same optimiser step -- instead of a Pyro trace and autograd
+(:class:`probdr.infer.map.MAPFit`). Off, every step runs the Pyro program. The numbers agree to
+rounding.
 """
 
 from __future__ import annotations
@@ -83,6 +91,8 @@ def _sync_free_env() -> bool | None:
 
 
 _sync_free: bool | None = _sync_free_env()
+_fused_step: bool = os.environ.get("PROBDR_FUSED", "1").strip().lower() not in (
+    "0", "false", "no", "off")
 _adaptive_threads: bool = os.environ.get("PROBDR_ADAPTIVE_THREADS", "1").strip().lower() not in (
     "0", "false", "no", "off")
 
@@ -169,6 +179,20 @@ def sync_free_for(device) -> bool:
     import torch
 
     return torch.device(device).type != "cpu"
+
+
+def get_fused_step() -> bool:
+    """Whether plain MAP fits whose model offers a fused step take it (``True``, default)."""
+    return _fused_step
+
+
+def set_fused_step(on: bool) -> None:
+    """Let plain MAP fits of models with a fused form step by explicit gradients (``True``,
+    default), or run every step through the Pyro program and autograd (``False``)."""
+    global _fused_step
+    if not isinstance(on, bool):
+        raise ValueError(f"fused_step must be True or False, got {on!r}.")
+    _fused_step = on
 
 
 def get_memory_budget() -> float | None:

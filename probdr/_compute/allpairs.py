@@ -71,35 +71,77 @@ def _block(Z, s, e, kernel, log_pi, direct):
     return f, dk
 
 
+class _ReduceState:
+    """What an all-pairs reduction's forward keeps for its gradient: the row blocks, the
+    blocks' intermediates when they fit ``CACHE_BYTES``, and the reduction's settings."""
+
+    def __init__(self, mode, kernel, blocks, cache, direct, saved, s0, learn):
+        self.mode, self.kernel, self.blocks, self.cache = mode, kernel, blocks, cache
+        self.direct, self.saved, self.s0, self.learn = direct, saved, s0, learn
+
+
+def _reduce_forward(Z, mode, kernel, log_pi, rows, learn):
+    """The reduction ``mode`` over the pairs of rows ``rows`` and the state of its gradient."""
+    n = Z.shape[0]
+    blocks = _blocks(n, Z.element_size(), rows)
+    s0 = blocks[0][0] if blocks else 0
+    cache = n * n * Z.element_size() * 2 <= CACHE_BYTES
+    direct = log_pi is None and kernel.heavy_tailed
+    saved, parts = [], []
+    for s, e in blocks:
+        a, dk = _block(Z, s, e, kernel, log_pi, direct)
+        if mode == "softplus":
+            parts.append(fixed_sum(torch.log1p(a) if direct else F.softplus(a)))
+        elif direct:
+            parts.append(a.sum(1))
+        else:
+            parts.append(torch.logsumexp(a, 1))
+        if cache:
+            saved.append((a, dk))
+    if mode == "softplus":
+        out = torch.stack(parts).sum()
+    else:
+        r = torch.cat(parts)
+        if direct:
+            out = torch.log(r) if mode == "row" else torch.log(r.sum())
+        else:
+            out = r if mode == "row" else torch.logsumexp(r, 0)
+    return out, _ReduceState(mode, kernel, blocks, cache, direct, saved, s0, learn)
+
+
+def _reduce_backward(Z, out, log_pi, st: _ReduceState, g):
+    """The gradient on Z (and on the kernel's learnable numbers, or ``None``) of ``g`` times the
+    reduction ``out`` (the cached intermediates are overwritten)."""
+    grad = torch.zeros_like(Z)
+    pgrads = None
+    for b, (s, e) in enumerate(st.blocks):
+        a, dk = st.saved[b] if st.cache else _block(Z, s, e, st.kernel, log_pi, st.direct)
+        if st.mode == "softplus":
+            # d/dd2 log(1 + K) = K/(1+K) * dlogk
+            w, wg = (a / (1.0 + a) if st.direct else torch.sigmoid(a)), g
+        elif st.mode == "row":
+            i, j = s - st.s0, e - st.s0  # positions in the output (a block of rows)
+            w = a / torch.exp(out[i:j, None]) if st.direct else torch.exp(a - out[i:j, None])
+            wg = g[i:j, None]
+        else:
+            w, wg = (a * torch.exp(-out) if st.direct else torch.exp(a - out)), g
+        if st.learn:  # d/dtheta: the same weights on dlog k / dtheta
+            part = st.kernel.param_grads(pairwise_sq_distances(Z[s:e], Z), w * wg)
+            pgrads = part if pgrads is None else [x + y for x, y in zip(pgrads, part, strict=False)]
+        M = w.mul_(dk).mul_(wg)
+        grad[s:e] += 2.0 * (M.sum(1, keepdim=True) * Z[s:e] - M @ Z)
+        with one_thread():  # a transposed product's rounding follows the thread count
+            MtZ = M.T @ Z[s:e]  # (on AVX-512 CPUs)
+        grad += 2.0 * (M.sum(0)[:, None] * Z - MtZ)
+    st.saved = None
+    return grad, pgrads
+
+
 class _PairReduce(torch.autograd.Function):
     @staticmethod
     def forward(ctx, Z, mode, kernel, log_pi, rows, *params):
-        n = Z.shape[0]
-        blocks = _blocks(n, Z.element_size(), rows)
-        s0 = blocks[0][0] if blocks else 0
-        cache = n * n * Z.element_size() * 2 <= CACHE_BYTES
-        direct = log_pi is None and kernel.heavy_tailed
-        saved, parts = [], []
-        for s, e in blocks:
-            a, dk = _block(Z, s, e, kernel, log_pi, direct)
-            if mode == "softplus":
-                parts.append(fixed_sum(torch.log1p(a) if direct else F.softplus(a)))
-            elif direct:
-                parts.append(a.sum(1))
-            else:
-                parts.append(torch.logsumexp(a, 1))
-            if cache:
-                saved.append((a, dk))
-        if mode == "softplus":
-            out = torch.stack(parts).sum()
-        else:
-            r = torch.cat(parts)
-            if direct:
-                out = torch.log(r) if mode == "row" else torch.log(r.sum())
-            else:
-                out = r if mode == "row" else torch.logsumexp(r, 0)
-        ctx.mode, ctx.kernel, ctx.blocks, ctx.cache, ctx.direct = mode, kernel, blocks, cache, direct
-        ctx.saved, ctx.s0, ctx.learn = saved, s0, any(ctx.needs_input_grad[5:])
+        out, ctx.state = _reduce_forward(Z, mode, kernel, log_pi, rows,
+                                         any(ctx.needs_input_grad[5:]))
         ctx.save_for_backward(Z, out, log_pi if log_pi is not None else Z.new_empty(0))
         return out
 
@@ -107,30 +149,48 @@ class _PairReduce(torch.autograd.Function):
     def backward(ctx, g):
         Z, out, log_pi = ctx.saved_tensors
         log_pi = None if log_pi.numel() == 0 else log_pi
-        grad = torch.zeros_like(Z)
-        pgrads = None
-        for b, (s, e) in enumerate(ctx.blocks):
-            a, dk = ctx.saved[b] if ctx.cache else _block(Z, s, e, ctx.kernel, log_pi, ctx.direct)
-            if ctx.mode == "softplus":
-                # d/dd2 log(1 + K) = K/(1+K) * dlogk
-                w, wg = (a / (1.0 + a) if ctx.direct else torch.sigmoid(a)), g
-            elif ctx.mode == "row":
-                i, j = s - ctx.s0, e - ctx.s0  # positions in the output (a block of rows)
-                w = a / torch.exp(out[i:j, None]) if ctx.direct else torch.exp(a - out[i:j, None])
-                wg = g[i:j, None]
-            else:
-                w, wg = (a * torch.exp(-out) if ctx.direct else torch.exp(a - out)), g
-            if ctx.learn:  # d/dtheta: the same weights on dlog k / dtheta
-                part = ctx.kernel.param_grads(pairwise_sq_distances(Z[s:e], Z), w * wg)
-                pgrads = part if pgrads is None else [x + y for x, y in zip(pgrads, part, strict=False)]
-            M = w.mul_(dk).mul_(wg)
-            grad[s:e] += 2.0 * (M.sum(1, keepdim=True) * Z[s:e] - M @ Z)
-            with one_thread():  # a transposed product's rounding follows the thread count
-                MtZ = M.T @ Z[s:e]  # (on AVX-512 CPUs)
-            grad += 2.0 * (M.sum(0)[:, None] * Z - MtZ)
-        ctx.saved = None
+        grad, pgrads = _reduce_backward(Z, out, log_pi, ctx.state, g)
+        n_params = len(ctx.state.kernel.learnable())
+        ctx.state = None
         return (grad, None, None, None, None,
-                *(pgrads if pgrads is not None else (None,) * len(ctx.kernel.learnable())))
+                *(pgrads if pgrads is not None else (None,) * n_params))
+
+
+def _cauchy_weights(Z, s, e):
+    """Rows s:e of :math:`1/(1 + d^2_{ij})`, the diagonal 0."""
+    w = pairwise_sq_distances(Z[s:e], Z).add_(1.0).reciprocal_()
+    idx = torch.arange(e - s)
+    w[idx, idx + s] = 0.0
+    return w
+
+
+def _cauchy_forward(Z, rows):
+    """:math:`S = \\sum_{i \ne j} 1/(1 + d^2_{ij})` over rows ``rows`` (in Z's dtype, summed in
+    float64) and the state of its gradient ``(blocks, cache, saved)``."""
+    n = Z.shape[0]
+    blocks = _blocks(n, Z.element_size(), rows)
+    cache = n * n * Z.element_size() <= CACHE_BYTES
+    total = Z.new_zeros((), dtype=torch.float64)
+    saved = []
+    for s, e in blocks:
+        w = _cauchy_weights(Z, s, e)
+        total += w.sum(dtype=torch.float64)
+        if cache:
+            saved.append(w)
+    return total.to(Z.dtype), [blocks, cache, saved]
+
+
+def _cauchy_backward(Z, S, state, g):
+    r"""The gradient on Z of ``g`` times :math:`\log S` (the cached weights overwritten)."""
+    blocks, cache, saved = state
+    grad = torch.empty_like(Z) if blocks[-1][1] - blocks[0][0] == Z.shape[0] \
+        else torch.zeros_like(Z)
+    for b, (s, e) in enumerate(blocks):
+        w = saved[b] if cache else _cauchy_weights(Z, s, e)
+        M = w.mul_(w)  # in place: the cache is not needed again
+        grad[s:e] = (M.sum(1, keepdim=True) * Z[s:e] - M @ Z).mul_(-4.0 * g / S)
+    state[2] = None
+    return grad
 
 
 class _CauchyTotal(torch.autograd.Function):
@@ -149,39 +209,28 @@ class _CauchyTotal(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, Z, rows):
-        n = Z.shape[0]
-        blocks = _blocks(n, Z.element_size(), rows)
-        cache = n * n * Z.element_size() <= CACHE_BYTES
-        total = Z.new_zeros((), dtype=torch.float64)
-        saved = []
-        for s, e in blocks:
-            w = pairwise_sq_distances(Z[s:e], Z).add_(1.0).reciprocal_()
-            idx = torch.arange(e - s)
-            w[idx, idx + s] = 0.0
-            total += w.sum(dtype=torch.float64)
-            if cache:
-                saved.append(w)
-        ctx.blocks, ctx.cache, ctx.saved = blocks, cache, saved
-        S = total.to(Z.dtype)
+        S, ctx.state = _cauchy_forward(Z, rows)
         ctx.save_for_backward(Z, S)
         return torch.log(S)
 
     @staticmethod
     def backward(ctx, g):
         Z, S = ctx.saved_tensors
-        grad = torch.empty_like(Z) if ctx.blocks[-1][1] - ctx.blocks[0][0] == Z.shape[0] \
-            else torch.zeros_like(Z)
-        for b, (s, e) in enumerate(ctx.blocks):
-            if ctx.cache:
-                w = ctx.saved[b]
-            else:
-                w = pairwise_sq_distances(Z[s:e], Z).add_(1.0).reciprocal_()
-                idx = torch.arange(e - s)
-                w[idx, idx + s] = 0.0
-            M = w.mul_(w)  # in place: the cache is not needed again
-            grad[s:e] = (M.sum(1, keepdim=True) * Z[s:e] - M @ Z).mul_(-4.0 * g / S)
-        ctx.saved = None
+        grad = _cauchy_backward(Z, S, ctx.state, g)
+        ctx.state = None
         return grad, None
+
+
+def log_total_value_and_grad(Z: torch.Tensor, kernel, g):
+    r"""The E law's log-normaliser :math:`T = \log \sum_{i \ne j} k(\|z_i - z_j\|^2)` (no edge
+    prior, fixed kernel) and ``g`` times its gradient on Z, by the formulas of
+    :func:`pair_reduce`'s backward, without autograd (the fused MAP step,
+    :mod:`probdr._compute.fused`)."""
+    if kernel.is_cauchy:
+        S, state = _cauchy_forward(Z, None)
+        return torch.log(S), _cauchy_backward(Z, S, state, g)
+    out, state = _reduce_forward(Z, "total", kernel, None, None, False)
+    return out, _reduce_backward(Z, out, None, state, g)[0]
 
 
 def pair_reduce(Z: torch.Tensor, mode: str, kernel, log_pi: torch.Tensor | None = None,

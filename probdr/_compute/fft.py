@@ -240,40 +240,72 @@ def _cauchy_grids(grid: Grid2D, Z: torch.Tensor, c: torch.Tensor, reduce=None) -
     return _potential_grids(grid, Z, c, reduce)
 
 
+def _total_forward(Z, kernel, spacing, rows, reduce, pdtypes=()):
+    r"""The FFT-interpolated :math:`\log S` (in Z's dtype) and the state of its gradient."""
+    Zd = Z.detach()
+    fixed = config.sync_free_for(Zd.device)
+    if rows is None:
+        grid, Zb = Grid2D(Zd, spacing, fixed=fixed), Zd
+    else:  # a rank's block of points on the grid of all points
+        lo = Zd.min(0).values
+        grid = Grid2D(Zd[rows[0]:rows[1]], spacing,
+                      box=(lo, (Zd.max(0).values - lo).max()), fixed=fixed)
+        Zb = Zd[rows[0]:rows[1]]
+    c = Zd.mean(0)
+    spectra, self_terms = kernel_spectra(grid, kernel, Zd.dtype)
+    pots = grid.gather(_potential_grids(grid, Zb, c, reduce, spectra))  # (4 + P, block)
+    S = (pots[0] - self_terms[0]).sum(dtype=torch.float64).clamp_min(1e-300)
+    # sum_j kappa_ij (z_i - z_j) = A_i (z_i - c) - B_i; the self terms cancel
+    A, B = pots[1], pots[2:4].T
+    dS = [(pots[4 + i] - t).sum(dtype=torch.float64) for i, t in enumerate(self_terms[1:])]
+    state = dict(saved=(Zb - c, A, B, S, *dS), dtype=Z.dtype, rows=rows, n=Z.shape[0],
+                 pdtypes=list(pdtypes))
+    return torch.log(S).to(Z.dtype), state
+
+
+def _total_backward(state, g):
+    r"""The gradients on Z and on the kernel's learnable numbers of ``g`` times :math:`\log S`."""
+    Zd, A, B, S, *dS = state["saved"]
+    grad = (A[:, None] * Zd - B).mul_(-4.0 * g / S.to(Zd.dtype))
+    rows = state["rows"]
+    if rows is not None:  # the block's rows of the full sum's gradient (see below)
+        full = grad.new_zeros(state["n"], 2)
+        full[rows[0]:rows[1]] = grad
+        grad = full
+    pgrads = tuple((d / S * g.to(torch.float64)).to(t)
+                   for d, t in zip(dS, state["pdtypes"], strict=False))
+    return grad.to(state["dtype"]), pgrads
+
+
 class _KernelLogTotalFFT(torch.autograd.Function):
     @staticmethod
     def forward(ctx, Z, kernel, spacing, rows, reduce, *params):
-        Zd = Z.detach()
-        fixed = config.sync_free_for(Zd.device)
-        if rows is None:
-            grid, Zb = Grid2D(Zd, spacing, fixed=fixed), Zd
-        else:  # a rank's block of points on the grid of all points
-            lo = Zd.min(0).values
-            grid = Grid2D(Zd[rows[0]:rows[1]], spacing,
-                          box=(lo, (Zd.max(0).values - lo).max()), fixed=fixed)
-            Zb = Zd[rows[0]:rows[1]]
-        c = Zd.mean(0)
-        spectra, self_terms = kernel_spectra(grid, kernel, Zd.dtype)
-        pots = grid.gather(_potential_grids(grid, Zb, c, reduce, spectra))  # (4 + P, block)
-        S = (pots[0] - self_terms[0]).sum(dtype=torch.float64).clamp_min(1e-300)
-        # sum_j kappa_ij (z_i - z_j) = A_i (z_i - c) - B_i; the self terms cancel
-        A, B = pots[1], pots[2:4].T
-        dS = [(pots[4 + i] - t).sum(dtype=torch.float64) for i, t in enumerate(self_terms[1:])]
-        ctx.save_for_backward(Zb - c, A, B, S, *dS)
-        ctx.dtype, ctx.rows, ctx.n = Z.dtype, rows, Z.shape[0]
-        ctx.pdtypes = [p.dtype for p in params]
-        return torch.log(S).to(Z.dtype)
+        out, state = _total_forward(Z, kernel, spacing, rows, reduce, [p.dtype for p in params])
+        ctx.save_for_backward(*state.pop("saved"))
+        ctx.state = state
+        return out
 
     @staticmethod
     def backward(ctx, g):
-        Zd, A, B, S, *dS = ctx.saved_tensors
-        grad = (A[:, None] * Zd - B).mul_(-4.0 * g / S.to(Zd.dtype))
-        if ctx.rows is not None:  # the block's rows of the full sum's gradient (see below)
-            full = grad.new_zeros(ctx.n, 2)
-            full[ctx.rows[0]:ctx.rows[1]] = grad
-            grad = full
-        pgrads = tuple((d / S * g.to(torch.float64)).to(t) for d, t in zip(dS, ctx.pdtypes, strict=False))
-        return (grad.to(ctx.dtype), None, None, None, None, *pgrads)
+        grad, pgrads = _total_backward(dict(ctx.state, saved=ctx.saved_tensors), g)
+        return (grad, None, None, None, None, *pgrads)
+
+
+def _check_2d(Z, kernel) -> None:
+    if Z.ndim != 2 or Z.shape[1] != 2:
+        raise ValueError("the FFT normaliser is implemented for 2-D embeddings only.")
+    if not kernel.has_fft:
+        raise ValueError("the FFT normaliser covers the Student kernels (t-SNE's family); use "
+                         "repulsion='sampled' or 'exact' for other kernels.")
+
+
+def _kernel_spacing(kernel, spacing: float | None) -> float:
+    """The grid spacing of :func:`kernel_log_total` for this kernel."""
+    h = GRID_SPACING if spacing is None else spacing
+    if not kernel.is_cauchy:
+        fixed = kernel.fixed()
+        h = h * min(1.0, math.sqrt(2.0 * fixed.dof * fixed.scale ** 2 / (fixed.dof + 1.0)))
+    return h
 
 
 def kernel_log_total(Z: torch.Tensor, kernel, spacing: float | None = None, *,
@@ -288,16 +320,18 @@ def kernel_log_total(Z: torch.Tensor, kernel, spacing: float | None = None, *,
     (1 for Cauchy; :math:`\approx 2\nu s^2` for heavy tails, whose kernel bends at
     :math:`d^2 \approx \nu s^2`; :math:`2 s^2` as it nears a Gaussian), so heavier tails and
     smaller scales get a finer grid and about the Cauchy kernel's accuracy. Data-parallel (``rows``, ``reduce``): as :func:`cauchy_log_total`."""
-    if Z.ndim != 2 or Z.shape[1] != 2:
-        raise ValueError("the FFT normaliser is implemented for 2-D embeddings only.")
-    if not kernel.has_fft:
-        raise ValueError("the FFT normaliser covers the Student kernels (t-SNE's family); use "
-                         "repulsion='sampled' or 'exact' for other kernels.")
-    h = GRID_SPACING if spacing is None else spacing
-    if not kernel.is_cauchy:
-        fixed = kernel.fixed()
-        h = h * min(1.0, math.sqrt(2.0 * fixed.dof * fixed.scale ** 2 / (fixed.dof + 1.0)))
-    return _KernelLogTotalFFT.apply(Z, kernel, h, rows, reduce, *kernel.learnable())
+    _check_2d(Z, kernel)
+    return _KernelLogTotalFFT.apply(Z, kernel, _kernel_spacing(kernel, spacing), rows, reduce,
+                                    *kernel.learnable())
+
+
+def kernel_log_total_value_and_grad(Z: torch.Tensor, kernel, g: torch.Tensor):
+    r""":func:`kernel_log_total` (a fixed kernel, all the points) and ``g`` times its gradient
+    on Z, by the same formulas without autograd (the fused MAP step,
+    :mod:`probdr._compute.fused`)."""
+    _check_2d(Z, kernel)
+    out, state = _total_forward(Z, kernel, _kernel_spacing(kernel, None), None, None)
+    return out, _total_backward(state, g)[0]
 
 
 def cauchy_log_total(Z: torch.Tensor, spacing: float | None = None, *,

@@ -165,7 +165,16 @@ class MAPFit:
         ``loss_steps`` their step numbers (from 1), ``n_steps`` the steps run, ``n_rescued``
         the number of collapsed columns rescued, ``guide`` the guide, ``shard`` this rank's
         shard of a data-parallel fit (``None`` otherwise), ``last_step`` the engine room's
-        record of the last step (:class:`probdr._compute.step.Step`).
+        record of the last step (:class:`probdr._compute.step.Step`), ``fused_steps`` the
+        steps run by the model's fused step.
+
+    The fused step: in a plain MAP fit (a point mass over ``"Z"`` alone, a fixed observed
+    graph, a stochastic-gradient optimiser, one process, not sync-free; see
+    :meth:`_fused_form`) of a model that offers ``fused_step`` for the phase's arguments (the
+    graph coupling's negative sampling and E law, :mod:`probdr.models.coupling_fused`),
+    each step takes the loss and its gradient on Z from that function -- explicit formulas, no
+    Pyro trace, no autograd -- and then the same clip, optimiser step and rescue. The setting
+    :func:`probdr.config.set_fused_step` (``PROBDR_FUSED=0``) turns it off.
     """
 
     def __init__(self, model: Callable, init_values, *, optimizer: str = "gains",
@@ -246,6 +255,10 @@ class MAPFit:
         self._initial_state = optimizer_state
         self.stopped = False
         self.shard = self._steps = self.last_step = None
+        #: the running phase's fused step (:meth:`_fused_form`), ``None``: the Pyro path
+        self._fused: Callable | None = None
+        #: the steps run by the model's fused step, without a Pyro trace
+        self.fused_steps = 0
 
     # -- context --------------------------------------------------------------------------
     def __enter__(self) -> MAPFit:
@@ -360,9 +373,12 @@ class MAPFit:
     def _gradient_step(self, kwargs) -> torch.Tensor:
         opt = self.opt
         opt.zero_grad(set_to_none=True)
-        sites = self._sites_step()
-        loss = self._loss(kwargs)
-        (loss * self.loss_scale).backward()
+        if self._fused is not None:  # the model's explicit gradient: no trace, no autograd
+            loss, sites = self._fused_gradient(), False
+        else:
+            sites = self._sites_step()
+            loss = self._loss(kwargs)
+            (loss * self.loss_scale).backward()
         if self.shard is not None:  # the ranks' shares: one all-reduce of gradients and loss
             loss = self.shard.sum_gradients(self.params, loss)
         if self.grad_clip is not None:
@@ -377,6 +393,30 @@ class MAPFit:
             self._rescued = self._rescued + rescue_collapsed_columns(
                 self._z_param, opt, self.collapse_floor, self.sync_free)
         return loss.detach()
+
+    def _fused_form(self, kwargs, observe) -> Callable | None:
+        """The model's fused step at these arguments (:mod:`probdr.models.coupling_fused`), for
+        a plain MAP fit: a point mass over the site ``"Z"`` alone (no change of variables, no
+        learned sites, one particle), a fixed observed graph, a stochastic-gradient optimiser,
+        on one process outside sync-free mode, with :func:`probdr.config.get_fused_step` on;
+        ``None`` otherwise (and where the model offers none): the Pyro path."""
+        if not (config.get_fused_step() and self._point_mass and observe is None
+                and not self.reparam and not self.site_lr and self.shard is None
+                and not self.sync_free and self.optimizer != "lbfgs"
+                and set(self.init_values) == {"Z"} and len(self.params) == 1):
+            return None
+        return self._model.fused_step(self.params[0].detach(), **kwargs)
+
+    def _fused_gradient(self) -> torch.Tensor:
+        """One fused step's loss (``0 * sum(gradient)`` when not recorded: non-finite where the
+        gradient is) with the gradient of ``loss_scale`` times it set on Z."""
+        p = self.params[0]
+        value = self.last_step is None or not self.last_step.values_deferred
+        with torch.no_grad():
+            loss, grad = self._fused(p.detach(), self.loss_scale, value)
+        p.grad = grad
+        self.fused_steps += 1
+        return loss if loss is not None else grad.sum().mul_(0.0)
 
     @contextmanager
     def _at_step(self, step: int):
@@ -449,6 +489,7 @@ class MAPFit:
             carry_optimizer(self.opt, phase)
         kwargs = {**model_kwargs, **phase.model_kwargs}
         self._learn_sites = phase.learn_sites
+        self._fused = self._fused_form(kwargs, observe)
         step_fn = self._lbfgs_step if self.optimizer == "lbfgs" else self._gradient_step
         hist, queue = self._losses.history, self._losses
         total = self.total_steps
@@ -600,7 +641,7 @@ def run_map(
     return MAPResult(Z=Z, loss_history=fit.history, loss_steps=fit.loss_steps,
                      n_iter=fit.n_steps,
                      n_rescued=fit.n_rescued, values=values, optimizer_state=state,
-                     stopped=fit.stopped, stream=end_stream)
+                     stopped=fit.stopped, stream=end_stream, fused_steps=fit.fused_steps)
 
 
 def map_estimate(

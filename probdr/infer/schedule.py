@@ -195,6 +195,9 @@ class MAPResult:
     loss_steps: np.ndarray | None = None
     #: torch's random state after the last step (:func:`random_stream`), to continue the fit
     stream: list | None = None
+    #: how many steps the model's fused step ran (explicit gradients, no Pyro trace:
+    #: :meth:`probdr.infer.map.MAPFit._fused_form`); the others ran the Pyro program
+    fused_steps: int = 0
 
 
 #: a column of Z whose spread (RMS about its mean) falls below this has collapsed (see
@@ -352,6 +355,23 @@ class HookedModel:
     def __call__(self, *args, **kwargs):
         with self.hooks:
             return self.model(*args, **kwargs)
+
+    def fused_step(self, *args, **kwargs):
+        """The model's fused step (``model.fused_step``, e.g.
+        :func:`probdr.models.coupling_fused.coupling_fused_step`) made and run under the hooks,
+        whose effects it reads as the model does; ``None`` where the model has none."""
+        make = getattr(self.model, "fused_step", None)
+        if make is None:
+            return None
+        with self.hooks:
+            step = make(*args, **kwargs)
+        if step is None:
+            return None
+
+        def hooked(*a, **k):
+            with self.hooks:
+                return step(*a, **k)
+        return hooked
 
     def __getattr__(self, name: str):
         if name.startswith("__") or name in ("model", "hooks"):
