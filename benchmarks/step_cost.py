@@ -58,8 +58,8 @@ def capture(X, threads: int, dof="1"):
 
 
 #: (module, name) of the pieces ``--parts`` times; ``Class.method`` for autograd functions
-PARTS = [(edges, "_EdgeLogKernelSum.forward"), (edges, "_edge_diffs"),
-         (edges, "_edge_value"), (edges, "_row_and_col_sums"),
+PARTS = [(edges, "_EdgeLogKernelSum.forward"), (edges, "edge_diffs"),
+         (edges, "edge_value"), (edges, "_row_and_col_sums"),
          (fft, "_KernelLogTotalFFT.forward"), (fft, "_stencil"), (fft, "_potential_grids"),
          (fft, "Grid2D.gather")]
 

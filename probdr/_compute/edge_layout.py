@@ -2,7 +2,7 @@ r"""The edge sums of large graphs in one fused pass over a locality-ordered layo
 
 At a million points, t-SNE's attraction :math:`\sum_e v_e \log k(\|z_{r_e} - z_{c_e}\|^2)` runs
 over 64 million pairs, and its gradient, written with torch's operations
-(:func:`probdr._compute.edges._value_and_grad`), is a chain of gathers, products and scatters over
+(:func:`probdr._compute.edges.edges_value_and_grad`), is a chain of gathers, products and scatters over
 the edge list, each writing its own 64-million-entry intermediate: it is bound by memory and
 by the random reads of the embedding. Here the same sums are taken over another layout of the
 same edges:

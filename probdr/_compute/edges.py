@@ -83,7 +83,7 @@ def _gather_diff(z: torch.Tensor, rows: torch.Tensor, cols: torch.Tensor, reuse:
     return a.sub_(b)
 
 
-def _edge_diffs(Z: torch.Tensor, rows: torch.Tensor, cols: torch.Tensor, reuse: bool = False):
+def edge_diffs(Z: torch.Tensor, rows: torch.Tensor, cols: torch.Tensor, reuse: bool = False):
     """``(diff, d2)``: the differences :math:`z_r - z_c` (a complex vector for 2-D embeddings,
     one number per point so that each random gather moves both coordinates; else a list of
     per-coordinate vectors) and the squared distances. ``reuse``: in the loop's scratch buffers
@@ -164,7 +164,7 @@ def _row_and_col_sums(src, rows, cols, n):
     return row, col
 
 
-def _pair_grad(diff, coef, rows, cols, n, clip, inplace=False):
+def pair_grad(diff, coef, rows, cols, n, clip, inplace=False):
     r"""Gradient on Z of a loss whose derivative w.r.t. :math:`d^2_e` is ``coef / 2``: pair e adds
     ``coef_e (z_r - z_c)`` (clamped per coordinate at ``clip``) to row r and subtracts it from
     row c. Sorted rows (coalesced edge lists) are reduced with ``segment_reduce`` unless they are
@@ -260,12 +260,12 @@ class _EdgeLogKernelSum(torch.autograd.Function):
     intermediates and scatters twice. Here the gradient is written out,
     :math:`\\partial / \\partial (z_r - z_c) = 2 v_e \\, \\partial_{d^2}\\log k \\, (z_r - z_c)`
     (optionally clamped per coordinate, umap-learn's clip), and the memory traffic, which is what
-    costs on large edge lists, is cut (see :func:`_edge_diffs`, :func:`_pair_grad`).
+    costs on large edge lists, is cut (see :func:`edge_diffs`, :func:`pair_grad`).
     """
 
     @staticmethod
     def forward(ctx, Z, rows, cols, v, kernel, clip, *params):
-        positive = _all_positive(v)
+        positive = all_positive(v)
         ctx.kernel, ctx.clip, ctx.n, ctx.positive = kernel, clip, Z.shape[0], positive
         ctx.early = clip is None and ctx.needs_input_grad[0]
         ctx.learn = any(ctx.needs_input_grad[6:])
@@ -277,12 +277,12 @@ class _EdgeLogKernelSum(torch.autograd.Function):
             if edge_layout.use_for(Z, rows.shape[0], kernel):  # large lists: one fused pass
                 fused = edge_layout.value_and_grad(Z.detach(), rows, cols, v, kernel, value)
             out, grad, pgrads = (*fused, ()) if fused is not None else \
-                _value_and_grad(Z.detach(), rows, cols, v.to(Z.dtype), ctx, value)
+                edges_value_and_grad(Z.detach(), rows, cols, v.to(Z.dtype), ctx, value)
             ctx.save_for_backward(grad, *pgrads)
             return out
-        diff, d2 = _edge_diffs(Z.detach(), rows, cols)
+        diff, d2 = edge_diffs(Z.detach(), rows, cols)
         vv = v.to(d2.dtype)
-        out = _edge_value(kernel, d2, vv, positive) if value else d2.new_zeros(())
+        out = edge_value(kernel, d2, vv, positive) if value else d2.new_zeros(())
         ctx.save_for_backward(rows, cols, vv, d2, *diff)
         return out
 
@@ -294,7 +294,7 @@ class _EdgeLogKernelSum(torch.autograd.Function):
                     *_scaled(pgrads, g, ctx.kernel))
         rows, cols, vv, d2, *diff = ctx.saved_tensors
         pgrads = _param_grads(ctx, d2, vv)  # before the gradient overwrites d2
-        grad = _edge_sum_grad(diff, d2, vv, rows, cols, ctx, 2.0 * g.to(d2.dtype), False)
+        grad = edge_sum_grad(diff, d2, vv, rows, cols, ctx, 2.0 * g.to(d2.dtype), False)
         return (grad, None, None, None, None, None, *_scaled(pgrads, g, ctx.kernel))
 
 
@@ -314,7 +314,7 @@ def _scaled(pgrads, g, kernel) -> tuple:
     return tuple(p * g.to(p.dtype) for p in pgrads)
 
 
-def _edge_value(kernel, d2, vv, positive):
+def edge_value(kernel, d2, vv, positive):
     """:math:`\\sum_e v_e \\log k(d^2_e)`, terms with :math:`v_e \\le 0` dropped."""
     lw, s = kernel.log_k_factored(d2)
     if positive:  # a summation, not a dot: torch's dot loses digits over millions of terms
@@ -322,16 +322,16 @@ def _edge_value(kernel, d2, vv, positive):
     return fixed_sum(torch.where(vv > 0, vv * lw, lw.new_zeros(()))) * s
 
 
-def _value_and_grad(Z, rows, cols, vv, ctx, value=True):
+def edges_value_and_grad(Z, rows, cols, vv, ctx, value=True):
     """The edge sum (0 unless ``value``), its gradient on Z (the intermediates overwritten as
     they go) and on the kernel's learnable numbers."""
-    diff, d2 = _edge_diffs(Z, rows, cols, reuse=True)
-    out = _edge_value(ctx.kernel, d2, vv, ctx.positive) if value else d2.new_zeros(())
+    diff, d2 = edge_diffs(Z, rows, cols, reuse=True)
+    out = edge_value(ctx.kernel, d2, vv, ctx.positive) if value else d2.new_zeros(())
     pgrads = _param_grads(ctx, d2, vv)
-    return out, _edge_sum_grad(diff, d2, vv, rows, cols, ctx, 2.0, True), pgrads
+    return out, edge_sum_grad(diff, d2, vv, rows, cols, ctx, 2.0, True), pgrads
 
 
-def _edge_sum_grad(diff, d2, vv, rows, cols, ctx, factor, inplace):
+def edge_sum_grad(diff, d2, vv, rows, cols, ctx, factor, inplace):
     r"""The gradient of :math:`\sum_e v_e \log k(d^2_e)` times ``factor`` (overwrites ``d2``, and
     ``diff`` if ``inplace``). The kernel's number ``s`` (:meth:`Kernel.weighted_dlog_k_`) scales
     the (n, q) gradient, or, under a per-pair clip, the pairs."""
@@ -339,8 +339,8 @@ def _edge_sum_grad(diff, d2, vv, rows, cols, ctx, factor, inplace):
     if not ctx.positive:
         coef = torch.where(vv > 0, coef, d2.new_zeros(()))
     if ctx.clip is not None:
-        return _pair_grad(diff, coef.mul_(s * factor), rows, cols, ctx.n, ctx.clip, inplace)
-    return _pair_grad(diff, coef, rows, cols, ctx.n, None, inplace).mul_(s * factor)
+        return pair_grad(diff, coef.mul_(s * factor), rows, cols, ctx.n, ctx.clip, inplace)
+    return pair_grad(diff, coef, rows, cols, ctx.n, None, inplace).mul_(s * factor)
 
 
 class _EdgeLogKernel(torch.autograd.Function):
@@ -349,7 +349,7 @@ class _EdgeLogKernel(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, Z, rows, cols, kernel, clip, *params):
-        diff, d2 = _edge_diffs(Z.detach(), rows, cols)
+        diff, d2 = edge_diffs(Z.detach(), rows, cols)
         ctx.save_for_backward(rows, cols, d2, *diff)
         ctx.kernel, ctx.clip, ctx.n = kernel, clip, Z.shape[0]
         ctx.learn = any(ctx.needs_input_grad[5:])
@@ -361,7 +361,7 @@ class _EdgeLogKernel(torch.autograd.Function):
         gd = g.to(d2.dtype)
         pgrads = ctx.kernel.param_grads(d2, gd) if ctx.learn else ()
         coef = ctx.kernel.dlog_k(d2).mul_(gd).mul_(2.0)
-        return (_pair_grad(diff, coef, rows, cols, ctx.n, ctx.clip), None, None, None, None,
+        return (pair_grad(diff, coef, rows, cols, ctx.n, ctx.clip), None, None, None, None,
                 *(pgrads or (None,) * len(ctx.kernel.learnable())))
 
 
@@ -371,7 +371,7 @@ def edge_log_kernel(Z, rows, cols, kernel, clip=None):
     return _EdgeLogKernel.apply(Z, rows, cols, kernel, clip, *kernel.learnable())
 
 
-def _all_positive(v: torch.Tensor) -> bool:
+def all_positive(v: torch.Tensor) -> bool:
     """Whether every edge value is positive (cached on the value tensor)."""
     return tensor_cache(v, "_probdr_positive", lambda: bool((v > 0).all()))
 

@@ -26,12 +26,12 @@ from .._utils import one_thread
 from . import edge_layout
 from .allpairs import log_total_value_and_grad
 from .edges import (
-    _all_positive,
-    _edge_diffs,
-    _edge_sum_grad,
-    _edge_value,
-    _pair_grad,
-    _value_and_grad,
+    all_positive,
+    edge_diffs,
+    edge_sum_grad,
+    edge_value,
+    edges_value_and_grad,
+    pair_grad,
 )
 
 __all__ = ["edge_sum_value_and_grad", "bernoulli_pairs_value_and_grad",
@@ -53,18 +53,18 @@ def edge_sum_value_and_grad(Z: torch.Tensor, rows, cols, v, kernel, clip, g: tor
     dropped; ``None`` unless ``value``) and :math:`g\,\nabla_Z S`, each pair's contribution
     clamped per coordinate at ``clip`` (umap-learn's clip, applied to :math:`g` times it), as
     :func:`probdr._compute.edges.edge_log_kernel_sum` and its backward compute them."""
-    terms = _EdgeTerms(kernel, clip, Z.shape[0], _all_positive(v))
+    terms = _EdgeTerms(kernel, clip, Z.shape[0], all_positive(v))
     vv = v.to(Z.dtype)
     if clip is None:  # the gradient is linear in g: computed at g = 1, then scaled
         fused = None
         if edge_layout.use_for(Z, rows.shape[0], kernel):
             fused = edge_layout.value_and_grad(Z, rows, cols, v, kernel, value)
         out, grad = fused if fused is not None else \
-            _value_and_grad(Z, rows, cols, vv, terms, value)[:2]
+            edges_value_and_grad(Z, rows, cols, vv, terms, value)[:2]
         return (out if value else None), grad * g.to(grad.dtype)
-    diff, d2 = _edge_diffs(Z, rows, cols)
-    out = _edge_value(kernel, d2, vv, terms.positive) if value else None
-    return out, _edge_sum_grad(diff, d2, vv, rows, cols, terms, 2.0 * g.to(d2.dtype), False)
+    diff, d2 = edge_diffs(Z, rows, cols)
+    out = edge_value(kernel, d2, vv, terms.positive) if value else None
+    return out, edge_sum_grad(diff, d2, vv, rows, cols, terms, 2.0 * g.to(d2.dtype), False)
 
 
 def bernoulli_pairs_value_and_grad(Z: torch.Tensor, rows, cols, y: torch.Tensor, kernel, clip,
@@ -77,7 +77,7 @@ def bernoulli_pairs_value_and_grad(Z: torch.Tensor, rows, cols, y: torch.Tensor,
     per pair, clamped per coordinate at ``clip`` (umap-learn's clip), as the Pyro path's
     :class:`~probdr.laws.graph.EdgeBernoulli` and :func:`~probdr._compute.edges.edge_log_kernel`
     compute them."""
-    diff, d2 = _edge_diffs(Z, rows, cols)
+    diff, d2 = edge_diffs(Z, rows, cols)
     logits = kernel.log_k(d2)
     out = None
     if value:
@@ -86,4 +86,4 @@ def bernoulli_pairs_value_and_grad(Z: torch.Tensor, rows, cols, y: torch.Tensor,
     with one_thread():  # the sigmoid's last bits would follow the thread count
         s = torch.sigmoid(logits)
     coef = kernel.dlog_k(d2).mul_(s.sub_(y).mul_((g * scale).neg())).mul_(2.0)
-    return out, _pair_grad(diff, coef, rows, cols, Z.shape[0], clip)
+    return out, pair_grad(diff, coef, rows, cols, Z.shape[0], clip)

@@ -255,10 +255,8 @@ class MAPFit:
         self._initial_state = optimizer_state
         self.stopped = False
         self.shard = self._steps = self.last_step = None
-        #: the running phase's fused step (:meth:`_fused_form`), ``None``: the Pyro path
-        self._fused: Callable | None = None
-        #: the steps run by the model's fused step, without a Pyro trace
-        self.fused_steps = 0
+        # the running phase's fused step (_fused_form; None: the Pyro path), the steps it ran
+        self._fused, self.fused_steps = None, 0
 
     # -- context --------------------------------------------------------------------------
     def __enter__(self) -> MAPFit:

@@ -133,7 +133,7 @@ def test_edge_gradients_are_made_on_the_points_device(q, clip, summed, positive,
     follow the tensors, not the default device. Emulated here with torch's "meta" device: a
     buffer made on the default device (the CPU) fails as it did on CUDA."""
     import probdr._compute.edges as edges
-    monkeypatch.setattr(edges, "_all_positive", lambda v: positive)  # meta has no values
+    monkeypatch.setattr(edges, "all_positive", lambda v: positive)  # meta has no values
     with torch.device("meta"):
         loss = _edge_case(q, clip, summed, positive)
         Z = torch.randn(4, q, dtype=torch.float64).requires_grad_()

@@ -369,8 +369,8 @@ def test_loss_every_skips_edge_values_only(digits150, cls, monkeypatch):
         else dict(random_state=0, n_epochs=40)
     full = cls(**kw).fit(X)
     calls = []
-    real = pairwise._edge_value
-    monkeypatch.setattr(pairwise, "_edge_value", lambda *a: calls.append(1) or real(*a))
+    real = pairwise.edge_value
+    monkeypatch.setattr(pairwise, "edge_value", lambda *a: calls.append(1) or real(*a))
     config.set_loss_every(7)
     try:
         thin = cls(**kw).fit(X)
