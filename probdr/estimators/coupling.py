@@ -220,6 +220,7 @@ class GraphCoupling(PosteriorInference, DREstimator):
     """
 
     _has_laplace = True  # the coupling model declares its per-point curvature
+    _has_restarts = True  # _restart: the MAP schedule from a random start
 
     _defaults_kernel: dict[str, Any] = {}
     #: the estimator's own parameters that are its latent kernel's, passed to
@@ -595,7 +596,8 @@ class GraphCoupling(PosteriorInference, DREstimator):
         kwargs = {**self.model_kwargs_, "kernel": self.kernel_}
         model = self._coupling.model(whole_epoch=True, epoch_steps=self._posterior_epoch_steps())
         return self._posterior(model, kwargs, Z_map, gen, prior=prior,
-                               simulation=self._simulation(kwargs, map_kwargs, Z0))
+                               simulation=self._simulation(kwargs, map_kwargs, Z0),
+                               restart=self._restart(map_kwargs, Z_map))
 
     def _posterior_epoch_steps(self) -> int:
         """The optimiser steps a negative-sampling epoch is cut into for the posterior: the
@@ -636,21 +638,40 @@ class GraphCoupling(PosteriorInference, DREstimator):
         if kind not in SIMULATED_PRIORS:
             return f"the latent law {kind!r}"
         kernel, weight = kwargs["kernel"], float(kwargs["coupling_weight"])
-        dtype, c = kwargs["W_X"].dtype, self._coupling
+        dtype = kwargs["W_X"].dtype
 
         def draw(Z, gen):
             return sparse_to(simulate_observed_graph(kind, Z, kernel, weight, gen), dtype)
 
         def map_fit(W):
-            start = self._graph_start(W, Z0)
-            res = run_map(c.model(), dict(map_kwargs, W_X=W), {"Z": start},
-                          c.schedule, optimizer=self.optimizer, loss_scale=c.loss_scale,
-                          grad_clip=c.grad_clip, observe=self._observe(), warn_collapse=False,
-                          desc=f"{type(self).__name__} (simulated)")
-            return res.Z.detach()
+            return self._schedule_map(dict(map_kwargs, W_X=W), self._graph_start(W, Z0),
+                                      "simulated")
 
         return Simulation(draw, lambda W: dict(kwargs, W_X=W), map_fit,
                           scale=kwargs.get("repulsion") == "negative_sampling")
+
+    def _schedule_map(self, map_kwargs: dict, start: torch.Tensor, what: str) -> torch.Tensor:
+        """This fit's MAP schedule (its phases, optimiser, loss scale and clip, its input
+        draws) run again from ``start`` with the MAP's arguments ``map_kwargs`` (the kernel
+        held at its fitted numbers): the MAP of a simulated graph, or of another start."""
+        c = self._coupling
+        res = run_map(c.model(), map_kwargs, {"Z": start}, c.schedule, optimizer=self.optimizer,
+                      loss_scale=c.loss_scale, grad_clip=c.grad_clip, observe=self._observe(),
+                      warn_collapse=False, desc=f"{type(self).__name__} ({what})")
+        return res.Z.detach()
+
+    def _restart(self, map_kwargs: dict, like: torch.Tensor):
+        """Another MAP of the data from a random start (``init="random"``, this fit's
+        ``init_scale``) drawn from a given generator: the candidates of the posterior's
+        multi-start mode search (``inference_params={"restarts": k}``)."""
+        n, q = like.shape
+
+        def restart(gen: torch.Generator) -> torch.Tensor:
+            start = initialize("random", torch.empty(n, 0, dtype=torch.float64), q,
+                               scale=self.init_scale, generator=gen)
+            return self._schedule_map(map_kwargs, start.to(like.dtype), "restart")
+
+        return restart
 
     def _graph_start(self, W: torch.Tensor, Z0: torch.Tensor) -> torch.Tensor:
         """The start of a fit of the graph ``W`` in place of the data: the spectral embedding

@@ -35,7 +35,7 @@ import numpy as np
 import torch
 
 from ..infer.calibrate import Calibration, Simulation, calibrate_by_simulation, replications
-from ..infer.mode import converge_mode
+from ..infer.mode import Mode, converge_mode, log_density
 from ..infer.posterior import check_inference_options, check_mcmc_setup, fit_posterior
 from .params import InvalidParameterError
 
@@ -53,6 +53,11 @@ CALIBRATION_DRAWS = 200
 #: distances the calibration scores, at least (points x replications, at most
 #: :data:`~probdr.infer.calibrate.MAX_REPLICATIONS` replications): SVI refits a guide each time
 CALIBRATION_POINTS = {"laplace": 2000, "svi": 1000}
+#: ``restarts="auto"``: MAP fits from random starts besides the schedule's own, for the sampler
+#: (``inference="hmc"``, whose draws need no factor but stay in the basin they start in) on at
+#: most :data:`RESTART_MAX_POINTS` points
+AUTO_RESTARTS = 4
+RESTART_MAX_POINTS = 5000
 
 
 def _estimator_options(options: dict, inference: str) -> dict:
@@ -62,9 +67,16 @@ def _estimator_options(options: dict, inference: str) -> dict:
     out = {"converge": options.pop("converge", inference in ("laplace", "hmc")),
            "calibrate": options.pop("calibrate", None),
            "calibration_points": options.pop("calibration_points",
-                                             CALIBRATION_POINTS.get(inference, 1000))}
+                                             CALIBRATION_POINTS.get(inference, 1000)),
+           "restarts": options.pop("restarts", "auto")}
     if not isinstance(out["converge"], bool):
         raise ValueError(f"converge must be True or False, got {out['converge']!r}.")
+    k = out["restarts"]
+    if not (k == "auto" or (isinstance(k, int) and not isinstance(k, bool) and k >= 0)):
+        raise ValueError(f"restarts must be 'auto' or a non-negative integer, got {k!r}.")
+    if k not in ("auto", 0) and not out["converge"]:
+        raise ValueError("restarts compares the modes of several MAP fits: it needs "
+                         "converge=True.")
     if not (out["calibrate"] is None or isinstance(out["calibrate"], bool)
             or out["calibrate"] == "local"):
         raise ValueError("calibrate must be None, True, False or 'local', got "
@@ -76,6 +88,18 @@ def _estimator_options(options: dict, inference: str) -> dict:
         raise ValueError("calibrate is for the approximations (svi, laplace); a sampler "
                          f"({inference!r}) needs no factor.")
     return out
+
+
+def _restart_count(steps: dict, n: int, restart, inference: str) -> int:
+    """The MAP fits from random starts of the mode search: ``restarts``, ``"auto"`` resolved
+    (:data:`AUTO_RESTARTS` for HMC up to :data:`RESTART_MAX_POINTS` points, else none); none
+    without a mode search or for an estimator that has no random start (``restart=None``)."""
+    k = steps["restarts"]
+    if restart is None or not steps["converge"]:
+        return 0
+    if k == "auto":
+        return AUTO_RESTARTS if inference == "hmc" and n <= RESTART_MAX_POINTS else 0
+    return int(k)
 
 
 def _child_seed(gen: torch.Generator) -> int:
@@ -116,8 +140,15 @@ class PosteriorInference:
     inference_params : dict, optional
         Options of the posterior inference (:data:`probdr.infer.posterior.SVI_OPTIONS`,
         :data:`probdr.infer.posterior.MCMC_OPTIONS`: guide, steps, draws, chains, ...), and
-        the estimator's own: ``converge`` (search the mode first; default for Laplace),
-        ``calibrate`` and ``calibration_points``. ``calibrate``: ``None`` (default) applies a
+        the estimator's own: ``converge`` (search the mode first; default for Laplace and
+        HMC), ``restarts``, ``calibrate`` and ``calibration_points``. ``restarts``: the number
+        of further MAP fits, from random starts through the estimator's own schedule, whose
+        converged modes compete with the schedule's: the posterior is centred on the mode of
+        highest density (``mode_restarts_``). A cold posterior (a large coupling weight) has
+        many modes, and one fit's schedule may end in a basin far below the best one, which the
+        sampler's chains do not leave. ``"auto"`` (default): :data:`AUTO_RESTARTS` for
+        ``inference="hmc"`` on at most :data:`RESTART_MAX_POINTS` points (graph couplings),
+        else none; with Laplace they are asked for (each costs a MAP fit and a mode search). ``calibrate``: ``None`` (default) applies a
         documented shortcut factor where the estimator has one for its setting (t-SNE's and
         UMAP's laws: :data:`probdr.estimators.coupling.CALIBRATED_INFLATION`); otherwise, where
         the data are a graph the model could have drawn (``affinity="precomputed"``), it
@@ -157,6 +188,10 @@ class PosteriorInference:
     map_converged_ : bool or None
         Whether the rule held before its cap (a warning says when it did not); ``None`` when
         no search ran.
+    mode_restarts_ : dict or None
+        The multi-start mode search (``restarts``): the log density of each converged mode
+        (``"log_density"``, the schedule's MAP's first), the one chosen (``"chosen"``), each
+        one's convergence (``"converged"``); ``None`` when only the schedule's MAP was used.
     mode_steps_ : int or None
         The search's steps: L-BFGS calls of 20 iterations (a deterministic density) or Adam
         steps (a stochastic one, negative sampling).
@@ -191,6 +226,8 @@ class PosteriorInference:
 
     #: the estimator's model declares its per-point curvature (``inference="laplace"``)
     _has_laplace = False
+    #: the estimator can rerun its MAP from random starts (``inference_params["restarts"]``)
+    _has_restarts = False
 
     @property
     def posterior_samples_(self) -> np.ndarray:
@@ -214,8 +251,11 @@ class PosteriorInference:
         if self.inference != "map":
             try:
                 options = dict(self.inference_params or {})
-                _estimator_options(options, self.inference)
+                steps = _estimator_options(options, self.inference)
                 check_inference_options(self.inference, **options)
+                if steps["restarts"] not in ("auto", 0) and not self._has_restarts:
+                    raise ValueError(f"restarts is for the graph couplings; "
+                                     f"{type(self).__name__} has no random start.")
             except (TypeError, ValueError) as err:
                 raise InvalidParameterError(f"The 'inference_params' parameter of "
                                             f"{type(self).__name__}: {err}") from err
@@ -268,14 +308,16 @@ class PosteriorInference:
 
     def _posterior(self, model, model_kwargs: dict, Z_map: torch.Tensor,
                    gen: torch.Generator, reparam: dict | None = None, *,
-                   prior=None, simulation: Simulation | str | None = None) -> torch.Tensor:
+                   prior=None, simulation: Simulation | str | None = None,
+                   restart=None) -> torch.Tensor:
         """Fit the posterior from the MAP ``Z_map`` (on the linear change of variables
         ``reparam``, if any) with the prior ``prior`` (default :meth:`_posterior_z_prior`)
         and the variance factor measured on ``simulation`` (a string: why there is none);
-        sets ``posterior_`` (and so ``posterior_samples_``), ``z_prior_scale_``,
-        ``map_embedding_``, ``mode_embedding_`` (and the mode search's ``map_converged_`` and
-        ``mode_steps_``), ``calibration_`` and ``posterior_mean_``; returns the MAP
-        (``embedding_``)."""
+        ``restart(generator)`` is another MAP from a random start (the candidates of
+        ``restarts``; ``None``: the estimator has none). Sets ``posterior_`` (and so
+        ``posterior_samples_``), ``z_prior_scale_``, ``map_embedding_``, ``mode_embedding_``
+        (and the mode search's ``map_converged_``, ``mode_steps_`` and ``mode_restarts_``),
+        ``calibration_`` and ``posterior_mean_``; returns the MAP (``embedding_``)."""
         if prior is None:
             prior = self._posterior_z_prior(Z_map)
         self.map_embedding_ = Z_map.detach().cpu().numpy().copy()
@@ -283,7 +325,13 @@ class PosteriorInference:
         options = self._inference_options()
         steps = _estimator_options(options, self.inference)
         self.map_converged_ = self.mode_steps_ = self.mode_grad_ratio_ = None
-        centre = self._mode(model, kwargs, Z_map.detach(), reparam, steps["converge"])
+        self.mode_restarts_ = None
+        restarts = _restart_count(steps, Z_map.shape[0], restart, self.inference)
+        if restarts:
+            centre = self._best_mode(model, kwargs, Z_map.detach(), reparam, restarts,
+                                     restart, _child_seed(gen) + 1)
+        else:
+            centre = self._mode(model, kwargs, Z_map.detach(), reparam, steps["converge"])
         self.mode_embedding_ = centre.cpu().numpy().copy()
         note = self._variance_factor(model, centre, gen, reparam, steps, options, simulation)
         self.posterior_ = fit_posterior(model, kwargs, centre, method=self.inference,
@@ -337,9 +385,34 @@ class PosteriorInference:
         mode = converge_mode(model, kwargs, Z, reparam=reparam, desc=type(self).__name__,
                              warn=record)
         if record:
-            self.map_converged_, self.mode_steps_ = mode.converged, mode.steps
-            self.mode_grad_ratio_ = mode.grad_ratio
+            self._record_mode(mode)
         return mode.Z
+
+    def _record_mode(self, mode: Mode) -> None:
+        self.map_converged_, self.mode_steps_ = mode.converged, mode.steps
+        self.mode_grad_ratio_ = mode.grad_ratio
+
+    def _best_mode(self, model, kwargs: dict, Z: torch.Tensor, reparam, restarts: int,
+                   restart, seed: int) -> torch.Tensor:
+        """The mode of highest log density among those searched from the schedule's MAP ``Z``
+        and from ``restarts`` MAP fits from random starts (``restart(generator)``, the r-th
+        seeded ``seed + r``); sets ``mode_restarts_`` and the chosen mode's
+        ``map_converged_``, ``mode_steps_`` (warning if its search hit the cap)."""
+        name = type(self).__name__
+        starts = [Z] + [restart(torch.Generator().manual_seed(seed + r)).to(Z.dtype)
+                        for r in range(restarts)]
+        modes = [converge_mode(model, kwargs, s, reparam=reparam, desc=name, warn=False)
+                 for s in starts]
+        density = [log_density(model, kwargs, m.Z) for m in modes]
+        best = int(np.argmax(np.where(np.isfinite(density), density, -np.inf)))
+        self.mode_restarts_ = {"log_density": density, "chosen": best,
+                               "converged": [m.converged for m in modes]}
+        self._record_mode(modes[best])
+        if not modes[best].converged:
+            warnings.warn(f"{name}: the posterior's mode search hit its cap before its "
+                          "convergence rule held; the posterior is centred where it stopped.",
+                          RuntimeWarning, stacklevel=4)
+        return modes[best].Z
 
     def _shortcut_factor(self) -> float | None:
         """A documented factor for this fit's setting that replaces the measurement unless

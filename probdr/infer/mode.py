@@ -32,7 +32,8 @@ from .._compute.isolation import validation_off
 from .map import run_map
 from .schedule import Phase, RelativeChange, windows_agree
 
-__all__ = ["Mode", "converge_mode", "MODE_TOL", "MODE_MAX_CALLS", "WINDOW", "MAX_WINDOWS"]
+__all__ = ["Mode", "converge_mode", "log_density", "MODE_TOL", "MODE_MAX_CALLS", "WINDOW",
+           "MAX_WINDOWS", "DENSITY_EVALUATIONS"]
 
 #: the relative change of the negative log density between two L-BFGS calls that ends the search
 MODE_TOL = 1e-9
@@ -43,6 +44,8 @@ WINDOW = 100
 MAX_WINDOWS = 12
 #: Adam's first learning rate, relative to the embedding's RMS radius (1 if all points coincide)
 ADAM_RATE = 0.02
+#: evaluations averaged by :func:`log_density` where the density is a random estimate
+DENSITY_EVALUATIONS = 8
 
 
 @dataclass
@@ -71,6 +74,19 @@ def _grad_rms(model, kwargs, Z) -> float:
     Z = Z.detach().clone().requires_grad_(True)
     (g,) = torch.autograd.grad(_neg_log_joint(model, kwargs, Z), Z)
     return float(g.square().mean().sqrt())
+
+
+def log_density(model: Callable, kwargs: dict[str, Any], Z: torch.Tensor,
+                evaluations: int = DENSITY_EVALUATIONS) -> float:
+    """The model's log density at ``Z`` (prior and weighted likelihood, up to a constant): one
+    evaluation of a deterministic density, the mean of ``evaluations`` of a stochastic one
+    (negative sampling), so that two modes can be compared."""
+    with torch.no_grad():
+        first = _neg_log_joint(model, kwargs, Z)
+        if evaluations <= 1 or not is_stochastic(model, kwargs, Z):
+            return -float(first)
+        rest = [_neg_log_joint(model, kwargs, Z) for _ in range(evaluations - 1)]
+    return -float(torch.stack([first, *rest]).mean())
 
 
 def is_stochastic(model: Callable, kwargs: dict[str, Any], Z: torch.Tensor) -> bool:

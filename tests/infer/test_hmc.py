@@ -196,7 +196,7 @@ def test_tsne_hmc_through_the_estimator(digits):
     """The public path: a posterior that needs no factor, with chain diagnostics, centred on
     the converged mode, every summary finite; the same bits again with the same seed."""
     kw = dict(inference="hmc",
-              inference_params=dict(warmup=30, num_samples=30, max_leapfrog=8),
+              inference_params=dict(warmup=30, num_samples=30, max_leapfrog=8, restarts=1),
               coupling_weight=4.0, n_iter=250, random_state=0)
     est = probdr.TSNE(**kw).fit(digits)
     post = est.posterior_
@@ -204,6 +204,9 @@ def test_tsne_hmc_through_the_estimator(digits):
     assert est.calibration_ is None
     assert "not needed" in post.diagnostics["calibration"]
     assert est.map_converged_ is not None  # the mode search ran (the default for HMC)
+    # from the schedule's MAP and a random restart; centred on the better mode
+    rec = est.mode_restarts_
+    assert len(rec["log_density"]) == 2 and rec["chosen"] == int(np.argmax(rec["log_density"]))
     assert np.all(np.isfinite(est.posterior_sd_)) and np.all(est.posterior_sd_ > 0)
     for key in ("r_hat_max", "ess_min", "ess_median", "ess_min_distances", "step_size"):
         assert key in post.diagnostics
