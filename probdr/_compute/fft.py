@@ -111,6 +111,11 @@ class Grid2D:
             G = MAX_GRID
         else:
             span = float(span)
+            if not math.isfinite(span):
+                raise FloatingPointError(
+                    "the embedding is not finite: the map diverged (a graph whose components "
+                    "repel without bound under a flat prior on Z spreads until it overflows; "
+                    "give z_prior a scale, or use repulsion='exact' to see where it went).")
             h = max(spacing, span / (MAX_GRID - 4))
             G = _ladder_size(int(math.ceil(span / h)) + 4)
         self.h, self.G = h, G

@@ -50,7 +50,8 @@ from .._compute.isolation import validation_off
 from .draws import procrustes_align
 from .schedule import OptimiserHooks, random_stream, set_random_stream
 
-__all__ = ["sample_hmc", "HMC_OPTIONS", "STOCHASTIC_REPULSIONS", "likelihood_sampled"]
+__all__ = ["sample_hmc", "HMC_OPTIONS", "STOCHASTIC_REPULSIONS", "likelihood_sampled",
+           "fused_energy"]
 
 #: options of ``method="hmc"`` and their defaults (:func:`probdr.infer.posterior.fit_posterior`)
 HMC_OPTIONS = {
@@ -90,9 +91,10 @@ class Whitened:
     a window sets it)."""
 
     def __init__(self, model: Callable, kwargs: dict, values: dict, supports: dict, name: str,
-                 roots: torch.Tensor, stochastic: bool, integrated: bool = False):
+                 roots: torch.Tensor, stochastic: bool, integrated: bool = False,
+                 fused: Callable | None = None):
         self.model, self.kwargs, self.name, self.roots = model, kwargs, name, roots
-        self.stochastic, self.integrated = stochastic, integrated
+        self.stochastic, self.integrated, self.fused = stochastic, integrated, fused
         self.bijections = {k: biject_to(c) for k, c in supports.items()}
         centre = {k: self.bijections[k].inv(v.detach()) for k, v in values.items()}
         self.shapes = {k: v.shape for k, v in centre.items()}
@@ -137,10 +139,13 @@ class Whitened:
         return x
 
     def energy(self, x: torch.Tensor) -> tuple[float, torch.Tensor]:
-        """:math:`U(x)` and :math:`\\nabla U(x)` (``inf`` and zeros where not finite)."""
-        x = x.detach().requires_grad_(True)
+        """:math:`U(x)` and :math:`\\nabla U(x)` (``inf`` and zeros where not finite): by the
+        model's fused form where it has one (``fused``), else by its Pyro trace and autograd."""
         if self._held is not None:
             set_random_stream(self._held, x.device)
+        if self.fused is not None:
+            return self._fused_energy(x.detach())
+        x = x.detach().requires_grad_(True)
         with validation_off(), self.hooks:
             params = self.sites(x)
             values = {k: self.bijections[k](u) for k, u in params.items()}
@@ -157,6 +162,18 @@ class Whitened:
         if not bool(torch.isfinite(grad).all()):
             return math.inf, torch.zeros_like(x)
         return float(U.detach()), grad
+
+    def _fused_energy(self, x: torch.Tensor) -> tuple[float, torch.Tensor]:
+        """:meth:`energy` by ``fused(Z) -> (U, dU/dZ)`` at the site ``Z`` (the only one): the
+        gradient on :math:`x_i` is :math:`R_i^\\top \\partial U / \\partial z_i`."""
+        Z = self.sites(x)[self.name]
+        with validation_off(), self.hooks:
+            U, gZ = self.fused(Z)
+        self.evaluations += 1
+        U = float(U)
+        if not (math.isfinite(U) and bool(torch.isfinite(gZ).all())):
+            return math.inf, torch.zeros_like(x)
+        return U, torch.einsum("nab,na->nb", self.roots, gZ).reshape(-1)
 
     @contextmanager
     def trajectory(self, number: int):
@@ -408,8 +425,10 @@ def sample_hmc(model: Callable, kwargs: dict, latent, site: tuple, Z_init: torch
     blocks = to_site is None and set(latent.values) == {name}
     roots = _roots(model, kwargs, Z_init) if blocks else None
     start = roots if roots is not None else _identity(Z_init)
+    fused = fused_energy(model, kwargs, Z_init) if roots is not None else None
     target = Whitened(model, kwargs, latent.values, latent.supports, name, start,
-                      repulsion in STOCHASTIC_REPULSIONS, integrated=repulsion == "fft")
+                      repulsion in STOCHASTIC_REPULSIONS, integrated=repulsion == "fft",
+                      fused=fused)
     align = reference if opts["align"] and to_site is None else None
     gen = torch.Generator().manual_seed(seed)
     t0 = time.perf_counter()
@@ -429,9 +448,40 @@ def sample_hmc(model: Callable, kwargs: dict, latent, site: tuple, Z_init: torch
     diag.update(divergences=[len(d) for d in diag["divergent_draws"]],
                 gradient_evaluations=target.evaluations, likelihood=likelihood_sampled(repulsion),
                 metric_start="curvature blocks" if roots is not None else "identity",
+                fused_energy=fused is not None,
                 num_chains=len(runs), warmup=int(opts["warmup"]),
                 num_samples=int(opts["num_samples"]), seconds=time.perf_counter() - t0)
     return draws, diag
+
+
+def fused_energy(model: Callable, kwargs: dict, Z: torch.Tensor) -> Callable | None:
+    """The negative log joint of ``model`` over its one site ``Z`` and its gradient on Z,
+    ``energy(Z) -> (U, dU/dZ)``, by the model's fused form (``model.fused_step``,
+    :mod:`probdr.models.coupling_fused`: the weighted likelihood by explicit formulas) plus the
+    prior ``kwargs["z_prior"]`` (its log density differentiated alone); ``None`` where the model
+    has no fused form at these arguments or :func:`probdr.config.get_fused_step` is off. Equal
+    to the Pyro trace's to rounding."""
+    from .. import config
+
+    make = getattr(model, "fused_step", None)
+    if make is None or not config.get_fused_step():
+        return None
+    prior = kwargs.get("z_prior")
+    step = make(Z.detach(), **dict(kwargs, z_prior=None))
+    if step is None:
+        return None
+
+    def energy(Z: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        loss, grad = step(Z, 1.0, True)
+        if prior is None:
+            return loss, grad
+        Zg = Z.detach().requires_grad_(True)
+        with torch.enable_grad():
+            lp = prior.log_prob(Zg)
+            (g_prior,) = torch.autograd.grad(lp, Zg)
+        return loss - lp.detach(), grad - g_prior
+
+    return energy
 
 
 def _roots(model, kwargs: dict, Z: torch.Tensor) -> torch.Tensor | None:
