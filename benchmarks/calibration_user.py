@@ -95,7 +95,9 @@ def one(law: str, m: float, s: float, n: int, seed: int, approx: str, params: di
         return float(np.median(np.linalg.norm(Z - truth, axis=1))) / unit
 
     cal = est.calibration_
-    return {"cover50": sc["cover50"], "cover90": sc["cover90"],
+    diag = est.posterior_.diagnostics
+    return {"r_hat_max": diag.get("r_hat_max"), "ess_min": diag.get("ess_min"),
+            "cover50": sc["cover50"], "cover90": sc["cover90"],
             "cover50_own": sc["cover50_own"], "cover90_own": sc["cover90_own"],
             "mean_off_sd": off(mean),
             "map_off_sd": off(est.map_embedding_), "mode_off_sd": off(est.mode_embedding_),
@@ -147,6 +149,9 @@ def write(a, law, m, s, approx, params, rows) -> None:
     out["cover90_range"] = [round(min(r["cover90"] for r in rows), 3),
                             round(max(r["cover90"] for r in rows), 3)]
     out["converged"] = [r["converged"] for r in rows]
+    if rows[0]["r_hat_max"] is not None:  # a sampler's chains
+        out["r_hat_max"] = [round(float(r["r_hat_max"]), 3) for r in rows]
+        out["ess_min"] = [round(float(r["ess_min"]), 1) for r in rows]
     print(json.dumps(out), flush=True)
     with open(a.out, "a") as f:
         f.write(json.dumps(out) + "\n")

@@ -39,6 +39,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 
 import numpy as np
@@ -46,17 +47,18 @@ import torch
 from pyro import poutine
 from torch.distributions import biject_to
 
-from .._compute.isolation import validation_off
+from .._compute.isolation import fit_generator, fit_stream, private_pyro, validation_off
 from .draws import procrustes_align
 from .schedule import OptimiserHooks, random_stream, set_random_stream
 
 __all__ = ["sample_hmc", "HMC_OPTIONS", "STOCHASTIC_REPULSIONS", "likelihood_sampled",
-           "fused_energy"]
+           "fused_energy", "chain_workers"]
 
 #: options of ``method="hmc"`` and their defaults (:func:`probdr.infer.posterior.fit_posterior`)
 HMC_OPTIONS = {
     "num_chains": 2, "warmup": 300, "num_samples": 300, "thin": 1, "target_accept_prob": 0.75,
     "max_leapfrog": 64, "init_jitter": 0.1, "reference": None, "align": True,
+    "chain_workers": "auto",
 }
 #: repulsions whose log density is a random estimate: their draws are held for a trajectory
 STOCHASTIC_REPULSIONS = ("sampled", "negative_sampling")
@@ -415,8 +417,9 @@ def _run_chain(target: Whitened, opts: dict, gen: torch.Generator,
 def sample_hmc(model: Callable, kwargs: dict, latent, site: tuple, Z_init: torch.Tensor,
                reference: np.ndarray, opts: dict, seed: int,
                repulsion: str = "exact") -> tuple[dict, dict]:
-    """Run ``num_chains`` chains of :func:`_run_chain` (one after another) from the mode
-    ``Z_init`` (each from its own jitter, ``init_jitter`` whitened units). ``latent`` are the
+    """Run ``num_chains`` chains of :func:`_run_chain` from the mode ``Z_init`` (each from its
+    own jitter, ``init_jitter`` whitened units), on up to :func:`chain_workers` threads at once
+    (the same draws whichever runs them). ``latent`` are the
     model's latent sites (:func:`probdr.infer.posterior.latent_sites`), ``site`` the inference
     site ``(name, to_site, from_site)``; ``reference`` (n, q) aligns the warm-up's draws.
     Returns the draws ``{site: (chains, draws, ...)}`` (Z
@@ -425,17 +428,34 @@ def sample_hmc(model: Callable, kwargs: dict, latent, site: tuple, Z_init: torch
     blocks = to_site is None and set(latent.values) == {name}
     roots = _roots(model, kwargs, Z_init) if blocks else None
     start = roots if roots is not None else _identity(Z_init)
-    fused = fused_energy(model, kwargs, Z_init) if roots is not None else None
-    target = Whitened(model, kwargs, latent.values, latent.supports, name, start,
-                      repulsion in STOCHASTIC_REPULSIONS, integrated=repulsion == "fft",
-                      fused=fused)
     align = reference if opts["align"] and to_site is None else None
-    gen = torch.Generator().manual_seed(seed)
+    chains = int(opts["num_chains"])
+    workers = chain_workers(opts["chain_workers"], chains, Z_init.device)
+    stream_device = _stream_device(Z_init)
+    fused_on = []
+
+    def chain(c: int) -> dict:
+        """Chain ``c``: its own target, its own generator (momenta, jitter, Metropolis tests)
+        and its own stream of a stochastic likelihood's draws, seeded from ``seed`` and ``c``
+        alone, so that its draws are the same whichever thread runs it."""
+        own = model.copy() if hasattr(model, "copy") else model  # its own Pyro handlers
+        fused = fused_energy(own, kwargs, Z_init) if roots is not None else None
+        fused_on.append(fused is not None)
+        target = Whitened(own, kwargs, latent.values, latent.supports, name, start,
+                          repulsion in STOCHASTIC_REPULSIONS, integrated=repulsion == "fft",
+                          fused=fused)
+        gen = torch.Generator().manual_seed(_chain_seed(seed, c))
+        stream = torch.Generator(stream_device).manual_seed(_chain_seed(seed, c) ^ 0x5EED)
+        with private_pyro(), fit_stream(stream):
+            run = _run_chain(target, opts, gen, align, first=c * 10_000_000)
+        return dict(run, evaluations=target.evaluations)
+
     t0 = time.perf_counter()
-    runs = []
-    for c in range(int(opts["num_chains"])):
-        target.scale, target.roots = torch.ones_like(target.centre), start
-        runs.append(_run_chain(target, opts, gen, align, first=c * 10_000_000))
+    if workers > 1:
+        with ThreadPoolExecutor(workers) as pool:
+            runs = list(pool.map(chain, range(chains)))
+    else:
+        runs = [chain(c) for c in range(chains)]
     draws = {k: np.stack([np.stack([_numpy(d[k]) for d in run["draws"]]) for run in runs])
              for k in latent.values}
     if to_site is not None:
@@ -446,12 +466,34 @@ def sample_hmc(model: Callable, kwargs: dict, latent, site: tuple, Z_init: torch
             ("accept_prob", "step_size", "leapfrog_mean", "trajectory_length",
              "divergent_draws", "energy_error_sd")}
     diag.update(divergences=[len(d) for d in diag["divergent_draws"]],
-                gradient_evaluations=target.evaluations, likelihood=likelihood_sampled(repulsion),
+                gradient_evaluations=sum(run["evaluations"] for run in runs),
+                likelihood=likelihood_sampled(repulsion),
                 metric_start="curvature blocks" if roots is not None else "identity",
-                fused_energy=fused is not None,
+                fused_energy=all(fused_on), chain_workers=workers,
                 num_chains=len(runs), warmup=int(opts["warmup"]),
                 num_samples=int(opts["num_samples"]), seconds=time.perf_counter() - t0)
     return draws, diag
+
+
+def chain_workers(option, chains: int, device) -> int:
+    """The threads that run the chains at once: ``option`` (``"auto"``: as many as the fit's
+    torch threads allow, ``torch.get_num_threads()``), at most ``chains``; one on an
+    accelerator (its kernels queue on one stream)."""
+    if torch.device(device).type != "cpu":
+        return 1
+    n = torch.get_num_threads() if option == "auto" else int(option)
+    return max(1, min(n, chains))
+
+
+def _chain_seed(seed: int, c: int) -> int:
+    """Chain ``c``'s seed: fixed by the sampler's ``seed`` and ``c``."""
+    return (int(seed) * 1_000_003 + 7_919 * (c + 1)) % (2**63)
+
+
+def _stream_device(Z: torch.Tensor) -> torch.device:
+    """Where a stochastic likelihood's draws are made: the fit's stream's device, else Z's."""
+    gen = fit_generator()
+    return gen.device if gen is not None else Z.device
 
 
 def fused_energy(model: Callable, kwargs: dict, Z: torch.Tensor) -> Callable | None:

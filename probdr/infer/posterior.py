@@ -569,6 +569,9 @@ def _check_hmc_options(opts: dict) -> dict:
     check_scalar(opts["target_accept_prob"], "target_accept_prob", Real, min_val=0, max_val=1,
                  include_boundaries="neither")
     check_scalar(opts["init_jitter"], "init_jitter", Real, min_val=0)
+    workers = opts["chain_workers"]
+    if workers != "auto":
+        check_scalar(workers, "chain_workers", Integral, min_val=1)
     return opts
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import copy
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -355,6 +356,11 @@ class HookedModel:
     def __call__(self, *args, **kwargs):
         with self.hooks:
             return self.model(*args, **kwargs)
+
+    def copy(self) -> HookedModel:
+        """The same model under a copy of its hooks: a Pyro handler is entered once at a time,
+        so each thread running the model (the sampler's chains) needs its own."""
+        return HookedModel(self.model, copy.copy(self.hooks))
 
     def fused_step(self, *args, **kwargs):
         """The model's fused step (``model.fused_step``, e.g.

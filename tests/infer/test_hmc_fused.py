@@ -131,3 +131,38 @@ def test_a_chain_with_the_fused_form_on_and_off():
     assert on.posterior_.diagnostics["fused_energy"] is True
     assert off.posterior_.diagnostics["fused_energy"] is False
     np.testing.assert_allclose(on.posterior_samples_, off.posterior_samples_, atol=1e-7)
+
+
+@pytest.mark.parametrize("law", ["tsne", "umap-ns"])
+def test_chains_in_threads_give_the_draws_they_give_one_after_another(law):
+    """Each chain has its own generator and its own stream of a stochastic likelihood's draws,
+    seeded from the fit's seed and the chain's number: two chains run at once on two threads
+    give the same bits as one after the other, on an exact likelihood and on negative sampling
+    (the held negatives)."""
+    params = dict(warmup=12, num_samples=6, max_leapfrog=6, restarts=0, num_chains=2)
+    if law == "tsne":
+        Zt, W = simulate("tsne", 40, 4.0, 3.0, 0)
+
+        def make(workers):
+            return probdr.GraphCoupling(**LAWS["tsne"], affinity="precomputed",
+                                        coupling_weight=4.0, z_prior=3.0, inference="hmc",
+                                        random_state=0,
+                                        inference_params=dict(params, chain_workers=workers))
+        data = W
+    else:
+        data = np.random.default_rng(0).normal(size=(40, 5))
+
+        def make(workers):
+            return probdr.UMAP(n_epochs=30, inference="hmc", random_state=0,
+                               repulsion="negative_sampling",
+                               inference_params=dict(params, chain_workers=workers))
+    fits = []
+    for workers in (1, 2):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            fits.append(make(workers).fit(data))
+    one, two = fits
+    assert one.posterior_.diagnostics["chain_workers"] == 1
+    assert two.posterior_.diagnostics["chain_workers"] == 2
+    np.testing.assert_array_equal(one.posterior_.chains, two.posterior_.chains)
+    assert not np.array_equal(one.posterior_.chains[0], one.posterior_.chains[1])
