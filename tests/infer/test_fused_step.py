@@ -332,3 +332,25 @@ def test_negative_columns_and_positions_are_torchs():
     mask = torch.rand(3001, generator=g) < 0.3
     assert torch.equal(_flat_nonzero(mask), mask.nonzero().squeeze(1))
     assert _flat_nonzero(torch.zeros(0, dtype=torch.bool)).shape == (0,)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_cauchy_normaliser_columns_form_is_the_closed_form(dtype):
+    """The exact Cauchy normaliser's gradient over all rows at once (the columns' form, M's rows
+    summed in Z's dtype) against the closed form in float64 (the rows' form that blocks of rows
+    take: tests/compute/test_distributed.py)."""
+    from probdr._compute import allpairs
+
+    Z = torch.randn(569, 2, generator=torch.Generator().manual_seed(1), dtype=torch.float64) * 5
+    g = torch.tensor(0.7, dtype=torch.float64)
+    T, grad = allpairs.log_total_value_and_grad(Z.to(dtype), StudentKernel(), g.to(dtype))
+    w = 1.0 / (1.0 + torch.cdist(Z, Z).square())
+    w.fill_diagonal_(0.0)
+    S = w.sum()
+    M = w * w
+    closed = -4.0 * 0.7 / S * (M.sum(1, keepdim=True) * Z - M @ Z)
+    tol = dict(rtol=1e-5, atol=1e-5 * float(closed.abs().max())) if dtype == torch.float32 \
+        else dict(rtol=1e-10, atol=1e-12 * float(closed.abs().max()))
+    torch.testing.assert_close(grad.double(), closed, **tol)
+    torch.testing.assert_close(T.double(), torch.log(S), rtol=1e-6 if dtype == torch.float32
+                               else 1e-12, atol=0.0)
