@@ -36,8 +36,8 @@ def pairwise_sq_distances(A: torch.Tensor, B: torch.Tensor | None = None) -> tor
     B = A if B is None else B
     a2 = (A * A).sum(1, keepdim=True)
     b2 = (B * B).sum(1)
-    if A.shape[1] > 3:
-        d2 = torch.addmm(a2 + b2, A, B.T, alpha=-2.0)
+    if A.shape[1] > 3:  # in place on the sum: the numbers of torch.addmm(a2 + b2, ...),
+        d2 = torch.add(a2, b2).addmm_(A, B.T, alpha=-2.0)  # without a second (m, n) array
         return d2.clamp_min_(0.0)
     d2 = a2 + b2
     with one_thread():  # addr_'s vector loop fuses a multiply-add, its scalar tail does not
