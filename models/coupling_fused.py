@@ -102,19 +102,17 @@ def _negative_sampling_step(weights: KernelWeights, W_X, m: int, gamma: float, c
         rows, cols, neg_rows, mask, neg_mask, w = epoch_edges(v, vmax, rows0, cols0, n, m, gen)
         if mask is not None or neg_mask is not None:  # pragma: no cover - sync-free mode
             raise RuntimeError("the fused step does not run in sync-free mode.")
-        neg_cols = (neg_rows + torch.randint(1, n, (neg_rows.numel(),), device=rows.device,
-                                             generator=gen)) % n
+        neg_cols = _shifted(neg_rows, torch.randint(1, n, (neg_rows.numel(),),
+                                                    device=rows.device, generator=gen), n)
         g = torch.full((), loss_scale, dtype=Z.dtype, device=Z.device).neg()  # d obj / d elbo
         # the sites' scales as Pyro composes them: the weight, the plate (size / size), then c
         s_pos = cw * (w * rows.numel() / rows.numel())
         s_neg = cw * ((gamma * w) * neg_rows.numel() / neg_rows.numel())
-        ones = torch.ones(rows.numel(), dtype=v.dtype, device=v.device)
-        zeros = torch.zeros(neg_rows.numel(), dtype=v.dtype, device=v.device)
-        lp_e, grad = bernoulli_pairs_value_and_grad(Z, rows, cols, ones, weights.kernel, clip,
+        lp_e, grad = bernoulli_pairs_value_and_grad(Z, rows, cols, 1.0, weights.kernel, clip,
                                                     s_pos, g, value)
-        lp_n, grad_n = bernoulli_pairs_value_and_grad(Z, neg_rows, neg_cols, zeros,
+        lp_n, grad_n = bernoulli_pairs_value_and_grad(Z, neg_rows, neg_cols, 0.0,
                                                       weights.kernel, clip, s_neg, g, value)
-        grad = grad + grad_n
+        grad = grad.add_(grad_n)
         loss = None
         if value:
             loss = lp_e + lp_n
@@ -127,6 +125,14 @@ def _negative_sampling_step(weights: KernelWeights, W_X, m: int, gamma: float, c
         return (None if loss is None else loss.neg()), grad
 
     return step
+
+
+def _shifted(rows: torch.Tensor, shift: torch.Tensor, n: int) -> torch.Tensor:
+    """``(rows + shift) % n`` for rows in ``[0, n)`` and shifts in ``[1, n)`` (the model's
+    negatives): the sum is below ``2n``, so one conditional subtraction, written with a sign
+    mask (the same integers, without the division of ``%``); ``shift`` is overwritten."""
+    t = shift.add_(rows).sub_(n)
+    return t.add_(t.bitwise_right_shift(63).bitwise_and_(n))
 
 
 def _e_law_step(W_X, kernel, cw: float, ex: float, clip, repulsion: str) -> FusedStep:

@@ -234,6 +234,11 @@ class Kernel:
         """``(k, dlog k / dd2)``; subclasses override with cheaper closed forms."""
         return torch.exp(self.log_k(d2)), self.dlog_k(d2)
 
+    def log_k_and_dlog_k(self, d2: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(log k, dlog k / dd2)``, the numbers of :meth:`log_k` and :meth:`dlog_k`;
+        subclasses share their common passes."""
+        return self.log_k(d2), self.dlog_k(d2)
+
     def __call__(self, d2: torch.Tensor) -> torch.Tensor:
         return self.log_k(d2)
 
@@ -411,6 +416,15 @@ class UMAPKernel(Kernel):
         if self.odds:
             return -dt
         return -torch.sigmoid(self._log_ad2b(d2)) * dt
+
+    def log_k_and_dlog_k(self, d2):
+        if not (self.odds and isinstance(self.a, float) and isinstance(self.b, float)):
+            return super().log_k_and_dlog_k(d2)
+        # the passes of log_k and dlog_k (``b / x`` is torch's ``x.reciprocal() * b``), in place
+        # on their temporaries, the floor taken once: the same numbers
+        d2c = d2.clamp_min(self.d2_floor)
+        log_k = torch.log(d2c).mul_(self.b).add_(math.log(self.a)).neg_()
+        return log_k, d2c.reciprocal_().mul_(self.b).neg_()
 
     def k_and_dlog_k(self, d2):
         if self.odds:

@@ -36,8 +36,8 @@ def pairwise_sq_distances(A: torch.Tensor, B: torch.Tensor | None = None) -> tor
     B = A if B is None else B
     a2 = (A * A).sum(1, keepdim=True)
     b2 = (B * B).sum(1)
-    if A.shape[1] > 3:
-        d2 = torch.addmm(a2 + b2, A, B.T, alpha=-2.0)
+    if A.shape[1] > 3:  # in place on the sum: the numbers of torch.addmm(a2 + b2, ...),
+        d2 = torch.add(a2, b2).addmm_(A, B.T, alpha=-2.0)  # without a second (m, n) array
         return d2.clamp_min_(0.0)
     d2 = a2 + b2
     with one_thread():  # addr_'s vector loop fuses a multiply-add, its scalar tail does not
@@ -159,14 +159,14 @@ class _PairReduce(torch.autograd.Function):
 def _cauchy_weights(Z, s, e):
     """Rows s:e of :math:`1/(1 + d^2_{ij})`, the diagonal 0."""
     w = pairwise_sq_distances(Z[s:e], Z).add_(1.0).reciprocal_()
-    idx = torch.arange(e - s)
-    w[idx, idx + s] = 0.0
+    w.diagonal(s).zero_()  # the pairs (i, i) of rows s:e
     return w
 
 
 def _cauchy_forward(Z, rows):
-    """:math:`S = \\sum_{i \ne j} 1/(1 + d^2_{ij})` over rows ``rows`` (in Z's dtype, summed in
-    float64) and the state of its gradient ``(blocks, cache, saved)``."""
+    """:math:`S = \\sum_{i \ne j} 1/(1 + d^2_{ij})` over rows ``rows`` (in Z's dtype: the rows
+    summed in it, their sums in float64) and the state of its gradient ``(blocks, cache,
+    saved)``."""
     n = Z.shape[0]
     blocks = _blocks(n, Z.element_size(), rows)
     cache = n * n * Z.element_size() <= CACHE_BYTES
@@ -174,20 +174,30 @@ def _cauchy_forward(Z, rows):
     saved = []
     for s, e in blocks:
         w = _cauchy_weights(Z, s, e)
-        total += w.sum(dtype=torch.float64)
+        total += w.sum(1).sum(dtype=torch.float64)  # no float64 copy of the block
         if cache:
             saved.append(w)
     return total.to(Z.dtype), [blocks, cache, saved]
 
 
 def _cauchy_backward(Z, S, state, g):
-    r"""The gradient on Z of ``g`` times :math:`\log S` (the cached weights overwritten)."""
+    r"""The gradient on Z of ``g`` times :math:`\log S` (the cached weights overwritten).
+
+    Over all rows at once (one block: up to some 5,800 points in float32) the columns' form
+    :math:`\nabla_{z_i} \propto M_{+i} z_i - (Z^\top M)_i`: :math:`M` is symmetric up to
+    rounding (the last bits of a row's last pairs, where the squared distances' vector loop
+    hands over to its scalar tail), and MKL's product of the (q, n) ``Z^T`` by ``M`` is several
+    times faster than that of ``M`` by the (n, q) ``Z`` (measured at n = 569 in float32: 56
+    against 370 us on an AMD EPYC). Blocks of rows take the rows' form."""
     blocks, cache, saved = state
     grad = torch.empty_like(Z) if blocks[-1][1] - blocks[0][0] == Z.shape[0] \
         else torch.zeros_like(Z)
     for b, (s, e) in enumerate(blocks):
         w = saved[b] if cache else _cauchy_weights(Z, s, e)
         M = w.mul_(w)  # in place: the cache is not needed again
+        if e - s == Z.shape[0]:  # all rows: the columns' form (below)
+            grad[s:e] = (M.sum(0)[:, None] * Z - (Z.t().contiguous() @ M).t()).mul_(-4.0 * g / S)
+            continue
         grad[s:e] = (M.sum(1, keepdim=True) * Z[s:e] - M @ Z).mul_(-4.0 * g / S)
     state[2] = None
     return grad

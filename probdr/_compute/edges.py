@@ -164,7 +164,7 @@ def _row_and_col_sums(src, rows, cols, n):
     return row, col
 
 
-def pair_grad(diff, coef, rows, cols, n, clip, inplace=False):
+def pair_grad(diff, coef, rows, cols, n, clip, inplace=False, own=False):
     r"""Gradient on Z of a loss whose derivative w.r.t. :math:`d^2_e` is ``coef / 2``: pair e adds
     ``coef_e (z_r - z_c)`` (clamped per coordinate at ``clip``) to row r and subtracts it from
     row c. Sorted rows (coalesced edge lists) are reduced with ``segment_reduce`` unless they are
@@ -172,10 +172,12 @@ def pair_grad(diff, coef, rows, cols, n, clip, inplace=False):
 
     ``inplace``: ``diff`` may be overwritten, and the row and column sums are taken in parts on
     torch's threads into their own buffers (:func:`_row_and_col_sums`), the column sums
-    subtracted once (no pass negating the edge list; other rounding than the negated scatter)."""
+    subtracted once (no pass negating the edge list; other rounding than the negated scatter).
+    ``own``: ``diff`` may be overwritten, the sums are those of ``inplace=False`` (the same
+    numbers, no copy of the differences)."""
     lengths = None if inplace or _short_segments(rows.numel(), n) else _segments(rows, n)
     if diff[0].is_complex():  # 2-D
-        d = _scale_(diff[0] if inplace else diff[0].clone(), coef)
+        d = _scale_(diff[0] if inplace or own else diff[0].clone(), coef)
         gr = torch.view_as_real(d)
         if clip is not None:
             gr.clamp_(-clip, clip)
@@ -190,7 +192,7 @@ def pair_grad(diff, coef, rows, cols, n, clip, inplace=False):
         return grad
     grad = coef.new_zeros(len(diff), n)
     for a, d in enumerate(diff):
-        gd = d.mul_(coef) if inplace else d * coef
+        gd = d.mul_(coef) if inplace or own else d * coef
         if clip is not None:
             gd.clamp_(-clip, clip)
         if inplace:
@@ -465,7 +467,7 @@ class EpochSchedule:
         a ``nonzero`` at every step, the same positions. Elsewhere, that comparison."""
         slots = self.slots
         if slots.device.type != "cpu" or slots.dtype != torch.uint8 or self.steps == 1:
-            return (slots == s).nonzero().squeeze(1)
+            return _flat_nonzero(slots == s)
         if self.order is None:
             keys = slots.numpy()
             counts = np.bincount(keys, minlength=self.steps + 1)
@@ -479,7 +481,7 @@ class EpochSchedule:
         synchronisation)."""
         if index is None or self.steps == 1:  # an independent draw
             used = self._uniform().mul_(self.vmax * self.steps) < self.v
-            return used if as_mask else used.nonzero().squeeze(1)
+            return used if as_mask else _flat_nonzero(used)
         epoch, s = divmod(int(index), self.steps)
         if epoch != self.epoch:
             self._draw_epoch(epoch)
@@ -523,6 +525,14 @@ class EpochSchedule:
         at, sort = at.sort(dim=1)
         self.positions, self.used = at, used.gather(1, sort)
         self.epoch, self.slots, self.order = epoch, None, None
+
+
+def _flat_nonzero(mask: torch.Tensor) -> torch.Tensor:
+    """The positions of a boolean vector's true entries, ascending (int64): ``nonzero``; on the
+    CPU numpy's ``flatnonzero`` (the same positions, at about half the cost)."""
+    if mask.device.type == "cpu":
+        return torch.from_numpy(np.flatnonzero(mask.numpy()))
+    return mask.nonzero().squeeze(1)
 
 
 def scheduled_edges(v, vmax, rows, cols, n: int, m: int, steps: int, generator=None,

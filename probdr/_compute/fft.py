@@ -136,7 +136,7 @@ class Grid2D:
         multithreaded pass, the same sums as gathering (n, 16, C) and contracting with the
         weights, a third of the time at a million points."""
         C = grids.shape[0]
-        rows = grids.reshape(C, -1).t().contiguous()
+        rows = grids.permute(1, 2, 0).reshape(-1, C)  # one copy of the (C, G, G) corner view
         n = self.weight.shape[0]
         if rows.device.type == "cpu" and n:
             with warnings.catch_warnings():  # torch: "Sparse CSR tensor support is in beta"

@@ -67,23 +67,39 @@ def edge_sum_value_and_grad(Z: torch.Tensor, rows, cols, v, kernel, clip, g: tor
     return out, edge_sum_grad(diff, d2, vv, rows, cols, terms, 2.0 * g.to(d2.dtype), False)
 
 
-def bernoulli_pairs_value_and_grad(Z: torch.Tensor, rows, cols, y: torch.Tensor, kernel, clip,
+def bernoulli_pairs_value_and_grad(Z: torch.Tensor, rows, cols, y, kernel, clip,
                                    scale: float, g: torch.Tensor, value: bool = True):
     r""":math:`L = \sum_e \ell_e\, s` with :math:`\ell_e = \log \mathcal B(y_e;\,
     \sigma(\log k(d^2_e)))` the Bernoulli log-likelihood of the pair's observation ``y`` (1: a
-    sampled edge, 0: a negative sample) and ``s = scale`` its weight (``None`` unless
-    ``value``), and the gradient on Z of :math:`g \sum_e s\,\ell_e`: on the logit
-    :math:`g s (y_e - \sigma(\log k_e))`, times :math:`2\,\partial_{d^2} \log k\,(z_r - z_c)`
-    per pair, clamped per coordinate at ``clip`` (umap-learn's clip), as the Pyro path's
-    :class:`~probdr.laws.graph.EdgeBernoulli` and :func:`~probdr._compute.edges.edge_log_kernel`
-    compute them."""
+    sampled edge, 0: a negative sample; a tensor, or one number for every pair) and
+    ``s = scale`` its weight (``None`` unless ``value``), and the gradient on Z of
+    :math:`g \sum_e s\,\ell_e`: on the logit :math:`g s (y_e - \sigma(\log k_e))`, times
+    :math:`2\,\partial_{d^2} \log k\,(z_r - z_c)` per pair, clamped per coordinate at ``clip``
+    (umap-learn's clip), as the Pyro path's :class:`~probdr.laws.graph.EdgeBernoulli` and
+    :func:`~probdr._compute.edges.edge_log_kernel` compute them.
+
+    With one number ``y`` (0 or 1), the numbers of a tensor of it, fewer passes: the
+    log-likelihood is torch's ``-binary_cross_entropy_with_logits`` written out (``log_sigmoid``,
+    minus the logit where ``y = 0``), and :math:`y - \sigma` subtracts the number (none for 0)."""
     diff, d2 = edge_diffs(Z, rows, cols)
-    logits = kernel.log_k(d2)
+    logits, dlogk = kernel.log_k_and_dlog_k(d2)
+    label = None if isinstance(y, torch.Tensor) else float(y)
+    if label not in (None, 0.0, 1.0):
+        raise ValueError(f"y must be a tensor, 0 or 1, got {y!r}.")
     out = None
     if value:
-        lp = -F.binary_cross_entropy_with_logits(logits, y, reduction="none")
-        out = (lp * scale).sum()
+        if label is None:
+            lp = -F.binary_cross_entropy_with_logits(logits, y, reduction="none")
+        else:
+            lp = F.logsigmoid(logits) if label == 1.0 else F.logsigmoid(logits).sub_(logits)
+        out = lp.mul_(scale).sum()
     with one_thread():  # the sigmoid's last bits would follow the thread count
         s = torch.sigmoid(logits)
-    coef = kernel.dlog_k(d2).mul_(s.sub_(y).mul_((g * scale).neg())).mul_(2.0)
-    return out, pair_grad(diff, coef, rows, cols, Z.shape[0], clip)
+    if label is None:
+        s.sub_(y)
+    elif label != 0.0:
+        s.sub_(label)
+    # the factor 2 folded into the number (a power of 2 scales exactly, so the same numbers
+    # away from the subnormal range), one pass fewer over the pairs
+    coef = dlogk.mul_(s.mul_((g * scale).neg().mul_(2.0)))
+    return out, pair_grad(diff, coef, rows, cols, Z.shape[0], clip, own=True)

@@ -288,3 +288,69 @@ def test_posterior_runs_the_pyro_path(digits_small, fused_steps):
     with_prior = [f for f, _, prior in fused_steps if prior]
     assert with_prior and all(f == 0 for f in with_prior)
     assert any(f > 0 for f, _, prior in fused_steps if not prior)
+
+
+# -- the small-data passes: the same numbers as the passes they replace ----------------------
+@pytest.mark.parametrize("q", [2, 3])
+@pytest.mark.parametrize("label", [0.0, 1.0])
+def test_bernoulli_pairs_number_label_is_the_tensors(label, q):
+    """A label given as one number (fewer passes: log_sigmoid written out, the subtraction of a
+    number, no copy of the differences) gives the bits of a tensor of it."""
+    from probdr._compute.fused import bernoulli_pairs_value_and_grad
+
+    g = torch.Generator().manual_seed(3)
+    Z = torch.randn(N, q, dtype=torch.float64, generator=g)
+    rows = torch.randint(0, N, (600,), generator=g).sort()[0]
+    cols = (rows + torch.randint(1, N, (600,), generator=g)) % N
+    kernel, gs = UMAPKernel(a=1.2, b=0.9, odds=True), torch.tensor(-0.7, dtype=torch.float64)
+    y = torch.full((600,), label, dtype=torch.float64)
+    for clip in (None, 4.0):
+        ref = bernoulli_pairs_value_and_grad(Z, rows, cols, y, kernel, clip, 0.3, gs)
+        out = bernoulli_pairs_value_and_grad(Z, rows, cols, label, kernel, clip, 0.3, gs)
+        assert torch.equal(out[0], ref[0]) and torch.equal(out[1], ref[1])
+    with pytest.raises(ValueError, match="y must be"):
+        bernoulli_pairs_value_and_grad(Z, rows, cols, 0.5, kernel, None, 0.3, gs)
+
+
+@pytest.mark.parametrize("odds", [True, False])
+def test_umap_log_k_and_dlog_k_are_the_separate_passes(odds):
+    d2 = torch.cat([torch.rand(500, dtype=torch.float64) * 30, torch.zeros(3, dtype=torch.float64)])
+    k = UMAPKernel(a=1.577, b=0.8951, odds=odds)
+    lk, dk = k.log_k_and_dlog_k(d2.clone())
+    assert torch.equal(lk, k.log_k(d2)) and torch.equal(dk, k.dlog_k(d2))
+
+
+def test_negative_columns_and_positions_are_torchs():
+    from probdr._compute.edges import _flat_nonzero
+    from probdr.models.coupling_fused import _shifted
+
+    g = torch.Generator().manual_seed(0)
+    for n in (2, 7, 569, 5000):
+        rows = torch.randint(0, n, (4000,), generator=g)
+        shift = torch.randint(1, n, (4000,), generator=g)
+        assert torch.equal(_shifted(rows, shift.clone(), n), (rows + shift) % n)
+    mask = torch.rand(3001, generator=g) < 0.3
+    assert torch.equal(_flat_nonzero(mask), mask.nonzero().squeeze(1))
+    assert _flat_nonzero(torch.zeros(0, dtype=torch.bool)).shape == (0,)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_cauchy_normaliser_columns_form_is_the_closed_form(dtype):
+    """The exact Cauchy normaliser's gradient over all rows at once (the columns' form, M's rows
+    summed in Z's dtype) against the closed form in float64 (the rows' form that blocks of rows
+    take: tests/compute/test_distributed.py)."""
+    from probdr._compute import allpairs
+
+    Z = torch.randn(569, 2, generator=torch.Generator().manual_seed(1), dtype=torch.float64) * 5
+    g = torch.tensor(0.7, dtype=torch.float64)
+    T, grad = allpairs.log_total_value_and_grad(Z.to(dtype), StudentKernel(), g.to(dtype))
+    w = 1.0 / (1.0 + torch.cdist(Z, Z).square())
+    w.fill_diagonal_(0.0)
+    S = w.sum()
+    M = w * w
+    closed = -4.0 * 0.7 / S * (M.sum(1, keepdim=True) * Z - M @ Z)
+    tol = dict(rtol=1e-5, atol=1e-5 * float(closed.abs().max())) if dtype == torch.float32 \
+        else dict(rtol=1e-10, atol=1e-12 * float(closed.abs().max()))
+    torch.testing.assert_close(grad.double(), closed, **tol)
+    torch.testing.assert_close(T.double(), torch.log(S), rtol=1e-6 if dtype == torch.float32
+                               else 1e-12, atol=0.0)
