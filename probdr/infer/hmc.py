@@ -438,15 +438,15 @@ def sample_hmc(model: Callable, kwargs: dict, latent, site: tuple, Z_init: torch
         """Chain ``c``: its own target, its own generator (momenta, jitter, Metropolis tests)
         and its own stream of a stochastic likelihood's draws, seeded from ``seed`` and ``c``
         alone, so that its draws are the same whichever thread runs it."""
-        own = model.copy() if hasattr(model, "copy") else model  # its own Pyro handlers
-        fused = fused_energy(own, kwargs, Z_init) if roots is not None else None
-        fused_on.append(fused is not None)
-        target = Whitened(own, kwargs, latent.values, latent.supports, name, start,
-                          repulsion in STOCHASTIC_REPULSIONS, integrated=repulsion == "fft",
-                          fused=fused)
         gen = torch.Generator().manual_seed(_chain_seed(seed, c))
         stream = torch.Generator(stream_device).manual_seed(_chain_seed(seed, c) ^ 0x5EED)
-        with private_pyro(), fit_stream(stream):
+        with private_pyro(), fit_stream(stream):  # everything that runs Pyro's handlers
+            own = model.copy() if hasattr(model, "copy") else model  # its own handlers
+            fused = fused_energy(own, kwargs, Z_init) if roots is not None else None
+            fused_on.append(fused is not None)
+            target = Whitened(own, kwargs, latent.values, latent.supports, name, start,
+                              repulsion in STOCHASTIC_REPULSIONS,
+                              integrated=repulsion == "fft", fused=fused)
             run = _run_chain(target, opts, gen, align, first=c * 10_000_000)
         return dict(run, evaluations=target.evaluations)
 

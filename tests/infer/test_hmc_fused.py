@@ -136,10 +136,11 @@ def test_a_chain_with_the_fused_form_on_and_off():
 @pytest.mark.parametrize("law", ["tsne", "umap-ns"])
 def test_chains_in_threads_give_the_draws_they_give_one_after_another(law):
     """Each chain has its own generator and its own stream of a stochastic likelihood's draws,
-    seeded from the fit's seed and the chain's number: two chains run at once on two threads
-    give the same bits as one after the other, on an exact likelihood and on negative sampling
+    seeded from the fit's seed and the chain's number, and runs Pyro's handlers (the fused
+    form's making included) on its own thread's stack: four chains on two threads give the
+    same bits as one after the other, on an exact likelihood and on negative sampling
     (the held negatives)."""
-    params = dict(warmup=12, num_samples=6, max_leapfrog=6, restarts=0, num_chains=2)
+    params = dict(warmup=12, num_samples=6, max_leapfrog=6, restarts=0, num_chains=4)
     if law == "tsne":
         Zt, W = simulate("tsne", 40, 4.0, 3.0, 0)
 
