@@ -27,6 +27,7 @@ from collections.abc import Callable
 
 import torch
 
+from probdr._compute.allpairs import cauchy_pairs_value_and_grad
 from probdr._compute.edges import epoch_edges
 from probdr._compute.fft import kernel_log_total_value_and_grad
 from probdr._compute.fused import (
@@ -39,6 +40,10 @@ from probdr.laws.graph import BinaryGraph, GraphPrior, NEdgeGraph
 from probdr.laws.weights import KernelWeights
 
 __all__ = ["coupling_fused_step"]
+
+#: the most points whose exact t-SNE step sums attraction and normaliser in one dense n x n pass
+#: (:class:`_DensePairs`; above, the edge list and the normaliser in their own passes)
+DENSE_PAIRS_MAX_N = 1500
 
 #: a step: ``step(Z, loss_scale, value) -> (loss or None, gradient of loss_scale * loss on Z)``
 FusedStep = Callable[[torch.Tensor, float, bool], tuple]
@@ -135,6 +140,25 @@ def _shifted(rows: torch.Tensor, shift: torch.Tensor, n: int) -> torch.Tensor:
     return t.add_(t.bitwise_right_shift(63).bitwise_and_(n))
 
 
+class _DensePairs:
+    """The attraction's weights as a dense symmetric (n, n) matrix :math:`W + W^\\top` (zero
+    diagonal), for :func:`probdr._compute.allpairs.cauchy_pairs_value_and_grad`, and its last
+    multiple by the attraction's factor (one per phase of the schedule)."""
+
+    def __init__(self, att, n: int):
+        self.att, self.n, self.factor, self.V = att, n, None, None
+
+    def scaled(self, factor: float, Z: torch.Tensor) -> torch.Tensor:
+        if factor != self.factor or self.V.dtype != Z.dtype:
+            rows, cols, v = (t.to(Z.device) for t in self.att)
+            r, c = rows.to(torch.int64), cols.to(torch.int64)
+            V = Z.new_zeros((self.n, self.n))
+            v = v.to(Z.dtype) * factor
+            V.index_put_((r, c), v, accumulate=True).index_put_((c, r), v, accumulate=True)
+            self.factor, self.V = factor, V
+        return self.V
+
+
 def _e_law_step(W_X, kernel, cw: float, ex: float, clip, repulsion: str) -> FusedStep:
     r"""The E law's step: :math:`-\,c\,[\alpha \sum W \log k - W_{++} \log \sum_{i \ne j}
     k_{ij} + \log n! - \sum \log W_{ij}!]` (coupling weight :math:`c`, exaggeration
@@ -146,6 +170,9 @@ def _e_law_step(W_X, kernel, cw: float, ex: float, clip, repulsion: str) -> Fuse
     att = _attraction_edges(W_X)
     total = graph_total(W_X)
     const = math.lgamma(W_X.shape[0] + 1) - sum_lgamma1(edge_terms(W_X)[2])
+    pairs = _DensePairs(att, W_X.shape[0]) if (
+        repulsion == "exact" and kernel.is_cauchy and clip is None
+        and W_X.shape[0] <= DENSE_PAIRS_MAX_N) else None
 
     def step(Z, loss_scale: float, value: bool = True):
         g = torch.full((), loss_scale, dtype=const.dtype, device=Z.device).neg()  # d / d elbo
@@ -154,9 +181,14 @@ def _e_law_step(W_X, kernel, cw: float, ex: float, clip, repulsion: str) -> Fuse
         if ex != 1.0:  # the factor's share of the attraction
             gf = g.to(Z.dtype)
             g_att = g_lp + (gf * cw if cw != 1.0 else gf) * (ex - 1.0)
-        a, grad = edge_sum_value_and_grad(Z, *att, kernel, clip, g_att, value)
-        log_total, grad_n = log_total_of(Z, kernel, g_lp.neg() * total)
-        grad = grad + grad_n
+        if pairs is not None:  # attraction and normaliser in one n x n pass
+            log_total, a, grad = cauchy_pairs_value_and_grad(
+                Z, pairs.scaled(float(g_att), Z), float(g_lp.neg() * total),
+                att if value else None)
+        else:
+            a, grad = edge_sum_value_and_grad(Z, *att, kernel, clip, g_att, value)
+            log_total, grad_n = log_total_of(Z, kernel, g_lp.neg() * total)
+            grad = grad + grad_n
         if not value:
             return None, grad
         lp = a - total * log_total + const

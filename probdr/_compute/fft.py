@@ -188,7 +188,7 @@ def _fft_threads(G: int):
 
 
 def _potential_grids(grid: Grid2D, Z: torch.Tensor, c: torch.Tensor, reduce=None,
-                     spectra=None) -> torch.Tensor:
+                     spectra=None, sums: bool = False):
     r"""The potential grids of charges at ``Z`` (n, 2) spread on ``grid``, for a kernel
     :math:`k` with :math:`\kappa = -\partial k / \partial d^2`: :math:`\sum_j k_j`,
     :math:`\sum_j \kappa_j (1, z_j^x - c^x, z_j^y - c^y)` and, for each learnable number
@@ -197,7 +197,12 @@ def _potential_grids(grid: Grid2D, Z: torch.Tensor, c: torch.Tensor, reduce=None
     kernel :math:`w = 1/(1 + d^2)`, :math:`\kappa = w^2`. Centring the charges on ``c`` keeps
     float32 accurate (potentials are translation-covariant). One forward transform of the three
     charge grids, one batched inverse of the products. ``reduce`` (in place) combines the charge
-    grids of several processes (an all-reduce)."""
+    grids of several processes (an all-reduce).
+
+    ``sums``: the potentials of :math:`k` and of the :math:`\partial_\theta k` are wanted only
+    summed over the points (a normaliser and its derivatives): returns the three
+    :math:`\kappa` grids and those sums (float64, ``(1 + P,)``), the sums from the spectra by
+    Parseval's identity (:func:`_charge_sums`), with no inverse transform of their own."""
     n = Z.shape[0]
     charges = torch.stack([torch.ones(n, dtype=Z.dtype, device=Z.device), Z[:, 0] - c[0],
                            Z[:, 1] - c[1]])
@@ -212,10 +217,42 @@ def _potential_grids(grid: Grid2D, Z: torch.Tensor, c: torch.Tensor, reduce=None
         kw, kw2, kth = spectra
     G = grid.G
     with _fft_threads(G):
-        F = torch.fft.rfft2(g, s=(2 * G, 2 * G))
-        with one_thread():  # complex products: see _fft_threads
+        F = _padded_transform(g, G)
+        if sums:
+            with one_thread():  # complex products: see _fft_threads
+                prods = F * kw2
+            return _corner_inverse(prods, G), _charge_sums(F[0], (kw, *kth), G)
+        with one_thread():
             prods = torch.cat([F[:1] * kw, F * kw2, *(F[:1] * t for t in kth)])
-        return torch.fft.irfft2(prods, s=(2 * G, 2 * G))[..., :G, :G]
+        return _corner_inverse(prods, G)
+
+
+def _padded_transform(g: torch.Tensor, G: int) -> torch.Tensor:
+    """The spectra (C, 2G, G + 1) of grids (C, G, G) zero-padded to (2G, 2G): the real transform
+    of the G non-zero rows, then the columns' (the numbers of ``rfft2(g, s=(2G, 2G))``, without
+    transforming G rows of zeros)."""
+    return torch.fft.fft(torch.fft.rfft(g, n=2 * G, dim=-1), n=2 * G, dim=-2)
+
+
+def _corner_inverse(prods: torch.Tensor, G: int) -> torch.Tensor:
+    """The (C, G, G) corner of the inverse of spectra (C, 2G, G + 1): the columns' inverse,
+    then the real inverse of the G rows kept (the numbers of ``irfft2(...)[..., :G, :G]``,
+    without the G rows that are cut)."""
+    rows = torch.fft.ifft(prods, dim=-2)[..., :G, :]
+    return torch.fft.irfft(rows, n=2 * G, dim=-1)[..., :G]
+
+
+def _charge_sums(F: torch.Tensor, kernels, G: int) -> torch.Tensor:
+    r""":math:`\sum_x g(x)\,(K * g)(x)` for each kernel K (spectrum ``kernels``, real: an even
+    kernel) of the charge grid g whose padded spectrum is ``F`` (2G, G + 1), by Parseval's
+    identity, :math:`(2G)^{-2} \sum_k |\hat g_k|^2 \hat K_k` over the whole spectrum (the
+    half-spectrum's inner columns twice): the sum over the points of the potential that
+    :func:`_corner_inverse` and :meth:`Grid2D.gather` would give, the gather's weights being
+    the spread's. Summed in float64."""
+    power = F.real.square().add_(F.imag.square())
+    power[:, 1:G].mul_(2.0)
+    return torch.stack([power.mul(k.real).sum(dtype=torch.float64) for k in kernels]) \
+        / float(4 * G * G)
 
 
 def kernel_spectra(grid: Grid2D, kernel, dtype):
@@ -258,11 +295,18 @@ def _total_forward(Z, kernel, spacing, rows, reduce, pdtypes=()):
         Zb = Zd[rows[0]:rows[1]]
     c = Zd.mean(0)
     spectra, self_terms = kernel_spectra(grid, kernel, Zd.dtype)
-    pots = grid.gather(_potential_grids(grid, Zb, c, reduce, spectra))  # (4 + P, block)
-    S = (pots[0] - self_terms[0]).sum(dtype=torch.float64).clamp_min(1e-300)
+    if reduce is None:  # the kernel's potentials only summed: by Parseval's identity
+        grids, sums = _potential_grids(grid, Zb, c, None, spectra, sums=True)
+        pots, m = grid.gather(grids), Zb.shape[0]  # (3, block)
+        S = (sums[0] - m * self_terms[0]).clamp_min(1e-300)
+        dS = [sums[1 + i] - m * t for i, t in enumerate(self_terms[1:])]
+        A, B = pots[0], pots[1:3].T
+    else:
+        pots = grid.gather(_potential_grids(grid, Zb, c, reduce, spectra))  # (4 + P, block)
+        S = (pots[0] - self_terms[0]).sum(dtype=torch.float64).clamp_min(1e-300)
+        dS = [(pots[4 + i] - t).sum(dtype=torch.float64) for i, t in enumerate(self_terms[1:])]
+        A, B = pots[1], pots[2:4].T
     # sum_j kappa_ij (z_i - z_j) = A_i (z_i - c) - B_i; the self terms cancel
-    A, B = pots[1], pots[2:4].T
-    dS = [(pots[4 + i] - t).sum(dtype=torch.float64) for i, t in enumerate(self_terms[1:])]
     state = dict(saved=(Zb - c, A, B, S, *dS), dtype=Z.dtype, rows=rows, n=Z.shape[0],
                  pdtypes=list(pdtypes))
     return torch.log(S).to(Z.dtype), state

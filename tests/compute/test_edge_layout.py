@@ -201,8 +201,11 @@ def test_tsne_through_the_layout_matches_the_edge_list_path(monkeypatch):
     1% of the loss, and the quality is the same."""
     from sklearn.datasets import load_digits
 
+    from probdr.models import coupling_fused
+
     X = load_digits().data[:500].astype(np.float32)
     kw = dict(random_state=0, n_iter=300, early_exaggeration_iter=100, n_jobs=1)
+    monkeypatch.setattr(coupling_fused, "DENSE_PAIRS_MAX_N", 0)  # the attraction's edge list
     base = probdr.TSNE(**kw).fit(X)
     monkeypatch.setattr(edge_layout, "MIN_EDGES", 0)
     monkeypatch.setattr(config, "_compile", True)

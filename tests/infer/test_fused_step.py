@@ -138,10 +138,15 @@ E_CASES = {
 }
 
 
+@pytest.mark.parametrize("dense", [True, False], ids=["one_pass", "edge_list"])
 @pytest.mark.parametrize("case", sorted(E_CASES))
-def test_e_law_gradient_is_autograds(case):
+def test_e_law_gradient_is_autograds(case, dense, monkeypatch):
     """The E law with its exact or FFT normaliser (t-SNE): loss and gradient of the Pyro path,
-    with early exaggeration's factor and a coupling weight."""
+    with early exaggeration's factor and a coupling weight; the exact Cauchy normaliser with
+    its attraction in the same n x n pass (``dense``) or over the edge list."""
+    from probdr.models import coupling_fused
+
+    monkeypatch.setattr(coupling_fused, "DENSE_PAIRS_MAX_N", N if dense else 0)
     kernel, ex, cw, repulsion = E_CASES[case]
     W = _graph(3, total=float(N))
     Z0 = torch.randn(N, 2, generator=torch.Generator().manual_seed(4), dtype=torch.float64)
@@ -151,6 +156,25 @@ def test_e_law_gradient_is_autograds(case):
     lf, gf, _, _ = _fused_path(Z0, kw, None, 1, 0, 1.0 / N, 0, [])
     torch.testing.assert_close(gf, gp, rtol=1e-10, atol=1e-12 * float(gp.abs().max()))
     torch.testing.assert_close(lf, lp, rtol=1e-12, atol=0.0)
+
+
+def test_one_pass_takes_a_dense_asymmetric_graph(monkeypatch):
+    """A dense observed graph, W_ij != W_ji: the one-pass attraction's weights W + W^T give the
+    edge list's loss and gradient (float64), with exaggeration and a coupling weight."""
+    from probdr.models import coupling_fused
+
+    g = torch.Generator().manual_seed(11)
+    W = torch.rand(N, N, generator=g, dtype=torch.float64) * (torch.rand(N, N, generator=g) < 0.1)
+    W.fill_diagonal_(0.0)
+    Z0 = torch.randn(N, 2, generator=g, dtype=torch.float64) * 3
+    kw = dict(W_X=W, prior_z=get_prior("E"), kernel=StudentKernel(), n_components=2,
+              repulsion="exact", exaggeration=4.0, coupling_weight=0.7)
+    out = {}
+    for limit in (N, 0):
+        monkeypatch.setattr(coupling_fused, "DENSE_PAIRS_MAX_N", limit)
+        out[limit] = _fused_path(Z0, kw, None, 1, 0, 1.0 / N, 0, [])[:2]
+    torch.testing.assert_close(out[N][1], out[0][1], rtol=1e-10, atol=1e-12)
+    torch.testing.assert_close(out[N][0], out[0][0], rtol=1e-12, atol=0.0)
 
 
 def test_exact_e_gradient_is_the_closed_form():
@@ -226,22 +250,29 @@ PRESETS = {
     "umap": lambda: probdr.UMAP(n_epochs=60, random_state=0, dtype="float64"),
     "umap_epoch_steps": lambda: probdr.UMAP(n_epochs=20, epoch_steps=3, random_state=0),
     "largevis": lambda: probdr.LargeVis(n_iter=60, random_state=0),
-    "tsne": lambda: probdr.TSNE(n_iter=90, random_state=0),
+    "tsne": lambda: probdr.TSNE(n_iter=90, random_state=0, dtype="float64"),
     "tsne_dof": lambda: probdr.TSNE(n_iter=90, dof=0.5, random_state=0, dtype="float64"),
     "tsne_fft": lambda: probdr.TSNE(n_iter=90, repulsion="fft", random_state=0),
 }
 
 
-@pytest.mark.parametrize("name", sorted(PRESETS))
-def test_whole_fit_on_and_off(name, digits_small, fused_steps):
+@pytest.mark.parametrize("name", sorted(PRESETS) + ["tsne_edge_list"])
+def test_whole_fit_on_and_off(name, digits_small, fused_steps, monkeypatch):
     """A whole fit with the fused step ends where the Pyro path ends (within 1e-6 relative of
-    the embedding's scale; the paths form the same numbers, so in practice the same bits), every
-    step fused; switched off, none is."""
+    the embedding's scale; the paths form the same numbers, so in practice the same bits; exact
+    t-SNE's one n x n pass sums in another order, within rounding in float64), every step fused;
+    switched off, none is."""
+    make = PRESETS.get(name)
+    if name == "tsne_edge_list":  # float32, the attraction over the edge list: the same bits
+        from probdr.models import coupling_fused
+
+        monkeypatch.setattr(coupling_fused, "DENSE_PAIRS_MAX_N", 0)
+        make = lambda: probdr.TSNE(n_iter=90, random_state=0)  # noqa: E731
     X = digits_small[0][:200]
-    est_on, Z_on = _fit(PRESETS[name], X, True)
+    est_on, Z_on = _fit(make, X, True)
     on = list(fused_steps)
     fused_steps.clear()
-    est_off, Z_off = _fit(PRESETS[name], X, False)
+    est_off, Z_off = _fit(make, X, False)
     assert sum(f for f, _, _ in on) == est_on.n_iter_ > 0
     assert all(f == 0 for f, _, _ in fused_steps)
     np.testing.assert_allclose(Z_on, Z_off, rtol=0, atol=1e-6 * np.abs(Z_off).max())
