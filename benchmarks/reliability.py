@@ -21,6 +21,7 @@ AUROC of the spread for flagging 5-NN errors.
 
     python benchmarks/reliability.py --data digits --method tsne --inference laplace
     python benchmarks/reliability.py --data digits --method tsne --inference svi --own-init random
+    python benchmarks/reliability.py --data pbmc68k --method tsne --inference hmc --own-init random
 
 ``--inference-params '{"guide": "lowrank"}'`` passes options to the posterior fit.
 ``--own-init random`` fits probdr's own seeds from random starts (t-SNE's seeds otherwise give
@@ -151,7 +152,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--data", default="digits")
     ap.add_argument("--method", choices=("tsne", "umap"), default="tsne")
-    ap.add_argument("--inference", choices=("laplace", "svi"), default="laplace")
+    ap.add_argument("--inference", choices=("laplace", "svi", "hmc"), default="laplace")
     ap.add_argument("--seeds", type=int, default=10)
     ap.add_argument("--inference-params", type=json.loads, default=None, metavar="JSON",
                     help='the posterior\'s options, e.g. \'{"guide": "lowrank"}\'')

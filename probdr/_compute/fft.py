@@ -57,8 +57,8 @@ def _stencil(Z: torch.Tensor, lo, h: float, G: int, clamp: bool = True):
     base = torch.floor(u)
     t = u - base
     base = base.long() - 1  # node indices of offset -1
-    wx = _lagrange_weights(t[:, 0])  # (n, 4)
-    wy = _lagrange_weights(t[:, 1])
+    w = _lagrange_weights(t)  # (n, 2, 4): both coordinates in one set of passes
+    wx, wy = w[:, 0], w[:, 1]
     if clamp:  # a no-op on the grid's own box (G >= span / h + 4), a guard against rounding
         base.clamp_(0, G - 4)
     offs = torch.arange(4, device=Z.device)

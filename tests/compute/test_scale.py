@@ -111,6 +111,45 @@ def test_fft_normaliser_matches_exact(Z0, dtype, spacing, tol):
 
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_fft_split_transforms_are_the_2d_ones(dtype):
+    """The padded transform of the non-zero rows and the inverse of the kept corner give the
+    numbers of torch's whole 2-D transforms, bit for bit, on 1 and 2 threads."""
+    from probdr._compute.fft import _corner_inverse, _padded_transform
+
+    g = torch.Generator().manual_seed(5)
+    before = torch.get_num_threads()
+    try:
+        for threads in (1, 2):
+            torch.set_num_threads(threads)
+            for G in (18, 75, 160):
+                grids = torch.randn(3, G, G, generator=g, dtype=dtype)
+                F = _padded_transform(grids, G)
+                assert torch.equal(F, torch.fft.rfft2(grids, s=(2 * G, 2 * G)))
+                assert torch.equal(_corner_inverse(F, G),
+                                   torch.fft.irfft2(F, s=(2 * G, 2 * G))[..., :G, :G])
+    finally:
+        torch.set_num_threads(before)
+
+
+@pytest.mark.parametrize("kernel", [None, StudentKernel(dof=0.5)], ids=["cauchy", "dof_half"])
+def test_fft_potential_sums_by_parseval_are_the_gathered_sums(kernel):
+    """The normaliser's sum over the points of the kernel's potential, taken from the spectra
+    (Parseval's identity), is the sum of the gathered potential (float64, 1e-12), and the
+    kappa potentials are the four-grid path's, bit for bit."""
+    from probdr._compute.fft import Grid2D, _potential_grids, kernel_spectra
+
+    Z = torch.randn(700, 2, generator=torch.Generator().manual_seed(2), dtype=torch.float64) * 9
+    grid = Grid2D(Z)
+    spectra = kernel_spectra(grid, kernel, Z.dtype)[0] if kernel is not None else None
+    c = Z.mean(0)
+    whole = _potential_grids(grid, Z, c, None, spectra)
+    kappa, sums = _potential_grids(grid, Z, c, None, spectra, sums=True)
+    assert torch.equal(kappa, whole[1:4])
+    gathered = grid.gather(whole[:1]).sum(dtype=torch.float64)
+    torch.testing.assert_close(sums[0], gathered, rtol=1e-12, atol=0.0)
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
 def test_fft_gather_by_sparse_product_equals_the_contraction(dtype):
     """The CPU gather (a CSR interpolation matrix times the grid's rows) gives the numbers of
     gathering each point's 16 nodes and contracting them with its weights (bit for bit on AVX2

@@ -110,11 +110,11 @@ def test_a_law_without_a_fused_form_keeps_the_pyro_path():
 
 
 def test_a_chain_with_the_fused_form_on_and_off():
-    """The whole sampler through the estimator: the same draws to rounding (the chain's
-    accept/reject decisions unchanged), and the diagnostics say which path ran."""
+    """The whole sampler through the estimator (float64): the same draws to rounding (the
+    chain's accept/reject decisions unchanged), and the diagnostics say which path ran."""
     Zt, W = simulate("tsne", 40, 4.0, 3.0, 0)
     kw = dict(**LAWS["tsne"], affinity="precomputed", coupling_weight=4.0, z_prior=3.0,
-              inference="hmc", random_state=0,
+              inference="hmc", random_state=0, dtype="float64",
               inference_params=dict(warmup=20, num_samples=10, max_leapfrog=8, restarts=0,
                                     num_chains=1))
     runs = []
@@ -130,7 +130,9 @@ def test_a_chain_with_the_fused_form_on_and_off():
     on, off = runs
     assert on.posterior_.diagnostics["fused_energy"] is True
     assert off.posterior_.diagnostics["fused_energy"] is False
-    np.testing.assert_allclose(on.posterior_samples_, off.posterior_samples_, atol=1e-7)
+    # rounding (the small exact step's one pass sums in another order), amplified by the MAP's
+    # 750 steps to about 1e-6; a flipped accept/reject decision would move points by O(0.1)
+    np.testing.assert_allclose(on.posterior_samples_, off.posterior_samples_, atol=1e-5)
 
 
 @pytest.mark.parametrize("law", ["tsne", "umap-ns"])
