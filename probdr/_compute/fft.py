@@ -22,7 +22,7 @@ from contextlib import nullcontext
 import torch
 
 from .. import config
-from .._utils import one_thread
+from .._utils import fixed_sum, one_thread, tensor_cache
 
 #: default grid spacing: the Cauchy kernel varies on a unit scale; the gradient's relative error
 #: scales as spacing^4 (measured against the exact sum: about 2.7% at 1/2, 0.7% at 1/3, 0.25% at
@@ -249,10 +249,20 @@ def _charge_sums(F: torch.Tensor, kernels, G: int) -> torch.Tensor:
     half-spectrum's inner columns twice): the sum over the points of the potential that
     :func:`_corner_inverse` and :meth:`Grid2D.gather` would give, the gather's weights being
     the spread's. Summed in float64."""
-    power = F.real.square().add_(F.imag.square())
-    power[:, 1:G].mul_(2.0)
-    return torch.stack([power.mul(k.real).sum(dtype=torch.float64) for k in kernels]) \
-        / float(4 * G * G)
+    power = torch.view_as_real(F).square().sum(-1)  # |F|^2, contiguous
+    return torch.stack([fixed_sum(power * _half_spectrum_weights(k, G), dtype=torch.float64)
+                        for k in kernels])
+
+
+def _half_spectrum_weights(k: torch.Tensor, G: int) -> torch.Tensor:
+    """The real part of a kernel's half spectrum (2G, G + 1), its inner columns doubled and the
+    whole divided by (2G)^2 (:func:`_charge_sums`), kept on the spectrum tensor (the kernels'
+    spectra are cached between steps)."""
+    def weights():
+        w = k.real.contiguous() / float(4 * G * G)
+        w[:, 1:G].mul_(2.0)
+        return w
+    return tensor_cache(k, "_probdr_parseval", weights)
 
 
 def kernel_spectra(grid: Grid2D, kernel, dtype):
