@@ -37,6 +37,7 @@ import torch
 from ..infer.calibrate import Calibration, Simulation, calibrate_by_simulation, replications
 from ..infer.mode import Mode, converge_mode, log_density
 from ..infer.posterior import check_inference_options, check_mcmc_setup, fit_posterior
+from ..laws.weights import sparse_to
 from .params import InvalidParameterError
 
 __all__ = ["PosteriorInference", "DEFAULT_Z_PRIOR_RMS_FACTOR", "default_z_prior_scale",
@@ -102,6 +103,20 @@ def _restart_count(steps: dict, n: int, restart, inference: str) -> int:
     return int(k)
 
 
+def _in_float64(kwargs: dict) -> dict:
+    """``kwargs`` with the observed graph ``W_X`` in float64. The multi-start search compares
+    modes hundreds of nats apart, and in float32 the expanded squared distances of nearby points
+    cancel, an error L-BFGS steers into (on 200 points of the B law a float32 mode read 83 nats
+    above its float64 density, and above the mode searched from the truth). A sampler's
+    Metropolis test on an exact density compares energies of about 10^5 nats (200 points at a
+    coupling weight of 20) to within a nat, below float32's rounding there: the B law's chains
+    tuned their step size down to 4e-7 and stopped (R-hat 6e4); in float64 0.15, R-hat 1.04."""
+    W = kwargs.get("W_X")
+    if not isinstance(W, torch.Tensor) or W.dtype == torch.float64:
+        return kwargs
+    return dict(kwargs, W_X=sparse_to(W, torch.float64) if W.is_sparse else W.double())
+
+
 def _child_seed(gen: torch.Generator) -> int:
     """A seed for a side computation, fixed by ``gen``'s seed and leaving its stream as it is."""
     return (gen.initial_seed() * 1_000_003 + 7_919) % (2**63)
@@ -143,8 +158,12 @@ class PosteriorInference:
         the estimator's own: ``converge`` (search the mode first; default for Laplace and
         HMC), ``restarts``, ``calibrate`` and ``calibration_points``. ``restarts``: the number
         of further MAP fits, from random starts through the estimator's own schedule, whose
-        converged modes compete with the schedule's: the posterior is centred on the mode of
-        highest density (``mode_restarts_``). A cold posterior (a large coupling weight) has
+        converged modes compete with the schedule's and with those searched from starts read
+        off the observed graph (a graph coupling of the B law on at most
+        :data:`probdr.estimators.starts.GEODESIC_MAX_POINTS` points: geodesic MDS of the lengths
+        the kernel gives the edge frequencies, :mod:`probdr.estimators.starts`; with any
+        ``restarts`` > 0): the posterior is centred on the mode of highest density
+        (``mode_restarts_``). A cold posterior (a large coupling weight) has
         many modes, and one fit's schedule may end in a basin far below the best one, which the
         sampler's chains do not leave. ``"auto"`` (default): :data:`AUTO_RESTARTS` for
         ``inference="hmc"`` on at most :data:`RESTART_MAX_POINTS` points (graph couplings),
@@ -191,7 +210,9 @@ class PosteriorInference:
     mode_restarts_ : dict or None
         The multi-start mode search (``restarts``): the log density of each converged mode
         (``"log_density"``, the schedule's MAP's first), the one chosen (``"chosen"``), each
-        one's convergence (``"converged"``); ``None`` when only the schedule's MAP was used.
+        one's convergence (``"converged"``) and start (``"starts"``: ``"schedule"``,
+        ``"graph"`` for the starts read off the observed graph, ``"random"``); ``None`` when
+        only the schedule's MAP was used.
     mode_steps_ : int or None
         The search's steps: L-BFGS calls of 20 iterations (a deterministic density) or Adam
         steps (a stochastic one, negative sampling).
@@ -334,6 +355,8 @@ class PosteriorInference:
             centre = self._mode(model, kwargs, Z_map.detach(), reparam, steps["converge"])
         self.mode_embedding_ = centre.cpu().numpy().copy()
         note = self._variance_factor(model, centre, gen, reparam, steps, options, simulation)
+        if self.inference in SAMPLERS and kwargs.get("repulsion") == "exact":
+            kwargs, centre = _in_float64(kwargs), centre.double()  # the Metropolis test's energy
         self.posterior_ = fit_posterior(model, kwargs, centre, method=self.inference,
                                         generator=gen, reparam=reparam,
                                         verbose=bool(getattr(self, "verbose", False)),
@@ -394,25 +417,36 @@ class PosteriorInference:
 
     def _best_mode(self, model, kwargs: dict, Z: torch.Tensor, reparam, restarts: int,
                    restart, seed: int) -> torch.Tensor:
-        """The mode of highest log density among those searched from the schedule's MAP ``Z``
-        and from ``restarts`` MAP fits from random starts (``restart(generator)``, the r-th
+        """The mode of highest log density among those searched from the schedule's MAP ``Z``,
+        from the estimator's starts read off the observed graph (:meth:`_graph_starts`) and
+        from ``restarts`` MAP fits from random starts (``restart(generator)``, the r-th
         seeded ``seed + r``); sets ``mode_restarts_`` and the chosen mode's
         ``map_converged_``, ``mode_steps_`` (warning if its search hit the cap)."""
         name = type(self).__name__
-        starts = [Z] + [restart(torch.Generator().manual_seed(seed + r)).to(Z.dtype)
-                        for r in range(restarts)]
-        modes = [converge_mode(model, kwargs, s, reparam=reparam, desc=name, warn=False)
-                 for s in starts]
-        density = [log_density(model, kwargs, m.Z) for m in modes]
+        wide = _in_float64(kwargs)
+        graph = self._graph_starts(kwargs)
+        starts = [Z, *graph] + [restart(torch.Generator().manual_seed(seed + r))
+                                for r in range(restarts)]
+        modes = [converge_mode(model, wide, s.to(Z.device, torch.float64), reparam=reparam,
+                               desc=name, warn=False) for s in starts]
+        density = [log_density(model, wide, m.Z) for m in modes]
         best = int(np.argmax(np.where(np.isfinite(density), density, -np.inf)))
         self.mode_restarts_ = {"log_density": density, "chosen": best,
-                               "converged": [m.converged for m in modes]}
+                               "converged": [m.converged for m in modes],
+                               "starts": ["schedule"] + ["graph"] * len(graph)
+                               + ["random"] * restarts}
         self._record_mode(modes[best])
         if not modes[best].converged:
             warnings.warn(f"{name}: the posterior's mode search hit its cap before its "
                           "convergence rule held; the posterior is centred where it stopped.",
                           RuntimeWarning, stacklevel=4)
-        return modes[best].Z
+        return modes[best].Z.to(Z.dtype)
+
+    def _graph_starts(self, kwargs: dict) -> list[torch.Tensor]:
+        """Starts of the multi-start mode search read off the data, searched to their modes
+        as they are (the graph couplings': :func:`probdr.estimators.starts.geodesic_starts`); none
+        here."""
+        return []
 
     def _shortcut_factor(self) -> float | None:
         """A documented factor for this fit's setting that replaces the measurement unless

@@ -254,3 +254,41 @@ def test_integrated_energy_equals_the_value_on_a_quadratic():
         a = _transition(by_value, x, U, g, step, 7, torch.Generator().manual_seed(4))
         b = _transition(by_work, x, U, g, step, 7, torch.Generator().manual_seed(4))
         assert abs(a[3] - b[3]) < 1e-9 and abs(a[4] - b[4]) < 1e-8
+
+
+def test_an_exact_density_is_sampled_in_float64(digits, monkeypatch):
+    """A float32 fit's chains run on a float64 energy where the density is exact: the
+    Metropolis test compares energies to within a nat, below float32's rounding of a large
+    log density. The sampler is handed the observed graph and the centre in float64."""
+    import probdr.estimators.inference as inference
+
+    seen = {}
+
+    def spy(model, kwargs, centre, **options):
+        seen.update(W=kwargs["W_X"].dtype, centre=centre.dtype)
+        return fit_posterior(model, kwargs, centre, **options)
+
+    monkeypatch.setattr(inference, "fit_posterior", spy)
+    est = probdr.TSNE(inference="hmc", repulsion="exact", n_iter=250, random_state=0,
+                      inference_params=dict(warmup=10, num_samples=5, max_leapfrog=4,
+                                            restarts=0)).fit(digits)
+    assert est.model_kwargs_["W_X"].dtype == torch.float32  # the fit's own dtype
+    assert seen == {"W": torch.float64, "centre": torch.float64}
+
+
+@pytest.mark.slow
+def test_a_cold_b_law_posterior_mixes():
+    """200 points of UMAP's B law at m = 20, s = 3 (replication 1), the default sampler: on a
+    float32 energy (|log density| about 1.6e5) the chains tuned their step size to 4e-7 and
+    stopped (R-hat 6e4); in float64 both move (step size 0.15, R-hat 1.04)."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+    from calibration_user import LAWS, simulate
+
+    Zt, W = simulate("umap", 200, 20.0, 3.0, 1)
+    est = probdr.GraphCoupling(**LAWS["umap"], affinity="precomputed", coupling_weight=20.0,
+                               z_prior=3.0, inference="hmc", random_state=1).fit(W)
+    d = est.posterior_.diagnostics
+    assert min(d["step_size"]) > 0.02 and d["r_hat_max"] < 1.2, d

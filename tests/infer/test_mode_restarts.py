@@ -33,8 +33,11 @@ def fit(W, m, s, seed, **params):
 
 
 def posterior_density(est):
+    """The posterior's model and arguments, the observed graph in float64 (the precision the
+    multi-start search compares modes in)."""
     model = est._coupling.model(whole_epoch=True, epoch_steps=1)
-    return model, {**est.model_kwargs_, "kernel": est.kernel_}
+    kw = {**est.model_kwargs_, "kernel": est.kernel_}
+    return model, dict(kw, W_X=kw["W_X"].double())
 
 
 def test_log_density_is_the_negative_log_joint_or_its_mean():
@@ -56,10 +59,11 @@ def test_the_centre_is_the_best_of_the_searched_modes_and_repeatable():
     assert len(rec["log_density"]) == 4 and len(rec["converged"]) == 4
     assert rec["chosen"] == int(np.argmax(rec["log_density"]))
     model, kw = posterior_density(est)
-    centre = log_density(model, kw, torch.as_tensor(est.mode_embedding_))
-    assert centre == pytest.approx(max(rec["log_density"]), abs=1e-6)
+    centre = log_density(model, kw, torch.as_tensor(est.mode_embedding_).double())
+    # the float64 mode rounded to the fit's float32: a change of the density far below a nat
+    assert centre == pytest.approx(max(rec["log_density"]), abs=1e-2)
     # the schedule's own mode is searched first: its density is the first recorded
-    first = converge_mode(model, kw, torch.as_tensor(est.map_embedding_), warn=False)
+    first = converge_mode(model, kw, torch.as_tensor(est.map_embedding_).double(), warn=False)
     assert log_density(model, kw, first.Z) == pytest.approx(rec["log_density"][0], abs=1e-6)
     assert centre > rec["log_density"][0] + 1.0  # a restart found a better basin here
     assert est.map_converged_ == rec["converged"][rec["chosen"]]
