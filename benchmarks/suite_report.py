@@ -110,7 +110,10 @@ def _small_range(rows: dict, methods: dict, large: set) -> str:
             spans.append(f"{methods[m][0]} {min(ratios):.2f}–{max(ratios):.2f}× "
                          f"{methods[ref_m][0]}'s")
     return (" On the smaller data sets, where every fit takes seconds, the time ratios are "
-            + " and ".join(spans) + ".") if spans else ""
+            + " and ".join(spans) + ". A fit of a second or two varies by up to 2× between runs "
+            "of the same command on these two shared cores, probdr's and the peers' alike: the "
+            "results file keeps every run, and a ratio near 1 is within that noise.") \
+        if spans else ""
 
 
 #: data sets of at least this many points get a sentence of their own in the page's summary
