@@ -50,7 +50,8 @@ def test_summary_states_every_large_data_set_then_the_range_of_the_others():
     text = report.summary(report.latest(results), suite.METHODS)
     assert text.index("on 1,000,000 points") < text.index("on 70,000 points")
     assert "**0.25×** umap-learn" in text and "**0.50×** openTSNE" in text
-    assert text.endswith("probdr TSNE 2.00–2.00× openTSNE's.")
+    assert "the time ratios are probdr TSNE 2.00–2.00× openTSNE's. A fit" in text
+    assert text.endswith("a ratio near 1 is within that noise.")  # the spread between runs
 
 
 def test_only_the_latest_machine_meets_in_a_table(tmp_path):
