@@ -674,14 +674,15 @@ class GraphCoupling(PosteriorInference, DREstimator):
 
         return restart
 
-    def _graph_starts(self, kwargs: dict) -> list[torch.Tensor]:
+    def _graph_starts(self, kwargs: dict, score) -> list[torch.Tensor]:
         """The starts of the mode search read off the observed graph ``kwargs["W_X"]`` by the
-        latent law's kernel values (:func:`probdr.estimators.starts.geodesic_starts`; none with a
-        latent edge prior, whose weights are not the law's)."""
+        latent law's kernel values (:func:`probdr.estimators.starts.geodesic_starts`, the E and D
+        laws' scaled by ``score``, the log density; none with a latent edge prior, whose weights
+        are not the law's)."""
         if self.latent_edge_prior is not None:
             return []
         return geodesic_starts(kwargs["W_X"], kwargs["kernel"], prior_kind(kwargs["prior_z"]),
-                               float(kwargs["coupling_weight"]), self.n_components)
+                               float(kwargs["coupling_weight"]), self.n_components, score)
 
     def _graph_start(self, W: torch.Tensor, Z0: torch.Tensor) -> torch.Tensor:
         """The start of a fit of the graph ``W`` in place of the data: the spectral embedding

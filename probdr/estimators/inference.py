@@ -424,7 +424,7 @@ class PosteriorInference:
         ``map_converged_``, ``mode_steps_`` (warning if its search hit the cap)."""
         name = type(self).__name__
         wide = _in_float64(kwargs)
-        graph = self._graph_starts(kwargs)
+        graph = self._graph_starts(kwargs, lambda S: log_density(model, wide, S.to(Z.device)))
         starts = [Z, *graph] + [restart(torch.Generator().manual_seed(seed + r))
                                 for r in range(restarts)]
         modes = [converge_mode(model, wide, s.to(Z.device, torch.float64), reparam=reparam,
@@ -442,10 +442,10 @@ class PosteriorInference:
                           RuntimeWarning, stacklevel=4)
         return modes[best].Z.to(Z.dtype)
 
-    def _graph_starts(self, kwargs: dict) -> list[torch.Tensor]:
+    def _graph_starts(self, kwargs: dict, score) -> list[torch.Tensor]:
         """Starts of the multi-start mode search read off the data, searched to their modes
         as they are (the graph couplings': :func:`probdr.estimators.starts.geodesic_starts`); none
-        here."""
+        here. ``score(Z)``: the posterior's log density at ``Z``."""
         return []
 
     def _shortcut_factor(self) -> float | None:

@@ -204,9 +204,11 @@ def test_tsne_hmc_through_the_estimator(digits):
     assert est.calibration_ is None
     assert "not needed" in post.diagnostics["calibration"]
     assert est.map_converged_ is not None  # the mode search ran (the default for HMC)
-    # from the schedule's MAP and a random restart; centred on the better mode
+    # from the schedule's MAP, the six starts read off the graph and a random restart;
+    # centred on the best mode
     rec = est.mode_restarts_
-    assert len(rec["log_density"]) == 2 and rec["chosen"] == int(np.argmax(rec["log_density"]))
+    assert rec["starts"] == ["schedule"] + ["graph"] * 6 + ["random"]
+    assert len(rec["log_density"]) == 8 and rec["chosen"] == int(np.argmax(rec["log_density"]))
     assert np.all(np.isfinite(est.posterior_sd_)) and np.all(est.posterior_sd_ > 0)
     for key in ("r_hat_max", "ess_min", "ess_median", "ess_min_distances", "step_size"):
         assert key in post.diagnostics
