@@ -159,10 +159,10 @@ class PosteriorInference:
         HMC), ``restarts``, ``calibrate`` and ``calibration_points``. ``restarts``: the number
         of further MAP fits, from random starts through the estimator's own schedule, whose
         converged modes compete with the schedule's and with those searched from starts read
-        off the observed graph (a graph coupling of the B law on at most
+        off the observed graph (a graph coupling on at most
         :data:`probdr.estimators.starts.GEODESIC_MAX_POINTS` points: geodesic MDS of the lengths
-        the kernel gives the edge frequencies, :mod:`probdr.estimators.starts`; with any
-        ``restarts`` > 0): the posterior is centred on the mode of highest density
+        the kernel gives the edge frequencies or counts, :mod:`probdr.estimators.starts`; with
+        any ``restarts`` > 0): the posterior is centred on the mode of highest density
         (``mode_restarts_``). A cold posterior (a large coupling weight) has
         many modes, and one fit's schedule may end in a basin far below the best one, which the
         sampler's chains do not leave. ``"auto"`` (default): :data:`AUTO_RESTARTS` for

@@ -514,18 +514,56 @@ def fused_energy(model: Callable, kwargs: dict, Z: torch.Tensor) -> Callable | N
     step = make(Z.detach(), **dict(kwargs, z_prior=None))
     if step is None:
         return None
+    prior_terms = None if prior is None else (gaussian_log_prob_and_grad(prior, Z)
+                                              or _autograd_log_prob_and_grad(prior))
 
     def energy(Z: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         loss, grad = step(Z, 1.0, True)
-        if prior is None:
+        if prior_terms is None:
             return loss, grad
+        lp, g_prior = prior_terms(Z)
+        return loss - lp, grad - g_prior
+
+    return energy
+
+
+def _autograd_log_prob_and_grad(prior) -> Callable:
+    """``Z -> (log p(Z), its gradient)`` of any prior, by autograd."""
+
+    def terms(Z: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         Zg = Z.detach().requires_grad_(True)
         with torch.enable_grad():
             lp = prior.log_prob(Zg)
-            (g_prior,) = torch.autograd.grad(lp, Zg)
-        return loss - lp.detach(), grad - g_prior
+            (g,) = torch.autograd.grad(lp, Zg)
+        return lp.detach(), g
 
-    return energy
+    return terms
+
+
+def gaussian_log_prob_and_grad(prior, Z: torch.Tensor) -> Callable | None:
+    r"""``Z -> (log p(Z), its gradient)`` in closed form for a Gaussian prior of independent
+    coordinates (torch's or Pyro's ``Normal``, expanded or made an event by ``Independent``,
+    whose event covers all of Z): :math:`\sum -\tfrac12 r^2 - \log\sigma -
+    \tfrac12\log 2\pi` and :math:`-r/\sigma` with :math:`r = (z - \mu)/\sigma`. The
+    autograd of ``log_prob`` costs a quarter of a 200-point sampler's gradient; ``None`` for any
+    other prior."""
+    base = prior
+    while isinstance(base, torch.distributions.Independent):
+        base = base.base_dist
+    if not (isinstance(base, torch.distributions.Normal)
+            and type(base).log_prob is torch.distributions.Normal.log_prob
+            and tuple(prior.batch_shape) == ()
+            and tuple(prior.event_shape) == tuple(Z.shape)):
+        return None
+    loc, scale = base.loc, base.scale
+    log_norm = 0.5 * math.log(2 * math.pi)
+
+    def terms(Z: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        r = (Z - loc) / scale
+        lp = (-0.5 * r.square() - torch.log(scale) - log_norm).sum()
+        return lp, -r / scale
+
+    return terms
 
 
 def _roots(model, kwargs: dict, Z: torch.Tensor) -> torch.Tensor | None:

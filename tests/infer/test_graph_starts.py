@@ -166,3 +166,18 @@ def test_graph_starts_close_the_gap_on_three_replications(m):
         density = np.asarray(est.mode_restarts_["log_density"])
         assert truth - density[0] > 500
         assert truth - density.max() < 20.0, (seed, truth - density)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("law", ["tsne", "tsne-dof0.5"])
+def test_graph_starts_close_the_gap_on_the_e_law(law):
+    """Replications 0-1 at m = 20, s = 8 (the E law, Cauchy and Student 0.5 kernels): the
+    schedule's and the random restart's modes lie 50 nats or more below the mode searched from
+    the truth (60 to 230 measured with four restarts); the chosen mode lies within 15."""
+    for seed in range(2):
+        est, truth = _fit(law, 20.0, 8.0, seed)
+        rec = est.mode_restarts_
+        density = np.asarray(rec["log_density"])
+        other = [d for d, kind in zip(density, rec["starts"], strict=True) if kind != "graph"]
+        assert truth - max(other) > 50
+        assert truth - density.max() < 15.0, (seed, truth - density)

@@ -169,3 +169,37 @@ def test_chains_in_threads_give_the_draws_they_give_one_after_another(law):
     assert two.posterior_.diagnostics["chain_workers"] == 2
     np.testing.assert_array_equal(one.posterior_.chains, two.posterior_.chains)
     assert not np.array_equal(one.posterior_.chains[0], one.posterior_.chains[1])
+
+
+@pytest.mark.parametrize("make", [
+    lambda: isotropic_gaussian(2.5, 7, 2),
+    lambda: dist.Normal(torch.tensor([0.5, -1.0], dtype=torch.float64),
+                        torch.tensor([2.0, 0.3], dtype=torch.float64)).expand([7, 2]).to_event(2),
+    lambda: torch.distributions.Independent(torch.distributions.Normal(
+        torch.randn(7, 2, dtype=torch.float64), torch.rand(7, 2, dtype=torch.float64) + 0.5), 2),
+])
+def test_a_gaussian_prior_in_closed_form_is_autograds(make):
+    """The sampler's prior terms in closed form: log p and its gradient equal log_prob's and
+    its autograd for isotropic, per-coordinate and per-entry Gaussians."""
+    from probdr.infer.hmc import _autograd_log_prob_and_grad, gaussian_log_prob_and_grad
+
+    prior = make()
+    Z = torch.randn(7, 2, dtype=torch.float64, generator=torch.Generator().manual_seed(3))
+    closed = gaussian_log_prob_and_grad(prior, Z)
+    assert closed is not None
+    lp, g = closed(Z)
+    lp_ref, g_ref = _autograd_log_prob_and_grad(prior)(Z)
+    assert float(lp) == pytest.approx(float(lp_ref), rel=1e-12)
+    np.testing.assert_allclose(g.numpy(), g_ref.numpy(), rtol=1e-12, atol=1e-15)
+
+
+def test_other_priors_keep_autograd():
+    """A Student-t prior, or a Gaussian whose event is not all of Z, is not taken for the
+    closed form."""
+    from probdr.infer.hmc import gaussian_log_prob_and_grad
+
+    Z = torch.zeros(7, 2, dtype=torch.float64)
+    student = dist.StudentT(3.0, torch.zeros(()), torch.ones(())).expand([7, 2]).to_event(2)
+    per_row = dist.Normal(torch.zeros(()), torch.ones(())).expand([7, 2]).to_event(1)
+    assert gaussian_log_prob_and_grad(student, Z) is None
+    assert gaussian_log_prob_and_grad(per_row, Z) is None
