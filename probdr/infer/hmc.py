@@ -58,8 +58,11 @@ __all__ = ["sample_hmc", "HMC_OPTIONS", "STOCHASTIC_REPULSIONS", "likelihood_sam
 HMC_OPTIONS = {
     "num_chains": 2, "warmup": 300, "num_samples": 300, "thin": 1, "target_accept_prob": 0.75,
     "max_leapfrog": 64, "init_jitter": 0.1, "reference": None, "align": True,
-    "chain_workers": 1,
+    "chain_workers": 1, "max_samples": "auto",
 }
+#: ``max_samples="auto"``: the chains draw up to this many times ``num_samples`` while they
+#: have not mixed
+AUTO_MAX_SAMPLES = 4
 #: repulsions whose log density is a random estimate: their draws are held for a trajectory
 STOCHASTIC_REPULSIONS = ("sampled", "negative_sampling")
 #: the largest first step size (whitened units, where a point's spread is about 1 at the start)
@@ -365,31 +368,30 @@ def _warmup_windows(warmup: int) -> list[tuple[int, int]]:
     return [(a, b) for a, b in zip(cuts, cuts[1:], strict=False) if b - a >= 4]
 
 
-def _run_chain(target: Whitened, opts: dict, gen: torch.Generator,
-               reference: np.ndarray | None, first: int) -> dict:
+class _ChainRun:
     """One chain: warm-up (step size by dual averaging; scales and trajectory length from the
-    windows of :func:`_warmup_windows`), then ``num_samples * thin`` trajectories, every
-    ``thin``-th state kept. ``first`` numbers its trajectories (their draws of a stochastic
-    likelihood)."""
-    warmup, keep, thin = int(opts["warmup"]), int(opts["num_samples"]), int(opts["thin"])
-    cap, goal = int(opts["max_leapfrog"]), float(opts["target_accept_prob"])
-    x = float(opts["init_jitter"]) * torch.randn(target.centre.shape, generator=gen,
-                                                 dtype=target.centre.dtype)
-    with target.trajectory(first):
-        U, grad = target.energy(x)
-        if not math.isfinite(U):
-            raise FloatingPointError("HMC: the log density is not finite at the chain's start.")
-        adapt = DualAveraging(_first_step(target, x, U, grad, gen), goal)
-    length, windows, window = math.pi / 2, _warmup_windows(warmup), []
-    kept, accepts, errors, leaps, divergent = [], [], [], [], []
-    for t in range(warmup + keep * thin):
-        step = adapt.step if t < warmup else adapt.final
-        n_leap = _leapfrogs(length, step, cap, gen)
-        with target.trajectory(first + t + 1):
-            if target.stochastic:  # both ends scored with this trajectory's draws
-                U, grad = target.energy(x)
-            x, U, grad, a, err = _transition(target, x, U, grad, step, n_leap, gen)
-        if t < warmup:
+    windows of :func:`_warmup_windows`) at construction, then :meth:`draw` blocks of
+    ``keep * thin`` trajectories, every ``thin``-th state kept, as many times as asked (the
+    draws of one call of ``k + m`` are those of two calls of ``k`` and ``m``). ``first``
+    numbers its trajectories (their draws of a stochastic likelihood)."""
+
+    def __init__(self, target: Whitened, opts: dict, gen: torch.Generator,
+                 reference: np.ndarray | None, first: int):
+        self.target, self.gen, self.first = target, gen, first
+        self.thin, self.cap = int(opts["thin"]), int(opts["max_leapfrog"])
+        warmup, goal = int(opts["warmup"]), float(opts["target_accept_prob"])
+        x = float(opts["init_jitter"]) * torch.randn(target.centre.shape, generator=gen,
+                                                     dtype=target.centre.dtype)
+        with target.trajectory(first):
+            U, grad = target.energy(x)
+            if not math.isfinite(U):
+                raise FloatingPointError("HMC: the log density is not finite at the chain's "
+                                         "start.")
+            adapt = DualAveraging(_first_step(target, x, U, grad, gen), goal)
+        length, windows, window = math.pi / 2, _warmup_windows(warmup), []
+        for t in range(warmup):
+            n_leap = _leapfrogs(length, adapt.step, self.cap, gen)
+            x, U, grad, a, _ = self._trajectory(t, x, U, grad, adapt.step, n_leap)
             adapt.update(a)
             if any(lo <= t < hi for lo, hi in windows):
                 window.append(x.clone())
@@ -399,80 +401,140 @@ def _run_chain(target: Whitened, opts: dict, gen: torch.Generator,
                     U, grad = target.energy(x)
                 length, window = math.pi / 2 * math.sqrt(widest), []
                 adapt = DualAveraging(adapt.step, goal)
-            continue
-        accepts.append(a)
-        errors.append(err)
-        leaps.append(n_leap)
-        if not math.isfinite(err) or err > DIVERGENCE:
-            divergent.append(t - warmup)
-        if (t - warmup + 1) % thin == 0:
-            kept.append(target.values(x))
-    return {"draws": kept, "accept_prob": float(np.mean(accepts)) if accepts else float("nan"),
-            "step_size": adapt.final, "leapfrog_mean": float(np.mean(leaps)) if leaps else 0.0,
-            "trajectory_length": length, "divergent_draws": divergent,
-            "energy_error_sd": float(np.std(np.nan_to_num(errors, posinf=0.0)))
-            if errors else float("nan")}
+        self.state, self.t, self.warmup = (x, U, grad), warmup, warmup
+        self.step, self.length = adapt.final, length
+        self.kept, self.accepts, self.errors, self.leaps, self.divergent = [], [], [], [], []
+
+    def _trajectory(self, t: int, x, U, grad, step: float, n_leap: int):
+        with self.target.trajectory(self.first + t + 1):
+            if self.target.stochastic:  # both ends scored with this trajectory's draws
+                U, grad = self.target.energy(x)
+            return _transition(self.target, x, U, grad, step, n_leap, self.gen)
+
+    def draw(self, keep: int) -> None:
+        """``keep`` more draws (``keep * thin`` trajectories at the tuned step size)."""
+        x, U, grad = self.state
+        for _ in range(keep * self.thin):
+            t = self.t
+            n_leap = _leapfrogs(self.length, self.step, self.cap, self.gen)
+            x, U, grad, a, err = self._trajectory(t, x, U, grad, self.step, n_leap)
+            self.accepts.append(a)
+            self.errors.append(err)
+            self.leaps.append(n_leap)
+            if not math.isfinite(err) or err > DIVERGENCE:
+                self.divergent.append(t - self.warmup)
+            if (t - self.warmup + 1) % self.thin == 0:
+                self.kept.append(self.target.values(x))
+            self.t += 1
+        self.state = (x, U, grad)
+
+    def result(self) -> dict:
+        errors = self.errors
+        return {"draws": self.kept,
+                "accept_prob": float(np.mean(self.accepts)) if self.accepts else float("nan"),
+                "step_size": self.step,
+                "leapfrog_mean": float(np.mean(self.leaps)) if self.leaps else 0.0,
+                "trajectory_length": self.length, "divergent_draws": self.divergent,
+                "energy_error_sd": float(np.std(np.nan_to_num(errors, posinf=0.0)))
+                if errors else float("nan"),
+                "evaluations": self.target.evaluations}
 
 
 def sample_hmc(model: Callable, kwargs: dict, latent, site: tuple, Z_init: torch.Tensor,
                reference: np.ndarray, opts: dict, seed: int,
-               repulsion: str = "exact") -> tuple[dict, dict]:
-    """Run ``num_chains`` chains of :func:`_run_chain` from the mode ``Z_init`` (each from its
+               repulsion: str = "exact", mixed: Callable[[dict], bool] | None = None
+               ) -> tuple[dict, dict]:
+    """Run ``num_chains`` chains of :class:`_ChainRun` from the mode ``Z_init`` (each from its
     own jitter, ``init_jitter`` whitened units), on up to :func:`chain_workers` threads at once
     (the same draws whichever runs them). ``latent`` are the
     model's latent sites (:func:`probdr.infer.posterior.latent_sites`), ``site`` the inference
     site ``(name, to_site, from_site)``; ``reference`` (n, q) aligns the warm-up's draws.
-    Returns the draws ``{site: (chains, draws, ...)}`` (Z
-    mapped back from a reparametrised site) and the diagnostics."""
+    After ``num_samples`` draws per chain, while ``mixed(draws)`` is false (the chains have not
+    mixed; ``None``: no test), every chain draws another block of ``num_samples``, up to
+    ``max_samples`` in all. Returns the draws ``{site: (chains, draws, ...)}`` (Z mapped back
+    from a reparametrised site) and the diagnostics."""
     name, to_site, _ = site
     blocks = to_site is None and set(latent.values) == {name}
     roots = _roots(model, kwargs, Z_init) if blocks else None
     start = roots if roots is not None else _identity(Z_init)
     align = reference if opts["align"] and to_site is None else None
-    chains = int(opts["num_chains"])
+    chains, keep = int(opts["num_chains"]), int(opts["num_samples"])
+    most = max(keep, _max_samples(opts))
     workers = chain_workers(opts["chain_workers"], chains, Z_init.device)
     stream_device = _stream_device(Z_init)
-    fused_on = []
+    fused_on, runs, streams = [], {}, {}
 
-    def chain(c: int) -> dict:
+    def chain(c: int) -> None:
         """Chain ``c``: its own target, its own generator (momenta, jitter, Metropolis tests)
         and its own stream of a stochastic likelihood's draws, seeded from ``seed`` and ``c``
         alone, so that its draws are the same whichever thread runs it."""
         gen = torch.Generator().manual_seed(_chain_seed(seed, c))
-        stream = torch.Generator(stream_device).manual_seed(_chain_seed(seed, c) ^ 0x5EED)
-        with private_pyro(), fit_stream(stream):  # everything that runs Pyro's handlers
+        streams[c] = torch.Generator(stream_device).manual_seed(_chain_seed(seed, c) ^ 0x5EED)
+        with private_pyro(), fit_stream(streams[c]):  # everything that runs Pyro's handlers
             own = model.copy() if hasattr(model, "copy") else model  # its own handlers
             fused = fused_energy(own, kwargs, Z_init) if roots is not None else None
             fused_on.append(fused is not None)
             target = Whitened(own, kwargs, latent.values, latent.supports, name, start,
                               repulsion in STOCHASTIC_REPULSIONS,
                               integrated=repulsion == "fft", fused=fused)
-            run = _run_chain(target, opts, gen, align, first=c * 10_000_000)
-        return dict(run, evaluations=target.evaluations)
+            runs[c] = _ChainRun(target, opts, gen, align, first=c * 10_000_000)
+            runs[c].draw(keep)
+
+    def extend(c: int, k: int) -> None:
+        with private_pyro(), fit_stream(streams[c]):
+            runs[c].draw(k)
 
     t0 = time.perf_counter()
+    _each_chain(chain, range(chains), workers)
+    drawn, blocks_added = keep, 0
+    while mixed is not None and drawn < most and not mixed(_collect(runs, latent, site, Z_init)):
+        k = min(keep, most - drawn)
+        _each_chain(lambda c, k=k: extend(c, k), range(chains), workers)
+        drawn, blocks_added = drawn + k, blocks_added + 1
+    results = [runs[c].result() for c in range(chains)]
+    draws = _collect(runs, latent, site, Z_init)
+    diag = {k: [run[k] for run in results] for k in
+            ("accept_prob", "step_size", "leapfrog_mean", "trajectory_length",
+             "divergent_draws", "energy_error_sd")}
+    diag.update(divergences=[len(d) for d in diag["divergent_draws"]],
+                gradient_evaluations=sum(run["evaluations"] for run in results),
+                likelihood=likelihood_sampled(repulsion),
+                metric_start="curvature blocks" if roots is not None else "identity",
+                fused_energy=all(fused_on), chain_workers=workers,
+                num_chains=len(results), warmup=int(opts["warmup"]),
+                num_samples=drawn, blocks_added=blocks_added,
+                seconds=time.perf_counter() - t0)
+    return draws, diag
+
+
+def _max_samples(opts: dict) -> int:
+    """The most draws per chain: ``max_samples``, ``"auto"``: :data:`AUTO_MAX_SAMPLES` times
+    ``num_samples``."""
+    most = opts.get("max_samples", "auto")
+    return AUTO_MAX_SAMPLES * int(opts["num_samples"]) if most == "auto" else int(most)
+
+
+def _each_chain(fn: Callable[[int], None], chains, workers: int) -> None:
     if workers > 1:
         with ThreadPoolExecutor(workers) as pool:
-            runs = list(pool.map(chain, range(chains)))
+            list(pool.map(fn, chains))
     else:
-        runs = [chain(c) for c in range(chains)]
-    draws = {k: np.stack([np.stack([_numpy(d[k]) for d in run["draws"]]) for run in runs])
+        for c in chains:
+            fn(c)
+
+
+def _collect(runs: dict, latent, site: tuple, Z_init: torch.Tensor) -> dict:
+    """The chains' draws so far, ``{site: (chains, draws, ...)}``, Z mapped back from a
+    reparametrised site."""
+    name, to_site, _ = site
+    ordered = [runs[c] for c in sorted(runs)]
+    draws = {k: np.stack([np.stack([_numpy(d[k]) for d in run.kept]) for run in ordered])
              for k in latent.values}
     if to_site is not None:
         with torch.no_grad():
             Zs = to_site(torch.as_tensor(draws.pop(name)).reshape(-1, *Z_init.shape))
-        draws["Z"] = _numpy(Zs).reshape(len(runs), -1, *Z_init.shape)
-    diag = {k: [run[k] for run in runs] for k in
-            ("accept_prob", "step_size", "leapfrog_mean", "trajectory_length",
-             "divergent_draws", "energy_error_sd")}
-    diag.update(divergences=[len(d) for d in diag["divergent_draws"]],
-                gradient_evaluations=sum(run["evaluations"] for run in runs),
-                likelihood=likelihood_sampled(repulsion),
-                metric_start="curvature blocks" if roots is not None else "identity",
-                fused_energy=all(fused_on), chain_workers=workers,
-                num_chains=len(runs), warmup=int(opts["warmup"]),
-                num_samples=int(opts["num_samples"]), seconds=time.perf_counter() - t0)
-    return draws, diag
+        draws["Z"] = _numpy(Zs).reshape(len(ordered), -1, *Z_init.shape)
+    return draws
 
 
 def chain_workers(option, chains: int, device) -> int:

@@ -569,6 +569,8 @@ def _check_hmc_options(opts: dict) -> dict:
     check_scalar(opts["target_accept_prob"], "target_accept_prob", Real, min_val=0, max_val=1,
                  include_boundaries="neither")
     check_scalar(opts["init_jitter"], "init_jitter", Real, min_val=0)
+    if opts["max_samples"] != "auto":
+        check_scalar(opts["max_samples"], "max_samples", Integral, min_val=1)
     workers = opts["chain_workers"]
     if workers != "auto":
         check_scalar(workers, "chain_workers", Integral, min_val=1)
@@ -851,14 +853,33 @@ def _fit_mcmc(model, kwargs, Z_init, opts, seed, verbose, site, latent) -> Poste
 def _fit_hmc(model, kwargs, Z_init, opts, seed, site, latent, repulsion) -> Posterior:
     """Block-preconditioned HMC on the model's own engine (:mod:`probdr.infer.hmc`)."""
     reference = _reference(opts, Z_init)
+
+    def diagnostics(draws: dict) -> tuple[np.ndarray, np.ndarray, dict, dict]:
+        draws = dict(draws)
+        raw = draws.pop("Z")
+        draws.pop(site[0], None)
+        aligned = procrustes_align(raw, reference) if opts["align"] else raw
+        return raw, aligned, draws, chain_diagnostics(aligned, draws,
+                                                      np.random.default_rng(seed))
+
+    def mixed(draws: dict) -> bool:
+        return chains_mixed(diagnostics(draws)[3])
+
     draws, diag = sample_hmc(model, kwargs, latent, site, Z_init, reference, opts, seed,
-                             repulsion)
-    raw = draws.pop("Z")
-    draws.pop(site[0], None)
-    aligned = procrustes_align(raw, reference) if opts["align"] else raw
-    diag.update(chain_diagnostics(aligned, draws, np.random.default_rng(seed)))
+                             repulsion, mixed=mixed)
+    raw, aligned, draws, mixing = diagnostics(draws)
+    diag.update(mixing)
     _warn_convergence(diag, "HMC")
     return Posterior("hmc", aligned, reference, diag, raw, sites=draws)
+
+
+def chains_mixed(diag: dict) -> bool:
+    """The sampler's rule for more draws (``max_samples``): the chains have mixed when the split
+    R-hat of the points' distances to their partners (no rotation changes them) is at most
+    :data:`R_HAT_WARN` and the median point's coordinates have at least :data:`MIX_ESS`
+    effective draws."""
+    return (diag["r_hat_max_distances"] <= R_HAT_WARN
+            and diag["ess_median"] >= MIX_ESS)
 
 
 def _initial_params(latent: LatentSites, transforms, name, g, jitter) -> dict[str, torch.Tensor]:
@@ -875,6 +896,9 @@ def _initial_params(latent: LatentSites, transforms, name, g, jitter) -> dict[st
     return out
 
 
+#: the effective draws of the median point's coordinates that the sampler's chains must reach
+#: before they stop drawing (:func:`chains_mixed`, up to ``max_samples``)
+MIX_ESS = 50
 #: NUTS warns above this split R-hat (Vehtari et al. 2021 recommend 1.01; 1.05 is the older,
 #: looser rule) and below this many effective draws of the worst coordinate
 R_HAT_WARN = 1.05

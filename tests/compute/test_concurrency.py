@@ -140,8 +140,8 @@ def test_hmc_posteriors_in_two_threads_give_their_bits(X600):
     from the fit's stream: a t-SNE chain beside another, and a UMAP chain on negative sampling
     beside a t-SNE chain, give the bits they give alone."""
     X = X600[:40]
-    params = {"warmup": 10, "num_samples": 5, "max_leapfrog": 4, "num_chains": 1,
-              "restarts": 1}  # a restart's MAP draws from the fit's stream too
+    params = {"warmup": 10, "num_samples": 5, "max_samples": 5, "max_leapfrog": 4,
+              "num_chains": 1, "restarts": 1}  # a restart's MAP draws from the fit's stream too
 
     def tsne_hmc(seed):
         return lambda: probdr.TSNE(perplexity=10, n_iter=60, early_exaggeration_iter=20,

@@ -51,6 +51,37 @@ def test_hmc_draws_a_correlated_gaussian():
     assert post.method == "hmc" and post.chains.shape == (2, 300, 8, 2)
 
 
+def test_unmixed_chains_draw_more_blocks_up_to_the_cap():
+    """Chains of 10 draws cannot give the median coordinate 50 effective draws: they draw
+    blocks of 10 more up to max_samples, the first draws being those of a run that stops at 10
+    (the chains continue; nothing restarts), and the diagnostics say how many were drawn."""
+    mu, cov, model = _gaussian()
+    common = dict(method="hmc", align=False, warmup=40, num_samples=10, num_chains=2)
+
+    def run(most):
+        return fit_posterior(model, {}, mu.reshape(8, 2) + 0.3, max_samples=most,
+                             generator=torch.Generator().manual_seed(1), **common)
+
+    short, long = run(10), run(30)
+    assert short.chains.shape == (2, 10, 8, 2) and short.diagnostics["blocks_added"] == 0
+    assert long.chains.shape == (2, 30, 8, 2) and long.diagnostics["blocks_added"] == 2
+    assert long.diagnostics["num_samples"] == 30
+    np.testing.assert_array_equal(long.chains[:, :10], short.chains)
+
+
+def test_mixed_chains_stop_at_num_samples():
+    """Chains that have mixed at num_samples draw no more (the rule of chains_mixed)."""
+    from probdr.infer.posterior import chains_mixed
+
+    mu, cov, model = _gaussian()
+    post = fit_posterior(model, {}, mu.reshape(8, 2) + 0.3, method="hmc", align=False,
+                         generator=torch.Generator().manual_seed(1), **FAST)
+    assert chains_mixed(post.diagnostics)
+    assert post.diagnostics["blocks_added"] == 0 and post.chains.shape[1] == 300
+    assert not chains_mixed({"r_hat_max_distances": 1.2, "ess_median": 400.0})
+    assert not chains_mixed({"r_hat_max_distances": 1.01, "ess_median": 20.0})
+
+
 def test_hmc_positive_site_follows_its_law():
     """A positive site (a Gamma, moved as its logarithm) independent of Z keeps its prior law:
     the log-Jacobian of the transform is in the potential (without it the draws would follow
@@ -196,7 +227,8 @@ def test_tsne_hmc_through_the_estimator(digits):
     """The public path: a posterior that needs no factor, with chain diagnostics, centred on
     the converged mode, every summary finite; the same bits again with the same seed."""
     kw = dict(inference="hmc",
-              inference_params=dict(warmup=30, num_samples=30, max_leapfrog=8, restarts=1),
+              inference_params=dict(warmup=30, num_samples=30, max_samples=30,
+                                  max_leapfrog=8, restarts=1),
               coupling_weight=4.0, n_iter=250, random_state=0)
     est = probdr.TSNE(**kw).fit(digits)
     post = est.posterior_
@@ -222,7 +254,7 @@ def test_umap_hmc_on_negative_sampling_holds_each_trajectorys_draws(digits):
     the acceptance collapse), and says which likelihood it sampled."""
     est = probdr.UMAP(inference="hmc", n_epochs=60, random_state=0,
                       repulsion="negative_sampling",
-                      inference_params=dict(warmup=30, num_samples=20, max_leapfrog=8)
+                      inference_params=dict(warmup=30, num_samples=20, max_samples=20, max_leapfrog=8)
                       ).fit(digits)
     d = est.posterior_.diagnostics
     assert "surrogate" in d["likelihood"]
@@ -272,8 +304,8 @@ def test_an_exact_density_is_sampled_in_float64(digits, monkeypatch):
 
     monkeypatch.setattr(inference, "fit_posterior", spy)
     est = probdr.TSNE(inference="hmc", repulsion="exact", n_iter=250, random_state=0,
-                      inference_params=dict(warmup=10, num_samples=5, max_leapfrog=4,
-                                            restarts=0)).fit(digits)
+                      inference_params=dict(warmup=10, num_samples=5, max_samples=5,
+                                            max_leapfrog=4, restarts=0)).fit(digits)
     assert est.model_kwargs_["W_X"].dtype == torch.float32  # the fit's own dtype
     assert seen == {"W": torch.float64, "centre": torch.float64}
 

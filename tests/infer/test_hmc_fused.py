@@ -115,7 +115,7 @@ def test_a_chain_with_the_fused_form_on_and_off():
     Zt, W = simulate("tsne", 40, 4.0, 3.0, 0)
     kw = dict(**LAWS["tsne"], affinity="precomputed", coupling_weight=4.0, z_prior=3.0,
               inference="hmc", random_state=0, dtype="float64",
-              inference_params=dict(warmup=20, num_samples=10, max_leapfrog=8, restarts=0,
+              inference_params=dict(warmup=20, num_samples=10, max_samples=10, max_leapfrog=8, restarts=0,
                                     num_chains=1))
     runs = []
     for on in (True, False):
@@ -142,7 +142,8 @@ def test_chains_in_threads_give_the_draws_they_give_one_after_another(law):
     form's making included) on its own thread's stack: four chains on two threads give the
     same bits as one after the other, on an exact likelihood and on negative sampling
     (the held negatives)."""
-    params = dict(warmup=12, num_samples=6, max_leapfrog=6, restarts=0, num_chains=4)
+    params = dict(warmup=12, num_samples=6, max_samples=6, max_leapfrog=6, restarts=0,
+                  num_chains=4)
     if law == "tsne":
         Zt, W = simulate("tsne", 40, 4.0, 3.0, 0)
 
