@@ -16,7 +16,9 @@ spread by the factor the approximations must be inflated by), sets the length of
 the warm-up measures each point's spread in :math:`x` from aligned draws and runs trajectories of
 about :math:`\tfrac\pi2` times the widest spread (a quarter period of the widest direction), the
 number of leapfrog steps jittered around it and capped at ``max_leapfrog``. The step size is
-tuned by dual averaging (Hoffman & Gelman 2014) to an acceptance target. Other latent sites (a
+tuned by dual averaging (Hoffman & Gelman 2014) to an acceptance target. Chains that have not
+mixed after ``num_samples`` draws (the caller's test, :func:`sample_hmc`) go on in blocks of
+``num_samples`` up to ``max_samples``. Other latent sites (a
 learned kernel's degrees of freedom) move in their unconstrained space, scaled by their spread in
 the warm-up.
 

@@ -200,7 +200,7 @@ def fit_posterior(
         Keyword arguments of the model.
     Z_init : tensor (n, q)
         Starting point, normally the MAP embedding; also the default alignment reference.
-    method : {"svi", "laplace", "mcmc"}
+    method : {"svi", "laplace", "mcmc", "hmc"}
     generator : torch.Generator, optional
         Seeds Pyro (and so every draw) for repeatable runs.
     verbose : bool
@@ -267,6 +267,12 @@ def fit_posterior(
         deviations of ``Z_init``, and the other sites at their initial values plus this much
         Gaussian noise in unconstrained space), ``max_params`` (default
         :data:`MCMC_MAX_PARAMS`, counting every latent parameter).
+
+        HMC (``method="hmc"``, defaults in :data:`HMC_OPTIONS`, :mod:`probdr.infer.hmc`):
+        ``num_chains``, ``warmup``, ``num_samples`` (per chain, at least), ``max_samples``
+        (at most: while the chains have not mixed, :func:`chains_mixed`, they draw further
+        blocks of ``num_samples``; ``"auto"``: 4 times ``num_samples``), ``thin``,
+        ``target_accept_prob``, ``max_leapfrog``, ``init_jitter``, ``chain_workers``.
 
         Both: ``reference`` (array (n, q)) for the Procrustes alignment; ``align`` (default
         True): set False for models whose Z is identified (e.g. a prior with a non-zero mean or
