@@ -55,6 +55,7 @@ on UMAP's digits map that made the reliability unrelated to how points move acro
 from __future__ import annotations
 
 import math
+from contextlib import nullcontext
 
 import torch
 
@@ -69,6 +70,7 @@ from .._compute.pair_field import (
     non_edge_term,
     offsets,
 )
+from .._utils import one_thread
 
 __all__ = ["point_precisions", "check_laplace", "LAWS", "FIELD_FROM", "EXACT_MAX_N"]
 
@@ -195,12 +197,14 @@ def point_precisions(Z: torch.Tensor, W: torch.Tensor, law: str, kernel, *,
     n, q = Z.shape
     H = torch.zeros(n, q, q, dtype=Z.dtype, device=Z.device)  # Hessian of the log-likelihood
     _attraction(H, Z, W, kernel, surrogate=negative_sampling is not None)
-    if law == "B":
-        _binary_repulsion(H, Z, W, kernel, negative_sampling)
-    elif law == "E":
-        _total_repulsion(H, Z, W, kernel)
-    else:
-        _row_repulsion(H, Z, W, kernel)
+    # the exact all-pairs sums reduce long blocks, whose last bits depend on the thread count
+    with nullcontext() if _uses_field(law, kernel, n, q) else one_thread():
+        if law == "B":
+            _binary_repulsion(H, Z, W, kernel, negative_sampling)
+        elif law == "E":
+            _total_repulsion(H, Z, W, kernel)
+        else:
+            _row_repulsion(H, Z, W, kernel)
     Lam = _absolute_eigenvalues(-float(coupling_weight) * 0.5 * (H + H.transpose(1, 2)))
     if prior_precision is None:
         return _floor_eigenvalues(Lam, torch.full((n,), 1e-12, dtype=Z.dtype, device=Z.device))

@@ -92,6 +92,33 @@ def test_bitwise_the_same_on_1_2_4_threads(digits, name, fixed_threads):
     np.testing.assert_array_equal(Z[4], Z[1])
 
 
+def test_the_samplers_draws_are_the_same_on_1_2_4_threads(fixed_threads):
+    """A graph coupling's HMC posterior on 200 points (the exact curvature blocks that whiten
+    the chains' moves reduce blocks of 40,000 pairs, which torch splits by thread; they run on
+    one thread): the same draws on any thread count."""
+    import sys
+    import warnings
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+    from calibration_user import LAWS, simulate
+
+    _, W = simulate("tsne", 200, 8.0, 3.0, 0)
+    params = dict(restarts=0, warmup=12, num_samples=6, max_samples=6, max_leapfrog=8)
+
+    def draws(j):
+        est = probdr.GraphCoupling(**LAWS["tsne"], affinity="precomputed", coupling_weight=8.0,
+                                   z_prior=3.0, inference="hmc", inference_params=params,
+                                   random_state=0, n_jobs=j)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return est.fit(W).posterior_.chains
+
+    out = {j: draws(j) for j in (1, 2, 4)}
+    np.testing.assert_array_equal(out[2], out[1])
+    np.testing.assert_array_equal(out[4], out[1])
+
+
 def test_the_threads_set_outside_do_not_matter(digits, fixed_threads):
     X = digits[0]
     before = torch.get_num_threads()
