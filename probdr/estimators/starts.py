@@ -77,7 +77,7 @@ def relative_log_kernel(W: torch.Tensor, weight: float, kernel) -> torch.Tensor:
     :math:`\log c_{ij}` of the pairs drawn :math:`c_{ij} = \omega (w_{ij} + w_{ji}) > 0` times,
     shifted so that the most drawn pair has the kernel's value at unit distance; ``-inf`` where
     the pair was not drawn (no length: not in the graph)."""
-    counts = weight * (W + W.T)
+    counts = (weight * (W + W.T)).fill_diagonal_(0.0)  # a self-pair is no length
     drawn = counts > 0
     log_c = torch.where(drawn, counts.clamp_min(1e-300).log(), torch.full_like(W, -math.inf))
     unit = kernel.log_k(torch.ones((), dtype=W.dtype))

@@ -78,6 +78,9 @@ def test_the_e_and_d_laws_give_the_log_counts_up_to_a_shift():
     assert got[0, 1] == got[1, 0] == pytest.approx(float(np.log(0.5)))  # k(1) = 1/2
     assert got[1, 2] == pytest.approx(float(np.log(0.5) + np.log(float(c[1, 2] / c[0, 1]))))
     assert torch.isneginf(got[0, 2]) and torch.isneginf(got[0, 0])
+    W[2, 2] = 9.0  # a self-pair, however heavy, sets neither a length nor the shift
+    again = relative_log_kernel(W, 4.0, kernel)
+    assert torch.isneginf(again[2, 2]) and torch.equal(again[:2, :2], got[:2, :2])
 
 
 @pytest.mark.parametrize("kind", ["E", "D"])
