@@ -859,14 +859,17 @@ def _fit_mcmc(model, kwargs, Z_init, opts, seed, verbose, site, latent) -> Poste
 def _fit_hmc(model, kwargs, Z_init, opts, seed, site, latent, repulsion) -> Posterior:
     """Block-preconditioned HMC on the model's own engine (:mod:`probdr.infer.hmc`)."""
     reference = _reference(opts, Z_init)
+    last: dict = {}  # the draws' count and their diagnostics: the last test's serve the result
 
     def diagnostics(draws: dict) -> tuple[np.ndarray, np.ndarray, dict, dict]:
-        draws = dict(draws)
-        raw = draws.pop("Z")
-        draws.pop(site[0], None)
-        aligned = procrustes_align(raw, reference) if opts["align"] else raw
-        return raw, aligned, draws, chain_diagnostics(aligned, draws,
-                                                      np.random.default_rng(seed))
+        if last.get("count") != draws["Z"].shape[1]:
+            draws = dict(draws)
+            raw = draws.pop("Z")
+            draws.pop(site[0], None)
+            aligned = procrustes_align(raw, reference) if opts["align"] else raw
+            last.update(count=raw.shape[1], out=(raw, aligned, draws, chain_diagnostics(
+                aligned, draws, np.random.default_rng(seed))))
+        return last["out"]
 
     def mixed(draws: dict) -> bool:
         return chains_mixed(diagnostics(draws)[3])
