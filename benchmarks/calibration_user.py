@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import subprocess
 import time
 import warnings
 from pathlib import Path
@@ -62,6 +63,17 @@ LAWS = {"tsne": dict(prior_x="E", prior_z="E", kernel_z="student"),
         "dd": dict(prior_x="D", prior_z="D", kernel_z="student"),
         "tsne-dof0.5": dict(prior_x="E", prior_z="E", kernel_z="student",
                             kernel_params={"dof": 0.5})}
+
+
+def code_commit() -> str:
+    """The commit of the code that ran (``git describe --always --dirty``), so that a recorded
+    row says which code gave it."""
+    try:
+        return subprocess.run(["git", "describe", "--always", "--dirty"], text=True,
+                              capture_output=True, check=True,
+                              cwd=Path(__file__).parent).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):  # pragma: no cover
+        return "unknown"
 
 
 def simulate(law: str, n: int, m: float, s: float, seed: int):
@@ -139,7 +151,7 @@ def main(argv=None) -> None:
 
 def write(a, law, m, s, approx, params, rows) -> None:
     out = {"law": law, "m": m, "s": s, "n": a.n, "approx": approx, "reps": a.reps,
-           "params": params, "probdr": probdr.__version__}
+           "params": params, "probdr": probdr.__version__, "commit": code_commit()}
     for key in ("cover50", "cover90", "cover50_own", "cover90_own", "mean_off_sd", "map_off_sd",
                 "mode_off_sd", "sd", "seconds"):
         out[key] = round(float(np.mean([r[key] for r in rows])), 3)
