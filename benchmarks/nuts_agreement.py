@@ -39,12 +39,11 @@ from calibration_nuts import SAMPLER_KEYS, compare, point_sd, pooled_reference
 from calibration_user import LAWS, code_commit, simulate
 
 import probdr
+from probdr.estimators.coupling import _OPTIMISER_KEYS
 from probdr.infer.posterior import fit_posterior
 from probdr.models.coupling import graph_coupling_model
 
 RESULTS = Path(__file__).parent / "results" / "nuts_agreement.jsonl"
-#: the estimator's optimiser settings, not arguments of the model
-OPTIMISER_KEYS = ("pair_grad_clip", "epoch_steps", "whole_epoch")
 
 
 def fit_default(law: str, m: float, s: float, W: np.ndarray, seed: int, params=None):
@@ -61,7 +60,8 @@ def fit_default(law: str, m: float, s: float, W: np.ndarray, seed: int, params=N
 
 def nuts_chain(est, draws: int, seed: int) -> np.ndarray:
     """One NUTS chain on the estimator's model and data, from its mode."""
-    kw = {k: v for k, v in est.model_kwargs_.items() if k not in OPTIMISER_KEYS}
+    # the model's arguments: model_kwargs_ without the optimiser's settings
+    kw = {k: v for k, v in est.model_kwargs_.items() if k not in _OPTIMISER_KEYS}
     kw["kernel"] = est.kernel_
     mode = torch.as_tensor(est.mode_embedding_, dtype=torch.float64)
     post = fit_posterior(graph_coupling_model, kw, mode, method="mcmc", num_chains=1,
