@@ -39,7 +39,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
 import time
 import warnings
 from pathlib import Path
@@ -48,6 +47,7 @@ import numpy as np
 import scipy.stats as st
 import torch
 from calibration import scores
+from ot_common import code_commit
 
 import probdr
 from probdr.infer.draws import procrustes_align
@@ -63,17 +63,6 @@ LAWS = {"tsne": dict(prior_x="E", prior_z="E", kernel_z="student"),
         "dd": dict(prior_x="D", prior_z="D", kernel_z="student"),
         "tsne-dof0.5": dict(prior_x="E", prior_z="E", kernel_z="student",
                             kernel_params={"dof": 0.5})}
-
-
-def code_commit() -> str:
-    """The commit of the code that ran (``git describe --always --dirty``), so that a recorded
-    row says which code gave it."""
-    try:
-        return subprocess.run(["git", "describe", "--always", "--dirty"], text=True,
-                              capture_output=True, check=True,
-                              cwd=Path(__file__).parent).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):  # pragma: no cover
-        return "unknown"
 
 
 def simulate(law: str, n: int, m: float, s: float, seed: int):

@@ -91,11 +91,13 @@ def fit_key(est, n: int) -> str:
     return hashlib.sha1(text.encode()).hexdigest()[:10]
 
 
-def _git_head() -> str:
+def code_commit() -> str:
+    """The commit of the code that ran (``git describe --always --dirty``), so that a recorded
+    row or cached fit says which code gave it."""
     import subprocess
 
     try:
-        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, text=True,
+        return subprocess.run(["git", "describe", "--always", "--dirty"], cwd=ROOT, text=True,
                               capture_output=True, check=True).stdout.strip()
     except (OSError, subprocess.CalledProcessError):  # pragma: no cover
         return "unknown"
@@ -127,7 +129,7 @@ def cached_fit(make, X, seed: int, tag: str):
     # a shared input affinity computed by an earlier fit counts as if computed here
     sec = time.time() - t + getattr(est, "sea_seconds_reused_", 0.0)
     np.savez(path, Z=Z, meta=json.dumps({"seconds": sec, "schedule": sched,
-                                         "commit": _git_head()}))
+                                         "commit": code_commit()}))
     return Z, sec
 
 
