@@ -17,8 +17,8 @@ the warm-up measures each point's spread in :math:`x` from aligned draws and run
 about :math:`\tfrac\pi2` times the widest spread (a quarter period of the widest direction), the
 number of leapfrog steps jittered around it and capped at ``max_leapfrog``. The step size is
 tuned by dual averaging (Hoffman & Gelman 2014) to an acceptance target. Chains that have not
-mixed after ``num_samples`` draws (the caller's test, :func:`sample_hmc`) go on in blocks of
-``num_samples`` up to ``max_samples``. Other latent sites (a
+mixed after ``num_samples`` draws (the caller's test, :func:`sample_hmc`) go on, in blocks sized
+by the caller's test (at most ``num_samples``), up to ``max_samples``. Other latent sites (a
 learned kernel's degrees of freedom) move in their unconstrained space, scaled by their spread in
 the warm-up.
 
@@ -60,7 +60,7 @@ __all__ = ["sample_hmc", "HMC_OPTIONS", "STOCHASTIC_REPULSIONS", "likelihood_sam
 HMC_OPTIONS = {
     "num_chains": 2, "warmup": 300, "num_samples": 300, "thin": 1, "target_accept_prob": 0.75,
     "max_leapfrog": 64, "init_jitter": 0.1, "reference": None, "align": True,
-    "chain_workers": 1, "max_samples": "auto",
+    "chain_workers": 1, "max_samples": "auto", "target_ess": 400,
 }
 #: ``max_samples="auto"``: the chains draw up to this many times ``num_samples`` while they
 #: have not mixed
@@ -444,16 +444,16 @@ class _ChainRun:
 
 def sample_hmc(model: Callable, kwargs: dict, latent, site: tuple, Z_init: torch.Tensor,
                reference: np.ndarray, opts: dict, seed: int,
-               repulsion: str = "exact", mixed: Callable[[dict], bool] | None = None
+               repulsion: str = "exact", further: Callable[[dict], int] | None = None
                ) -> tuple[dict, dict]:
     """Run ``num_chains`` chains of :class:`_ChainRun` from the mode ``Z_init`` (each from its
     own jitter, ``init_jitter`` whitened units), on up to :func:`chain_workers` threads at once
     (the same draws whichever runs them). ``latent`` are the
     model's latent sites (:func:`probdr.infer.posterior.latent_sites`), ``site`` the inference
     site ``(name, to_site, from_site)``; ``reference`` (n, q) aligns the warm-up's draws.
-    After ``num_samples`` draws per chain, while ``mixed(draws)`` is false (the chains have not
-    mixed; ``None``: no test), every chain draws another block of ``num_samples``, up to
-    ``max_samples`` in all. Returns the draws ``{site: (chains, draws, ...)}`` (Z mapped back
+    After ``num_samples`` draws per chain, while ``further(draws)`` asks for more (the number of
+    draws each chain should add, 0 once the chains have mixed; ``None``: no test), every chain
+    draws that many more (at most ``num_samples`` at a time), up to ``max_samples`` in all. Returns the draws ``{site: (chains, draws, ...)}`` (Z mapped back
     from a reparametrised site) and the diagnostics."""
     name, to_site, _ = site
     blocks = to_site is None and set(latent.values) == {name}
@@ -489,8 +489,10 @@ def sample_hmc(model: Callable, kwargs: dict, latent, site: tuple, Z_init: torch
     t0 = time.perf_counter()
     _each_chain(chain, range(chains), workers)
     drawn, blocks_added = keep, 0
-    while mixed is not None and drawn < most and not mixed(_collect(runs, latent, site, Z_init)):
-        k = min(keep, most - drawn)
+    while further is not None and drawn < most:
+        k = min(keep, most - drawn, int(further(_collect(runs, latent, site, Z_init))))
+        if k <= 0:
+            break
         _each_chain(lambda c, k=k: extend(c, k), range(chains), workers)
         drawn, blocks_added = drawn + k, blocks_added + 1
     results = [runs[c].result() for c in range(chains)]

@@ -270,9 +270,12 @@ def fit_posterior(
 
         HMC (``method="hmc"``, defaults in :data:`HMC_OPTIONS`, :mod:`probdr.infer.hmc`):
         ``num_chains``, ``warmup``, ``num_samples`` (per chain, at least), ``max_samples``
-        (at most: while the chains have not mixed, :func:`chains_mixed`, they draw further
-        blocks of ``num_samples``; ``"auto"``: 4 times ``num_samples``), ``thin``,
-        ``target_accept_prob``, ``max_leapfrog``, ``init_jitter``, ``chain_workers``.
+        (at most: while the chains have not mixed, :func:`chains_mixed`, they draw more, at
+        most ``num_samples`` at a time, :func:`draws_wanted`; ``"auto"``: 4 times
+        ``num_samples``), ``target_ess`` (the median coordinate's effective draws the chains
+        reach before they stop, default 400: the means' Monte Carlo error about 0.05 posterior
+        sd), ``thin``, ``target_accept_prob``, ``max_leapfrog``, ``init_jitter``,
+        ``chain_workers``.
 
         Both: ``reference`` (array (n, q)) for the Procrustes alignment; ``align`` (default
         True): set False for models whose Z is identified (e.g. a prior with a non-zero mean or
@@ -575,6 +578,7 @@ def _check_hmc_options(opts: dict) -> dict:
     check_scalar(opts["target_accept_prob"], "target_accept_prob", Real, min_val=0, max_val=1,
                  include_boundaries="neither")
     check_scalar(opts["init_jitter"], "init_jitter", Real, min_val=0)
+    check_scalar(opts["target_ess"], "target_ess", Real, min_val=0)
     if opts["max_samples"] != "auto":
         check_scalar(opts["max_samples"], "max_samples", Integral, min_val=1)
     workers = opts["chain_workers"]
@@ -871,24 +875,47 @@ def _fit_hmc(model, kwargs, Z_init, opts, seed, site, latent, repulsion) -> Post
                 aligned, draws, np.random.default_rng(seed))))
         return last["out"]
 
-    def mixed(draws: dict) -> bool:
-        return chains_mixed(diagnostics(draws)[3])
+    def further(draws: dict) -> int:
+        return draws_wanted(diagnostics(draws)[3], draws["Z"].shape[1],
+                            int(opts["num_samples"]), float(opts["target_ess"]))
 
     draws, diag = sample_hmc(model, kwargs, latent, site, Z_init, reference, opts, seed,
-                             repulsion, mixed=mixed)
+                             repulsion, further=further)
     raw, aligned, draws, mixing = diagnostics(draws)
     diag.update(mixing)
     _warn_convergence(diag, "HMC")
     return Posterior("hmc", aligned, reference, diag, raw, sites=draws)
 
 
-def chains_mixed(diag: dict) -> bool:
-    """The sampler's rule for more draws (``max_samples``): the chains have mixed when the split
-    R-hat of the points' distances to their partners (no rotation changes them) is at most
-    :data:`R_HAT_WARN` and the median point's coordinates have at least :data:`MIX_ESS`
-    effective draws."""
+#: the effective draws of the median point's coordinates that the sampler's chains reach by default
+#: before they stop drawing (``target_ess``, :func:`chains_mixed`, up to ``max_samples``): the
+#: posterior means then carry about 1/sqrt(400) = 0.05 posterior sd of Monte Carlo error
+MIX_ESS = HMC_OPTIONS["target_ess"]
+
+
+def chains_mixed(diag: dict, target_ess: float = MIX_ESS) -> bool:
+    """The sampler's rule for stopping (up to ``max_samples``): the chains have mixed when the
+    split R-hat of the points' distances to their partners (no rotation changes them) is at most
+    :data:`R_HAT_WARN` and the median point's coordinates have at least ``target_ess``
+    effective draws (default :data:`MIX_ESS`)."""
     return (diag["r_hat_max_distances"] <= R_HAT_WARN
-            and diag["ess_median"] >= MIX_ESS)
+            and diag["ess_median"] >= target_ess)
+
+
+def draws_wanted(diag: dict, drawn: int, block: int, target_ess: float = MIX_ESS) -> int:
+    """How many more draws each chain should make, from the diagnostics of ``drawn`` draws a
+    chain: 0 once :func:`chains_mixed`; a whole ``block`` while the distances' R-hat is high (the
+    chains are in different places, and a rate says nothing); otherwise the draws that bring the
+    median coordinate's effective draws to ``target_ess`` at their rate so far, with a tenth
+    more for the estimate's own noise, at least a quarter of a block and at most a block (the
+    rate is measured again after it)."""
+    if chains_mixed(diag, target_ess):
+        return 0
+    ess = diag["ess_median"]
+    if diag["r_hat_max_distances"] > R_HAT_WARN or not ess > 0:
+        return block
+    need = math.ceil(drawn * (target_ess * 11 / 10 - ess) / ess)
+    return int(min(block, max(need, -(-block // 4))))
 
 
 def _initial_params(latent: LatentSites, transforms, name, g, jitter) -> dict[str, torch.Tensor]:
@@ -905,9 +932,6 @@ def _initial_params(latent: LatentSites, transforms, name, g, jitter) -> dict[st
     return out
 
 
-#: the effective draws of the median point's coordinates that the sampler's chains must reach
-#: before they stop drawing (:func:`chains_mixed`, up to ``max_samples``)
-MIX_ESS = 50
 #: NUTS warns above this split R-hat (Vehtari et al. 2021 recommend 1.01; 1.05 is the older,
 #: looser rule) and below this many effective draws of the worst coordinate
 R_HAT_WARN = 1.05

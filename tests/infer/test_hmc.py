@@ -48,11 +48,12 @@ def test_hmc_draws_a_correlated_gaussian():
     assert d["r_hat_max"] < 1.05 and d["divergences"] == [0, 0]
     assert 0.5 < np.mean(d["accept_prob"]) < 0.99
     assert d["likelihood"] == "the exact likelihood"
-    assert post.method == "hmc" and post.chains.shape == (2, 300, 8, 2)
+    assert post.method == "hmc" and post.chains.shape == (2, d["num_samples"], 8, 2)
+    assert d["num_samples"] >= 300 and d["ess_median"] >= 400
 
 
 def test_unmixed_chains_draw_more_blocks_up_to_the_cap():
-    """Chains of 10 draws cannot give the median coordinate 50 effective draws: they draw
+    """Chains of 10 draws cannot give the median coordinate 400 effective draws: they draw
     blocks of 10 more up to max_samples, the first draws being those of a run that stops at 10
     (the chains continue; nothing restarts), and the diagnostics say how many were drawn."""
     mu, cov, model = _gaussian()
@@ -75,11 +76,47 @@ def test_mixed_chains_stop_at_num_samples():
 
     mu, cov, model = _gaussian()
     post = fit_posterior(model, {}, mu.reshape(8, 2) + 0.3, method="hmc", align=False,
-                         generator=torch.Generator().manual_seed(1), **FAST)
-    assert chains_mixed(post.diagnostics)
+                         target_ess=100, generator=torch.Generator().manual_seed(1), **FAST)
+    assert chains_mixed(post.diagnostics, target_ess=100)
     assert post.diagnostics["blocks_added"] == 0 and post.chains.shape[1] == 300
-    assert not chains_mixed({"r_hat_max_distances": 1.2, "ess_median": 400.0})
-    assert not chains_mixed({"r_hat_max_distances": 1.01, "ess_median": 20.0})
+    assert not chains_mixed({"r_hat_max_distances": 1.2, "ess_median": 500.0})
+    assert not chains_mixed({"r_hat_max_distances": 1.01, "ess_median": 399.0})
+    assert chains_mixed({"r_hat_max_distances": 1.01, "ess_median": 60.0}, target_ess=50)
+
+
+def test_draws_wanted_follows_the_effective_draws_rate():
+    """More draws in proportion to the missing effective draws (a tenth more), clipped to a
+    quarter block and a block; a whole block while the chains are apart; none once mixed."""
+    from probdr.infer.posterior import draws_wanted
+
+    ok = 1.01
+    assert draws_wanted({"r_hat_max_distances": ok, "ess_median": 450.0}, 300, 300) == 0
+    # 300 draws gave 250 effective: 400 need 300 * (1.1 * 400 / 250 - 1) = 228 more
+    assert draws_wanted({"r_hat_max_distances": ok, "ess_median": 250.0}, 300, 300) == 228
+    assert draws_wanted({"r_hat_max_distances": ok, "ess_median": 390.0}, 300, 300) == 75
+    assert draws_wanted({"r_hat_max_distances": ok, "ess_median": 40.0}, 300, 300) == 300
+    assert draws_wanted({"r_hat_max_distances": 1.3, "ess_median": 390.0}, 300, 300) == 300
+    assert draws_wanted({"r_hat_max_distances": ok, "ess_median": 90.0}, 300, 200,
+                        target_ess=100) == 67
+
+
+def test_chains_stop_once_they_reach_the_target_ess():
+    """A higher target_ess makes the chains draw on until the median coordinate's effective
+    draws reach it (the first draws unchanged); an unreachable one stops at max_samples."""
+    mu, cov, model = _gaussian()
+    common = dict(method="hmc", align=False, warmup=100, num_samples=100, num_chains=2,
+                  max_samples=1000)
+
+    def run(target):
+        return fit_posterior(model, {}, mu.reshape(8, 2) + 0.3, target_ess=target,
+                             generator=torch.Generator().manual_seed(1), **common)
+
+    low, high, far = run(20), run(500), run(10 ** 6)
+    assert low.diagnostics["num_samples"] == 100 and low.diagnostics["ess_median"] >= 20
+    assert 100 < high.diagnostics["num_samples"] < 1000
+    assert high.diagnostics["ess_median"] >= 500
+    np.testing.assert_array_equal(high.chains[:, :100], low.chains)
+    assert far.diagnostics["num_samples"] == 1000
 
 
 def test_hmc_positive_site_follows_its_law():
