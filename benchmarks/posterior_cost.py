@@ -10,6 +10,8 @@ The time of ``fit`` is reported, and its ratio to the MAP fit's of the same run.
         --new 1000
     python benchmarks/posterior_cost.py --data mnistdef70k --methods tsne --inference map hmc \
         --params '{"warmup": 100, "num_samples": 100, "num_chains": 1}'
+    python benchmarks/posterior_cost.py --data mnistdef70k --methods umap --inference map hmc \
+        --timeout 1800
 
 ``--new N`` holds N points out of every fit (drawn with seed 0); after a posterior fit they get
 ``sample_transform`` (200 draws), timed, with their median spread beside the training points',
@@ -55,7 +57,8 @@ try:
         out["median_sd"] = float(np.median(est.posterior_sd_))
         d = est.posterior_.diagnostics
         for k in ("ess_median", "ess_min", "r_hat_max", "ess_min_distances", "accept_prob",
-                  "leapfrog_mean", "gradient_evaluations", "step_size"):
+                  "leapfrog_mean", "gradient_evaluations", "step_size", "num_samples",
+                  "blocks_added", "r_hat_max_distances"):
             if k in d:
                 out[k] = d[k]
     with open("/proc/self/status") as f:  # the fit's peak, before the new points
@@ -83,10 +86,15 @@ print(json.dumps(out))
 """
 
 
-def run(data: str, method: str, inference: str, new: int = 0, params=None) -> dict:
+def run(data: str, method: str, inference: str, new: int = 0, params=None,
+        timeout: float | None = None) -> dict:
     code = CHILD.format(here=str(Path(__file__).parent), data=data, method=method,
                         inference=inference, new=int(new), params=params)
-    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    try:
+        res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                             timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return dict(timed_out=timeout)
     if res.returncode:
         return dict(error=res.stderr[-500:])
     return json.loads(res.stdout.strip().splitlines()[-1])
@@ -102,6 +110,8 @@ def main() -> None:
                     help="inference_params of the posterior fits, as JSON")
     ap.add_argument("--new", type=int, default=0,
                     help="points held out of the fits and given to sample_transform")
+    ap.add_argument("--timeout", type=float, default=None,
+                    help="seconds after which a fit is stopped and recorded as timed out")
     ap.add_argument("--out", type=Path, default=RESULTS)
     a = ap.parse_args()
     load = os.getloadavg()[0]
@@ -111,7 +121,8 @@ def main() -> None:
             row = dict(data=a.data, method=method, inference=inference,
                        load_before=round(os.getloadavg()[0], 2), run_load=round(load, 2),
                        date=time.strftime("%Y-%m-%d"), held_out=a.new,
-                       params=a.params, **run(a.data, method, inference, a.new, a.params))
+                       params=a.params, **run(a.data, method, inference, a.new, a.params,
+                                              a.timeout))
             if inference == "map":
                 base = row.get("seconds")
             if base and "seconds" in row:
