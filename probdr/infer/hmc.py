@@ -453,8 +453,9 @@ def sample_hmc(model: Callable, kwargs: dict, latent, site: tuple, Z_init: torch
     site ``(name, to_site, from_site)``; ``reference`` (n, q) aligns the warm-up's draws.
     After ``num_samples`` draws per chain, while ``further(draws)`` asks for more (the number of
     draws each chain should add, 0 once the chains have mixed; ``None``: no test), every chain
-    draws that many more (at most ``num_samples`` at a time), up to ``max_samples`` in all. Returns the draws ``{site: (chains, draws, ...)}`` (Z mapped back
-    from a reparametrised site) and the diagnostics."""
+    draws that many more (at most ``num_samples`` at a time), up to ``max_samples`` in all.
+    Returns the draws ``{site: (chains, draws, ...)}`` (Z mapped back from a reparametrised
+    site) and the diagnostics."""
     name, to_site, _ = site
     blocks = to_site is None and set(latent.values) == {name}
     roots = _roots(model, kwargs, Z_init) if blocks else None
