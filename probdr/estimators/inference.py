@@ -91,16 +91,23 @@ def _estimator_options(options: dict, inference: str) -> dict:
     return out
 
 
-def _restart_count(steps: dict, n: int, restart, inference: str) -> int:
-    """The MAP fits from random starts of the mode search: ``restarts``, ``"auto"`` resolved
-    (:data:`AUTO_RESTARTS` for HMC up to :data:`RESTART_MAX_POINTS` points, else none); none
-    without a mode search or for an estimator that has no random start (``restart=None``)."""
+def _search_plan(steps: dict, n: int, restart, inference: str,
+                 graph_given: bool) -> tuple[int, bool]:
+    """The starts of the mode search besides the schedule's MAP: ``(k, graph)``, the number of
+    MAP fits from random starts and whether starts read off the observed graph compete too.
+    ``restarts`` k > 0: k fits (none for an estimator without a random start,
+    ``restart=None``) and the graph's starts; 0: neither; ``"auto"``: for HMC up to
+    :data:`RESTART_MAX_POINTS` points :data:`AUTO_RESTARTS` fits and the graph's starts, for
+    the approximations the graph's starts where the observed graph is given (``graph_given``:
+    data of the kind the latent law draws), else neither. Nothing without a mode search."""
     k = steps["restarts"]
-    if restart is None or not steps["converge"]:
-        return 0
+    if not steps["converge"]:
+        return 0, False
     if k == "auto":
-        return AUTO_RESTARTS if inference == "hmc" and n <= RESTART_MAX_POINTS else 0
-    return int(k)
+        if inference == "hmc" and n <= RESTART_MAX_POINTS:
+            return (0 if restart is None else AUTO_RESTARTS), True
+        return 0, bool(graph_given)
+    return (0 if restart is None else int(k)), int(k) > 0
 
 
 def _in_float64(kwargs: dict) -> dict:
@@ -347,8 +354,10 @@ class PosteriorInference:
         steps = _estimator_options(options, self.inference)
         self.map_converged_ = self.mode_steps_ = self.mode_grad_ratio_ = None
         self.mode_restarts_ = None
-        restarts = _restart_count(steps, Z_map.shape[0], restart, self.inference)
-        if restarts:
+        restarts, graph = _search_plan(steps, Z_map.shape[0], restart, self.inference,
+                                       self._measures_by_default())
+        steps["graph_starts"] = graph  # the calibration's refits search as the fit does
+        if restarts or graph:
             centre = self._best_mode(model, kwargs, Z_map.detach(), reparam, restarts,
                                      restart, _child_seed(gen) + 1)
         else:
@@ -416,21 +425,26 @@ class PosteriorInference:
         self.mode_grad_ratio_ = mode.grad_ratio
 
     def _best_mode(self, model, kwargs: dict, Z: torch.Tensor, reparam, restarts: int,
-                   restart, seed: int) -> torch.Tensor:
+                   restart, seed: int, record: bool = True) -> torch.Tensor:
         """The mode of highest log density among those searched from the schedule's MAP ``Z``,
         from the estimator's starts read off the observed graph (:meth:`_graph_starts`) and
         from ``restarts`` MAP fits from random starts (``restart(generator)``, the r-th
-        seeded ``seed + r``); sets ``mode_restarts_`` and the chosen mode's
-        ``map_converged_``, ``mode_steps_`` (warning if its search hit the cap)."""
+        seeded ``seed + r``); ``record`` sets ``mode_restarts_`` and the chosen mode's
+        ``map_converged_``, ``mode_steps_`` (warning if its search hit the cap). With no
+        other start (a graph too large for its starts), the search of :meth:`_mode`."""
         name = type(self).__name__
         wide = _in_float64(kwargs)
         graph = self._graph_starts(kwargs, lambda S: log_density(model, wide, S.to(Z.device)))
+        if not graph and not restarts:
+            return self._mode(model, kwargs, Z, reparam, True, record=record)
         starts = [Z, *graph] + [restart(torch.Generator().manual_seed(seed + r))
                                 for r in range(restarts)]
         modes = [converge_mode(model, wide, s.to(Z.device, torch.float64), reparam=reparam,
                                desc=name, warn=False) for s in starts]
         density = [log_density(model, wide, m.Z) for m in modes]
         best = int(np.argmax(np.where(np.isfinite(density), density, -np.inf)))
+        if not record:
+            return modes[best].Z.to(Z.dtype)
         self.mode_restarts_ = {"log_density": density, "chosen": best,
                                "converged": [m.converged for m in modes],
                                "starts": ["schedule"] + ["graph"] * len(graph)
@@ -482,8 +496,13 @@ class PosteriorInference:
             kwargs = simulation.kwargs(data)
             pipeline = steps["calibrate"] != "local" and simulation.map_fit is not None
             start = simulation.map_fit(data) if pipeline else centre
-            start = self._mode(model, kwargs, start.to(centre.dtype), reparam,
-                               steps["converge"], record=False)
+            start = start.to(centre.dtype)
+            if steps.get("graph_starts"):  # the fit's own search, from this graph's starts
+                start = self._best_mode(model, kwargs, start, reparam, 0, None, 0,
+                                        record=False)
+            else:
+                start = self._mode(model, kwargs, start, reparam, steps["converge"],
+                                   record=False)
             return fit_posterior(model, kwargs, start, method=self.inference,
                                  generator=cal_gen, reparam=reparam, **refit_options)
 
