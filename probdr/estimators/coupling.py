@@ -66,10 +66,12 @@ REPULSIONS = ("auto", "exact", "fft", "sampled", "negative_sampling")
 #: a documented shortcut for the four settings of the Gaussian-blob study
 #: (``benchmarks/calibration.py``: true positions N(0, 3^2), 200 and 10,000 points, four graphs,
 #: the fit started at the truth): (inference, latent law, kernel) -> the variance factor that
-#: brought its 50 % and 90 % regions into 42-58 % and 85-95 %. A fit in one of these settings
-#: applies it unless ``inference_params`` asks for ``calibrate=True`` (a factor measured for the
-#: fit by simulation, :mod:`probdr.infer.calibrate`, the default of other settings fitted to a
-#: given graph; other settings fitted to features get none and a warning).
+#: brought its 50 % and 90 % regions into 42-58 % and 85-95 %. A fit of one of these settings
+#: to features (the presets) applies it unless ``inference_params`` asks for
+#: ``calibrate=True``; a fit to a given graph measures its own factor by simulation
+#: (:mod:`probdr.infer.calibrate`): on graphs drawn at other temperatures and prior scales
+#: these factors left the 90 % regions holding 24 to 98 % (docs "Are the regions
+#: calibrated?"); other settings fitted to features get none and a warning.
 #: On real affinities the simulation answers another question -- the spread the model's own
 #: sparse draws would leave -- and gives far larger factors (t-SNE on 400 digits at its automatic
 #: temperature: about 230), see docs "Are the regions calibrated?".
@@ -613,6 +615,9 @@ class GraphCoupling(PosteriorInference, DREstimator):
         if self.inference == "svi" and self._posterior_epoch_steps() > 1:
             opts.setdefault("num_steps", SPLIT_EPOCH_SVI_STEPS)
         return opts
+
+    def _graph_given(self) -> bool:
+        return self._precomputed() == "affinity"
 
     def _measures_by_default(self) -> bool:
         """The observed graph is given (``affinity="precomputed"``): data of the kind the

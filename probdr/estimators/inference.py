@@ -61,11 +61,13 @@ AUTO_RESTARTS = 4
 RESTART_MAX_POINTS = 5000
 
 
-def _estimator_options(options: dict, inference: str) -> dict:
+def _estimator_options(options: dict, inference: str, graph_given: bool = False) -> dict:
     """Pop the estimator's own options from ``options`` (``inference_params``) and return them
-    checked, defaults filled in: ``converge`` (the mode search; default: Laplace only),
-    ``calibrate`` (the measured variance factor; default True) and ``calibration_points``."""
-    out = {"converge": options.pop("converge", inference in ("laplace", "hmc")),
+    checked, defaults filled in: ``converge`` (the mode search; default: Laplace and HMC, and
+    SVI where the observed graph is given, ``graph_given``), ``restarts``, ``calibrate`` (the
+    variance factor's rule; default None) and ``calibration_points``."""
+    converge = inference in ("laplace", "hmc") or (inference == "svi" and graph_given)
+    out = {"converge": options.pop("converge", converge),
            "calibrate": options.pop("calibrate", None),
            "calibration_points": options.pop("calibration_points",
                                              CALIBRATION_POINTS.get(inference, 1000)),
@@ -163,7 +165,7 @@ class PosteriorInference:
         Options of the posterior inference (:data:`probdr.infer.posterior.SVI_OPTIONS`,
         :data:`probdr.infer.posterior.MCMC_OPTIONS`: guide, steps, draws, chains, ...), and
         the estimator's own: ``converge`` (search the mode first; default for Laplace and
-        HMC), ``restarts``, ``calibrate`` and ``calibration_points``. ``restarts``: the number
+        HMC, and for SVI given the observed graph), ``restarts``, ``calibrate`` and ``calibration_points``. ``restarts``: the number
         of further MAP fits, from random starts through the estimator's own schedule, whose
         converged modes compete with the schedule's and with those searched from starts read
         off the observed graph (a graph coupling on at most
@@ -172,15 +174,18 @@ class PosteriorInference:
         any ``restarts`` > 0): the posterior is centred on the mode of highest density
         (``mode_restarts_``). A cold posterior (a large coupling weight) has
         many modes, and one fit's schedule may end in a basin far below the best one, which the
-        sampler's chains do not leave. ``"auto"`` (default): :data:`AUTO_RESTARTS` for
-        ``inference="hmc"`` on at most :data:`RESTART_MAX_POINTS` points (graph couplings),
-        else none; with Laplace they are asked for (each costs a MAP fit and a mode search). ``calibrate``: ``None`` (default) applies a
-        documented shortcut factor where the estimator has one for its setting (t-SNE's and
-        UMAP's laws: :data:`probdr.estimators.coupling.CALIBRATED_INFLATION`); otherwise, where
-        the data are a graph the model could have drawn (``affinity="precomputed"``), it
-        measures the approximation's variance factor for this fit by simulation
-        (``calibration_``), each simulated refit run through the estimator's MAP schedule from
-        its own start (the optimiser's variability included), and elsewhere it applies none
+        sampler's chains do not leave. ``"auto"`` (default): :data:`AUTO_RESTARTS` and the
+        graph's starts for ``inference="hmc"`` on at most :data:`RESTART_MAX_POINTS` points
+        (graph couplings); for the approximations the graph's starts alone where the observed
+        graph is given (``affinity="precomputed"``: data of the kind the latent law draws),
+        else none (each restart costs a MAP fit and a mode search; ask for them with an
+        integer); ``0``: the schedule's mode alone. ``calibrate``: ``None`` (default)
+        measures the approximation's variance factor for this fit by simulation where the
+        data are a graph the model could have drawn (``affinity="precomputed"``;
+        ``calibration_``), each simulated refit run through the estimator's MAP schedule from
+        its own start and its mode search (the optimiser's variability included); on affinities computed from features it applies the documented
+        shortcut factor where the estimator has one for its setting (t-SNE's and UMAP's
+        presets: :data:`probdr.estimators.coupling.CALIBRATED_INFLATION`), elsewhere none,
         and warns; ``True`` always measures it;
         ``"local"`` measures it with each refit started at the simulation's truth (the
         approximation alone, cheaper); ``False`` applies none. A given ``inflation``
@@ -279,7 +284,7 @@ class PosteriorInference:
         if self.inference != "map":
             try:
                 options = dict(self.inference_params or {})
-                steps = _estimator_options(options, self.inference)
+                steps = _estimator_options(options, self.inference, self._graph_given())
                 check_inference_options(self.inference, **options)
                 if steps["restarts"] not in ("auto", 0) and not self._has_restarts:
                     raise ValueError(f"restarts is for the graph couplings; "
@@ -351,11 +356,11 @@ class PosteriorInference:
         self.map_embedding_ = Z_map.detach().cpu().numpy().copy()
         kwargs = dict(model_kwargs, z_prior=prior, coupling_weight=self._weight_now())
         options = self._inference_options()
-        steps = _estimator_options(options, self.inference)
+        steps = _estimator_options(options, self.inference, self._graph_given())
         self.map_converged_ = self.mode_steps_ = self.mode_grad_ratio_ = None
         self.mode_restarts_ = None
         restarts, graph = _search_plan(steps, Z_map.shape[0], restart, self.inference,
-                                       self._measures_by_default())
+                                       self._graph_given())
         steps["graph_starts"] = graph  # the calibration's refits search as the fit does
         if restarts or graph:
             centre = self._best_mode(model, kwargs, Z_map.detach(), reparam, restarts,
@@ -388,7 +393,8 @@ class PosteriorInference:
                 options.get("guide", "normal") != "normal":
             return None
         auto = steps["calibrate"] is None
-        shortcut = self._shortcut_factor() if auto else None
+        # a given graph measures its factor: the shortcut holds only where it was measured
+        shortcut = self._shortcut_factor() if auto and not self._measures_by_default() else None
         if shortcut is not None:
             options["inflation"] = shortcut
             return f"the shortcut factor {shortcut} of the Gaussian-blob study"
@@ -466,6 +472,12 @@ class PosteriorInference:
         """A documented factor for this fit's setting that replaces the measurement unless
         ``calibrate=True`` (none here; the graph couplings have four)."""
         return None
+
+    def _graph_given(self) -> bool:
+        """Whether the data are the observed graph itself, of the kind the latent law draws
+        (a graph coupling with ``affinity="precomputed"``): its starts read off the graph are
+        searched, and SVI searches the mode first, by default. None here."""
+        return False
 
     def _measures_by_default(self) -> bool:
         """Whether ``calibrate=None`` measures the factor where there is no shortcut: where the

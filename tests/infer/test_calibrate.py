@@ -146,3 +146,24 @@ def test_models_that_cannot_be_simulated_say_so():
     assert "cannot be simulated" in est.posterior_.diagnostics["calibration"]
     with pytest.raises(InvalidParameterError, match="sampler .*needs no factor"):
         probdr.TSNE(inference="mcmc", inference_params={"calibrate": True}).fit(X)
+
+
+def test_a_given_graph_of_a_shortcut_setting_measures_its_own_factor():
+    """t-SNE's latent law with the Cauchy kernel has a shortcut factor for the presets, fitted
+    to features; the same law fitted to a given graph measures its factor (the shortcut does
+    not hold at other temperatures and prior scales), unless calibrate=False."""
+    import probdr
+    from probdr.estimators.coupling import CALIBRATED_INFLATION
+
+    g = torch.Generator().manual_seed(0)
+    Zt = 3 * torch.randn(60, 2, dtype=torch.float64, generator=g)
+    W = simulate_observed_graph("E", Zt, get_kernel("student"), 4.0, g).to_dense().numpy()
+    kw = dict(prior_x="E", prior_z="E", kernel_z="student", affinity="precomputed",
+              coupling_weight=4.0, z_prior=3.0, n_iter=200, inference="laplace", random_state=0)
+    est = probdr.GraphCoupling(**kw, inference_params={"calibration_points": 1}).fit(W)
+    assert est.calibration_ is not None and est.calibration_.replications == 1
+    assert est.posterior_.diagnostics["inflation"] == est.calibration_.inflation
+    assert est.posterior_.diagnostics["inflation"] != CALIBRATED_INFLATION[("laplace", "E",
+                                                                            "cauchy")]
+    raw = probdr.GraphCoupling(**kw, inference_params={"calibrate": False}).fit(W)
+    assert raw.calibration_ is None and raw.posterior_.diagnostics["inflation"] == 1.0

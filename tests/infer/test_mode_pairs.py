@@ -1,6 +1,7 @@
 """Every defined coupling reaches its mode: on data drawn from its own latent law, the posterior
 path's centre (the schedule's MAP, then the mode search) scores a loss no higher than the
-truth's when started at the truth, and within a small margin of it from the default start."""
+truth's when started at the truth, and within 1 % of it from the default start (a Laplace fit
+given its graph searches the starts read off the graph too)."""
 
 import itertools
 import warnings
@@ -44,5 +45,5 @@ def test_every_coupling_reaches_its_mode(pair, kernel):
         pytest.skip("a draw of the B or E law with the Gaussian kernel leaves rows empty, "
                     "which the D input prior refuses")
     from_truth, from_default = _loss_gaps(*pair, kernel, PAIRS[pair])
-    assert from_truth <= 0.003
-    assert from_default <= 0.015
+    assert from_truth <= 0.0  # the issue's criteria: no higher than the truth's loss,
+    assert from_default <= 0.01  # and within 1 % of it from the default start
