@@ -361,7 +361,6 @@ class PosteriorInference:
         self.mode_restarts_ = None
         restarts, graph = _search_plan(steps, Z_map.shape[0], restart, self.inference,
                                        self._graph_given())
-        steps["graph_starts"] = graph  # the calibration's refits search as the fit does
         if restarts or graph:
             centre = self._best_mode(model, kwargs, Z_map.detach(), reparam, restarts,
                                      restart, _child_seed(gen) + 1)
@@ -431,26 +430,24 @@ class PosteriorInference:
         self.mode_grad_ratio_ = mode.grad_ratio
 
     def _best_mode(self, model, kwargs: dict, Z: torch.Tensor, reparam, restarts: int,
-                   restart, seed: int, record: bool = True) -> torch.Tensor:
+                   restart, seed: int) -> torch.Tensor:
         """The mode of highest log density among those searched from the schedule's MAP ``Z``,
         from the estimator's starts read off the observed graph (:meth:`_graph_starts`) and
         from ``restarts`` MAP fits from random starts (``restart(generator)``, the r-th
-        seeded ``seed + r``); ``record`` sets ``mode_restarts_`` and the chosen mode's
+        seeded ``seed + r``); sets ``mode_restarts_`` and the chosen mode's
         ``map_converged_``, ``mode_steps_`` (warning if its search hit the cap). With no
         other start (a graph too large for its starts), the search of :meth:`_mode`."""
         name = type(self).__name__
         wide = _in_float64(kwargs)
         graph = self._graph_starts(kwargs, lambda S: log_density(model, wide, S.to(Z.device)))
         if not graph and not restarts:
-            return self._mode(model, kwargs, Z, reparam, True, record=record)
+            return self._mode(model, kwargs, Z, reparam, True)
         starts = [Z, *graph] + [restart(torch.Generator().manual_seed(seed + r))
                                 for r in range(restarts)]
         modes = [converge_mode(model, wide, s.to(Z.device, torch.float64), reparam=reparam,
                                desc=name, warn=False) for s in starts]
         density = [log_density(model, wide, m.Z) for m in modes]
         best = int(np.argmax(np.where(np.isfinite(density), density, -np.inf)))
-        if not record:
-            return modes[best].Z.to(Z.dtype)
         self.mode_restarts_ = {"log_density": density, "chosen": best,
                                "converged": [m.converged for m in modes],
                                "starts": ["schedule"] + ["graph"] * len(graph)
@@ -508,13 +505,11 @@ class PosteriorInference:
             kwargs = simulation.kwargs(data)
             pipeline = steps["calibrate"] != "local" and simulation.map_fit is not None
             start = simulation.map_fit(data) if pipeline else centre
-            start = start.to(centre.dtype)
-            if steps.get("graph_starts"):  # the fit's own search, from this graph's starts
-                start = self._best_mode(model, kwargs, start, reparam, 0, None, 0,
-                                        record=False)
-            else:
-                start = self._mode(model, kwargs, start, reparam, steps["converge"],
-                                   record=False)
+            # the schedule's mode alone, not the graph's starts: the spread of the modes the
+            # refits reach stands in for the posterior's mass in other basins, which a
+            # Gaussian at one mode misses (docs "Are the regions calibrated?")
+            start = self._mode(model, kwargs, start.to(centre.dtype), reparam,
+                               steps["converge"], record=False)
             return fit_posterior(model, kwargs, start, method=self.inference,
                                  generator=cal_gen, reparam=reparam, **refit_options)
 
