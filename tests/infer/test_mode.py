@@ -88,13 +88,17 @@ def test_custom_coupling_posterior_is_centred_on_its_mode():
     np.testing.assert_array_equal(off.embedding_, est.embedding_)
     np.testing.assert_array_equal(off.mode_embedding_, off.map_embedding_)
     assert off.map_converged_ is None and off.mode_steps_ is None
-    # SVI starts at the MAP unless asked (its own steps move the means)
-    svi = probdr.GraphCoupling(**{**kw, "inference": "svi",
-                                  "inference_params": {"num_steps": 20, "num_samples": 5}})
+    # SVI given its graph searches the mode first; with converge=False it starts at the MAP
+    svi_kw = {**kw, "inference": "svi"}
+    few = {"num_steps": 20, "num_samples": 5, "calibrate": False}
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
+        svi = probdr.GraphCoupling(**svi_kw, inference_params={**few, "converge": False})
         svi.fit(W.numpy())
+        searched = probdr.GraphCoupling(**svi_kw, inference_params=few).fit(W.numpy())
     assert svi.map_converged_ is None
     np.testing.assert_array_equal(svi.mode_embedding_, svi.map_embedding_)
+    assert searched.map_converged_ is not None and searched.mode_restarts_ is not None
+    assert searched.log_joint(searched.mode_embedding_) >= est.log_joint(est.map_embedding_)
     with pytest.raises(ValueError, match="converge"):
         probdr.GraphCoupling(**{**kw, "inference_params": {"converge": 1}}).fit(W.numpy())
