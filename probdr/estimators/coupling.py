@@ -70,7 +70,7 @@ REPULSIONS = ("auto", "exact", "fft", "sampled", "negative_sampling")
 #: to features (the presets) applies it unless ``inference_params`` asks for
 #: ``calibrate=True``; a fit to a given graph measures its own factor by simulation
 #: (:mod:`probdr.infer.calibrate`): on graphs drawn at other temperatures and prior scales
-#: these factors left the 90 % regions holding 24 to 98 % (docs "Are the regions
+#: these factors left the 90 % regions holding 23 to 98 % (docs "Are the regions
 #: calibrated?"); other settings fitted to features get none and a warning.
 #: On real affinities the simulation answers another question -- the spread the model's own
 #: sparse draws would leave -- and gives far larger factors (t-SNE on 400 digits at its automatic
@@ -622,7 +622,7 @@ class GraphCoupling(PosteriorInference, DREstimator):
     def _measures_by_default(self) -> bool:
         """The observed graph is given (``affinity="precomputed"``): data of the kind the
         simulation draws."""
-        return self._precomputed() == "affinity"
+        return self._graph_given()
 
     def _shortcut_factor(self) -> float | None:
         """:data:`CALIBRATED_INFLATION`'s factor for this fit's setting, if it is one of the

@@ -165,8 +165,9 @@ class PosteriorInference:
         Options of the posterior inference (:data:`probdr.infer.posterior.SVI_OPTIONS`,
         :data:`probdr.infer.posterior.MCMC_OPTIONS`: guide, steps, draws, chains, ...), and
         the estimator's own: ``converge`` (search the mode first; default for Laplace and
-        HMC, and for SVI given the observed graph), ``restarts``, ``calibrate`` and ``calibration_points``. ``restarts``: the number
-        of further MAP fits, from random starts through the estimator's own schedule, whose
+        HMC, and for SVI given the observed graph), ``restarts``, ``calibrate`` and
+        ``calibration_points``. ``restarts``: the number of further MAP fits, from random
+        starts through the estimator's own schedule, whose
         converged modes compete with the schedule's and with those searched from starts read
         off the observed graph (a graph coupling on at most
         :data:`probdr.estimators.starts.GEODESIC_MAX_POINTS` points: geodesic MDS of the lengths
@@ -183,10 +184,11 @@ class PosteriorInference:
         measures the approximation's variance factor for this fit by simulation where the
         data are a graph the model could have drawn (``affinity="precomputed"``;
         ``calibration_``), each simulated refit run through the estimator's MAP schedule from
-        its own start and its mode search (the optimiser's variability included); on affinities computed from features it applies the documented
-        shortcut factor where the estimator has one for its setting (t-SNE's and UMAP's
-        presets: :data:`probdr.estimators.coupling.CALIBRATED_INFLATION`), elsewhere none,
-        and warns; ``True`` always measures it;
+        its own start and its mode search (the optimiser's variability included); on
+        affinities computed from features it applies the documented shortcut factor where the
+        estimator has one for its setting (t-SNE's and UMAP's presets:
+        :data:`probdr.estimators.coupling.CALIBRATED_INFLATION`), elsewhere none, and warns;
+        ``True`` always measures it;
         ``"local"`` measures it with each refit started at the simulation's truth (the
         approximation alone, cheaper); ``False`` applies none. A given ``inflation``
         replaces all of them. ``calibration_points``: the distances the measurement scores, at
