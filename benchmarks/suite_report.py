@@ -12,6 +12,7 @@ COLUMNS = [("wall_s", "time (s)", "{:.1f}"), ("ratio", "time ratio", "{}"),
            ("spearman", "distance ρ", "{:.3f}"), ("density", "density ρ", "{:.3f}")]
 DEVICE = Path(__file__).resolve().parent / "results" / "device.json"
 EPOCH_STEPS = Path(__file__).resolve().parent / "results" / "umap_epoch_steps.jsonl"
+SMALL_SCHEDULE = Path(__file__).resolve().parent / "results" / "small_schedule.jsonl"
 
 
 def _pair(method: str, methods: dict | None) -> str:
@@ -213,24 +214,44 @@ def _schedule_name(variant: str) -> str:
     return f"probdr, {epochs} epochs × {steps} step{'s' if steps > 1 else ''}"
 
 
+def _latest_runs(path: Path, by: str) -> dict:
+    """``{(size or data set, variant): [results]}``: the latest result of each variant and seed
+    of a schedule study's results file, kept where it comes from the latest date of its ``by``
+    (the rows of one run, whose times compare)."""
+    latest = {}
+    for line in path.read_text().splitlines():
+        if line.strip():
+            r = json.loads(line)
+            latest[(r[by], r["variant"], r.get("seed", 0))] = r
+    last_run = {}
+    for (key, _, _), r in latest.items():
+        last_run[key] = max(last_run.get(key, ""), r["date"])
+    groups: dict = {}
+    for (key, variant, _), r in latest.items():
+        if r["date"] == last_run[key]:
+            groups.setdefault((key, variant), []).append(r)
+    return groups
+
+
+def _schedule_rows(groups: dict, label, digits: int = 1) -> list[str]:
+    """A schedule table's rows: the mean over the seeds, by size, then epochs and steps."""
+    lines = []
+    order = lambda k: (k[0], k[1] == "umap-learn", _schedule(k[1]))  # noqa: E731
+    for key in sorted(groups, key=order):
+        rs = groups[key]
+        mean = {f: sum(r[f] for r in rs) / len(rs) for f in ("wall_s", "trust15", "knn5")}
+        lines.append(f"| {label(key[0])} | {_schedule_name(key[1])} | {len(rs)} | "
+                     f"{mean['wall_s']:.{digits}f} | "
+                     f"{mean['trust15']:.4f} | {mean['knn5']:.4f} |")
+    return lines
+
+
 def epoch_steps_section(path: Path = EPOCH_STEPS) -> list[str]:
     """UMAP's schedule (epochs, steps per epoch) beside umap-learn on shared neighbours, from
     ``benchmarks/results/umap_epoch_steps.jsonl`` (``umap_epoch_steps.py --record``): the mean
     over the seeds of the latest result of each variant, size and seed."""
     if not path.exists():
         return []
-    latest = {}
-    for line in path.read_text().splitlines():
-        if line.strip():
-            r = json.loads(line)
-            latest[(r["n"], r["variant"], r.get("seed", 0))] = r
-    last_run = {}  # each size's latest date: the rows of one run, whose times compare
-    for (n, _, _), r in latest.items():
-        last_run[n] = max(last_run.get(n, ""), r["date"])
-    groups: dict = {}
-    for (n, variant, _), r in latest.items():
-        if r["date"] == last_run[n]:
-            groups.setdefault((n, variant), []).append(r)
     lines = ["## UMAP: epochs and optimiser steps per epoch", "",
              "probdr's UMAP cuts each epoch into `epoch_steps` optimiser steps, each using its "
              "share of the epoch's edges (an edge acts at most once per epoch). More steps do "
@@ -238,23 +259,39 @@ def epoch_steps_section(path: Path = EPOCH_STEPS) -> list[str]:
              "epochs. Beside umap-learn (200 epochs), both given the same neighbours "
              "(pynndescent, `precomputed_knn`), so that only the optimisation differs; each fit "
              "in its own process on 2 threads, deformed MNIST (50 PCs); means over the seeds. "
-             "The defaults: 500 epochs of one step up to 10,000 points, 60 of 12 up to 100,000, "
-             "100 of 8 above. Each size's rows come from its latest run, so that their times "
-             "compare.", "",
+             "The defaults: 100 epochs of 3 steps up to 10,000 points (below), 60 of 12 up to "
+             "100,000, 100 of 8 above. Each size's rows come from its latest run, so that their "
+             "times compare.", "",
              "    python benchmarks/umap_epoch_steps.py --n 70000 --record "
              "--variants steps1 steps2 steps4 steps8 umap-learn",
              "    python benchmarks/umap_epoch_steps.py --n 70000 --record --seeds 0 1 2 "
              "--variants steps4 e100s8 e60s12 umap-learn", "",
              "| n | fit | seeds | time (s) | trust@15 | 5-NN acc |", "|---|---|---|---|---|---|"]
-    order = lambda k: (k[0], k[1] == "umap-learn", _schedule(k[1]))  # noqa: E731
-    for key in sorted(groups, key=order):
-        rs = groups[key]
-        mean = {f: sum(r[f] for r in rs) / len(rs) for f in ("wall_s", "trust15", "knn5")}
-        lines.append(f"| {key[0]:,} | {_schedule_name(key[1])} | {len(rs)} | "
-                     f"{mean['wall_s']:.1f} | {mean['trust15']:.4f} | {mean['knn5']:.4f} |")
+    lines += _schedule_rows(_latest_runs(path, "n"), lambda n: f"{n:,}")
     return lines + ["", "Measured on an idle machine (load below 1.5); times include umap-learn's "
                     "just-in-time compilation (each fit is a fresh process). Times compare within "
                     "a size, not across: this machine's speed drifts 2-3× from day to day.", ""]
+
+
+def small_schedule_section(path: Path = SMALL_SCHEDULE) -> list[str]:
+    """UMAP's schedule on small data beside umap-learn, each fit end to end, from
+    ``benchmarks/results/small_schedule.jsonl`` (``small_schedule.py --record``)."""
+    if not path.exists():
+        return []
+    lines = ["## UMAP on small data: the schedule", "",
+             "On small data a fit's time goes with its optimiser steps, each with a fixed cost, "
+             "more than with the pairs it updates. Up to 10,000 points the default is 100 epochs "
+             "of 3 steps (umap-learn: 500 epochs). Each fit end to end on all cores, warm, all "
+             "in one process per data set; means over three seeds; quality as in the tables "
+             "above. Each data set's rows come from its latest run.", "",
+             "    python benchmarks/small_schedule.py --variants e500s1 default e100s2 e250s1 "
+             "--record", "",
+             "| data | fit | seeds | time (s) | trust@15 | 5-NN acc |", "|---|---|---|---|---|---|"]
+    groups = _latest_runs(path, "data")
+    loads = [r["load_before"] for rs in groups.values() for r in rs]
+    return lines + _schedule_rows(groups, str, 2) + [
+        "", f"The machine's load before each data set's run: {min(loads):.2f} to "
+        f"{max(loads):.2f}.", ""]
 
 
 INTRO = """# Benchmarks
@@ -332,6 +369,7 @@ def write_page(results: list[dict], page: Path, fig: Path, datasets: dict, metho
             text += [f"## {d}", "", desc + ".", "", *table(rows, d, methods),
                      *machines_note(rows, d, methods), ""]
     text += epoch_steps_section()
+    text += small_schedule_section()
     text += device_section()
     if not figure(rows, datasets, methods, fig):
         text[0] = text[0].replace("![time against trustworthiness]", "<!-- no figure -->")

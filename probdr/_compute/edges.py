@@ -449,9 +449,10 @@ class EpochSchedule:
         schedule.generator = generator
         return schedule
 
-    def _uniform(self) -> torch.Tensor:
+    def _uniform(self, generator=None) -> torch.Tensor:
         v = self.v
-        return torch.rand(v.shape, dtype=v.dtype, device=v.device, generator=self.generator)
+        return torch.rand(v.shape, dtype=v.dtype, device=v.device,
+                          generator=self.generator if generator is None else generator)
 
     def _draw_epoch(self, epoch: int) -> None:
         steps = self.steps
@@ -475,12 +476,15 @@ class EpochSchedule:
             self.bounds = np.concatenate([[0], np.cumsum(counts)]).tolist()
         return self.order[self.bounds[s]:self.bounds[s + 1]]
 
-    def next(self, index: int | None = None, as_mask: bool = False) -> torch.Tensor:
+    def next(self, index: int | None = None, as_mask: bool = False,
+             generator=None) -> torch.Tensor:
         """The edges of step ``index`` (``None``: an independent draw): their positions,
         ascending, or (``as_mask``) a boolean per edge (fixed shapes, no host
-        synchronisation)."""
+        synchronisation). An independent draw takes ``generator``, the caller's (the schedule
+        is shared by the chains of a posterior, which may run on threads), else the
+        schedule's."""
         if index is None or self.steps == 1:  # an independent draw
-            used = self._uniform().mul_(self.vmax * self.steps) < self.v
+            used = self._uniform(generator).mul_(self.vmax * self.steps) < self.v
             return used if as_mask else _flat_nonzero(used)
         epoch, s = divmod(int(index), self.steps)
         if epoch != self.epoch:
@@ -553,11 +557,11 @@ def scheduled_edges(v, vmax, rows, cols, n: int, m: int, steps: int, generator=N
         if index is not None:  # the epoch's used edges, dealt to its steps, at fixed shapes
             rows, cols, used = schedule.systematic(index, rows, cols)
             return rows, cols, rows.repeat_interleave(m), used, used.repeat_interleave(m)
-        used = schedule.next(index, as_mask=True)
+        used = schedule.next(index, as_mask=True, generator=generator)
         neg_rows = tensor_cache(rows, f"_probdr_ns_neg_rows_{m}", lambda: rows.repeat_interleave(m))
         return rows, cols, neg_rows, used, used.repeat_interleave(m)
     sorted_rows = _segments(rows, n) is not None  # then so are the rows of any selection
-    used = schedule.next(index)
+    used = schedule.next(index, generator=generator)
     rows, cols = rows.index_select(0, used), cols.index_select(0, used)
     neg_rows = rows.repeat_interleave(m)
     # the row counts, known without checking the order, where segment sums would use them

@@ -134,9 +134,9 @@ UMAP_LEARN = _rows(
             accept=("euclidean",)),
     Foreign("output_metric_kwds", "refused", note="the embedding's distance is Euclidean",
             accept=(None,)),
-    Foreign("n_epochs", "differs", "n_epochs", "None: 500 up to 10,000 points as umap-learn, "
-            "then 60 epochs of 12 steps up to 100,000 and 100 of 8 above (umap-learn: 200 "
-            "above 10,000)"),
+    Foreign("n_epochs", "differs", "n_epochs", "None: 100 epochs of 3 steps up to 10,000 "
+            "points, 60 of 12 steps up to 100,000 and 100 of 8 above (umap-learn: 500 up to "
+            "10,000 points, else 200)"),
     _same("learning_rate"), _same("init", "'spectral', 'pca', 'random' or an array"),
     _same("min_dist"), _same("spread"),
     Foreign("low_memory", "ignored", note="a memory setting of umap-learn's neighbour search"),

@@ -84,6 +84,10 @@ CALIBRATED_INFLATION = {("svi", "E", "cauchy"): 2.2, ("laplace", "E", "cauchy"):
 #: MNIST digits (UMAP), SVI's median spread was 2.8 times Laplace's with 12 steps an epoch, 1.26
 #: times with 4.
 POSTERIOR_EPOCH_STEPS = 4
+#: the posterior cuts a negative-sampling epoch into steps only above this many points (UMAP's
+#: schedule cuts it from there on for the pairs a step updates); below, the MAP's cut saves each
+#: step's fixed cost, and the posterior keeps whole epochs, whose gradients are less noisy
+POSTERIOR_SPLIT_MIN_POINTS = 10_000
 
 #: SVI's default number of steps where a negative-sampling epoch is cut into several steps (UMAP
 #: above 10,000 points): 500 quarter epochs instead of the 1000 steps of :data:`SVI_OPTIONS`.
@@ -604,9 +608,13 @@ class GraphCoupling(PosteriorInference, DREstimator):
 
     def _posterior_epoch_steps(self) -> int:
         """The optimiser steps a negative-sampling epoch is cut into for the posterior: the
-        fit's ``epoch_steps``, at most :data:`POSTERIOR_EPOCH_STEPS` (1 before a fit)."""
+        fit's ``epoch_steps``, at most :data:`POSTERIOR_EPOCH_STEPS`; 1 before a fit and up to
+        :data:`POSTERIOR_SPLIT_MIN_POINTS` points."""
         coupling = self.__dict__.get("_coupling")
-        return min(1 if coupling is None else coupling.epoch_steps, POSTERIOR_EPOCH_STEPS)
+        W = getattr(self, "model_kwargs_", {}).get("W_X")
+        if coupling is None or W is None or W.shape[-1] <= POSTERIOR_SPLIT_MIN_POINTS:
+            return 1
+        return min(coupling.epoch_steps, POSTERIOR_EPOCH_STEPS)
 
     def _inference_options(self) -> dict:
         """``inference_params``, with SVI's default ``num_steps`` :data:`SPLIT_EPOCH_SVI_STEPS`

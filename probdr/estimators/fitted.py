@@ -45,14 +45,18 @@ KERNEL_STEP_EVERY = 5
 
 
 #: UMAP's default schedule: ``(most points, epochs, optimiser steps per epoch)``, the first row
-#: whose size the data fit. Up to 10,000 points umap-learn's 500 epochs, each one full-batch
-#: step. Above, fewer epochs of more (smaller) steps: a step per part of an epoch is closer to
-#: umap-learn's sequential updates, so each epoch does more, and the time goes with the epochs
-#: (the pairs updated). On deformed MNIST against umap-learn's 200 epochs (docs/benchmarks.md,
-#: benchmarks/umap_epoch_steps.py): 60 epochs of 12 steps match its trustworthiness@15 and 5-NN
-#: accuracy at 70,000 points in half its time; at 200,000 and 1,000,000 points they trail by
-#: up to 0.005, and 100 epochs of 8 steps hold the match (within 0.003).
-UMAP_SCHEDULE = ((10_000, 500, 1), (100_000, 60, 12), (None, 100, 8))
+#: whose size the data fit. Fewer epochs than umap-learn's (500 up to 10,000 points, 200 above)
+#: of more (smaller) steps: a step per part of an epoch is closer to umap-learn's sequential
+#: updates, so each epoch does more. On large data the time goes with the epochs (the pairs
+#: updated); on small data with the steps (each has a fixed cost of some thirty operations), so
+#: there fewer steps matter too. On deformed MNIST against umap-learn's 200 epochs
+#: (docs/benchmarks.md, benchmarks/umap_epoch_steps.py): 60 epochs of 12 steps match its
+#: trustworthiness@15 and 5-NN accuracy at 70,000 points in half its time; at 200,000 and
+#: 1,000,000 points they trail by up to 0.005, and 100 epochs of 8 steps hold the match (within
+#: 0.003). From 569 to 5,000 points (benchmarks/small_schedule.py, three seeds), 100 epochs of 3
+#: steps match umap-learn's 500 epochs (trustworthiness@15 and 5-NN accuracy within 0.002, or
+#: better) in 0.2 to 0.6 of its time, where 500 epochs of one step took 0.9 to 1.1 of it.
+UMAP_SCHEDULE = ((10_000, 100, 3), (100_000, 60, 12), (None, 100, 8))
 
 
 def umap_schedule(n: int) -> tuple[int, int]:

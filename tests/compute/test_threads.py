@@ -135,8 +135,9 @@ def test_the_threads_set_outside_do_not_matter(digits, fixed_threads):
 @pytest.mark.slow
 @pytest.mark.parametrize("name", ["TSNE", "SNE", "LargeVis", "UMAP", "GraphCoupling"])
 def test_bitwise_the_same_at_the_defaults(digits, name, fixed_threads):
-    """The defaults on the 1,797 digits (t-SNE 750 iterations, UMAP 500 epochs): before the
-    fix, 1 and 2 threads differed by 6.5 (t-SNE, scale 25) and 2.5 (UMAP, scale 20)."""
+    """The defaults on the 1,797 digits (t-SNE 750 iterations, UMAP 100 epochs of 3 steps):
+    before the fix, 1 and 2 threads differed by 6.5 (t-SNE, scale 25) and 2.5 (UMAP at 500
+    epochs, scale 20)."""
     X = digits[0] if name != "SNE" else digits[0][:1000]  # SNE: 190 s on all 1,797
     Z = _fits(lambda j: getattr(probdr, name)(random_state=0, n_jobs=j), X)
     np.testing.assert_array_equal(Z[2], Z[1])

@@ -124,13 +124,13 @@ def test_preset_parameters_are_settable(X):
     assert not np.allclose(a, est.fit_transform(X))
     # UMAP resolves its epochs without rewriting a parameter
     u = probdr.UMAP(random_state=0).fit(X)
-    assert u.get_params()["n_epochs"] is None and u.n_iter_ == 500
+    assert u.get_params()["n_epochs"] is None and u.n_iter_ == 300  # 100 epochs of 3 steps
     assert "n_iter" not in u.get_params()
 
 
 def test_sgd_settings_are_explicit(X):
     """optimizer='sgd' alone changes the optimiser, not the clipping, initialisation or
-    schedule; UMAP's scheme is GraphCoupling with those three set."""
+    schedule; UMAP's scheme (at one step an epoch) is GraphCoupling with those three set."""
     kw = dict(n_components=2, random_state=0, negative_samples=5,
               repulsion="negative_sampling", init="spectral", n_iter=500,
               early_exaggeration=1.0, early_exaggeration_iter=0, momentum=0.0,
@@ -139,7 +139,8 @@ def test_sgd_settings_are_explicit(X):
                               kernel_params=dict(zip("ab", probdr.kernels.find_ab_params(1.0, 0.1),
                                                      strict=True)),
                               learning_rate_decay=True, grad_clip=4.0, init_scale="umap", **kw)
-    assert np.array_equal(gc.fit_transform(X), probdr.UMAP(random_state=0).fit_transform(X))
+    umap = probdr.UMAP(random_state=0, n_epochs=500, epoch_steps=1)
+    assert np.array_equal(gc.fit_transform(X), umap.fit_transform(X))
     plain = probdr.GraphCoupling("B~", "B", "umap_odds", affinity="umap", **kw)
     assert plain.grad_clip is None and plain.init_scale == 1e-4
     assert not plain.learning_rate_decay

@@ -16,7 +16,7 @@ from probdr.models.coupling import graph_coupling_model
 
 
 @pytest.mark.parametrize(("n", "epochs", "steps"), [
-    (400, 500, 1), (10_000, 500, 1), (10_001, 60, 12), (70_000, 60, 12), (100_000, 60, 12),
+    (400, 100, 3), (10_000, 100, 3), (10_001, 60, 12), (70_000, 60, 12), (100_000, 60, 12),
     (100_001, 100, 8), (1_000_000, 100, 8)])
 def test_auto_rule(n, epochs, steps):
     """The default epochs and steps per epoch follow the data's size (UMAP_SCHEDULE); a given
@@ -111,12 +111,16 @@ def test_whole_epoch_steps_estimate_the_whole_surrogate():
     assert _log_likelihood(W, Z, 1, True, 3) == _log_likelihood(W, Z, 1, False, 3)
 
 
-@pytest.mark.parametrize("steps, posterior_steps", [(2, 2), (12, 4)])
-def test_umap_posterior_weighs_the_whole_epoch(monkeypatch, steps, posterior_steps):
+@pytest.mark.parametrize("steps, split_min, posterior_steps",
+                         [(2, 0, 2), (12, 0, 4), (3, 10_000, 1)])
+def test_umap_posterior_weighs_the_whole_epoch(monkeypatch, steps, split_min, posterior_steps):
     """A UMAP fit with several steps an epoch runs its posterior on the whole epoch's weight
-    (its MAP on the steps' shares), the epoch cut into at most POSTERIOR_EPOCH_STEPS steps."""
+    (its MAP on the steps' shares), the epoch cut into at most POSTERIOR_EPOCH_STEPS steps, and
+    not cut up to POSTERIOR_SPLIT_MIN_POINTS points (300 here; 0 makes these 300 a large fit)."""
+    import probdr.estimators.coupling as coupling
     import probdr.estimators.inference as inference
 
+    monkeypatch.setattr(coupling, "POSTERIOR_SPLIT_MIN_POINTS", split_min)
     seen = {}
     real = inference.fit_posterior
 
@@ -146,7 +150,10 @@ class _Stop(Exception):
 def test_svi_steps_where_the_epoch_is_split(monkeypatch, steps, params, expected):
     """SVI's default num_steps is SPLIT_EPOCH_SVI_STEPS where the posterior's epoch is cut into
     several steps, SVI_OPTIONS' otherwise; a given num_steps wins."""
+    import probdr.estimators.coupling as coupling
     import probdr.estimators.inference as inference
+
+    monkeypatch.setattr(coupling, "POSTERIOR_SPLIT_MIN_POINTS", 0)  # these 200 cut as a large fit
     from probdr.estimators.coupling import SPLIT_EPOCH_SVI_STEPS
     from probdr.infer.posterior import SVI_OPTIONS
 

@@ -24,8 +24,9 @@ def _stop_at(step):
 
 
 @pytest.mark.parametrize("make", [
-    lambda n, **kw: probdr.UMAP(n_epochs=n, random_state=0, **kw),
-    lambda n, **kw: probdr.UMAP(n_epochs=n, repulsion="exact", random_state=0, **kw),
+    # UMAP's 3 steps an epoch on small data: n steps, stopped inside an epoch (40 = 13 x 3 + 1)
+    lambda n, **kw: probdr.UMAP(n_epochs=n // 3, random_state=0, **kw),
+    lambda n, **kw: probdr.UMAP(n_epochs=n // 3, repulsion="exact", random_state=0, **kw),
     lambda n, **kw: probdr.LargeVis(n_iter=n, random_state=0, **kw),
     lambda n, **kw: probdr.LargeVis(n_iter=n, repulsion="exact", random_state=0, **kw),
 ], ids=["umap", "umap-exact", "largevis", "largevis-exact"])
@@ -84,7 +85,7 @@ def test_optimize_past_a_linear_decay_stretches_it(X, monkeypatch):
     ``optimize(b)`` runs steps ``a .. a + b - 1`` of the decay planned ``a + b`` steps long; a
     given learning rate is held constant; a later ``optimize`` stretches the decay again."""
     a, b = 30, 20
-    est = probdr.UMAP(n_epochs=a, random_state=0).fit(X)
+    est = probdr.UMAP(n_epochs=a, epoch_steps=1, random_state=0).fit(X)  # a steps
     np.testing.assert_allclose(_rates(est, monkeypatch, n_iter=b),
                                1.0 - np.arange(a, a + b) / (a + b), rtol=0, atol=1e-15)
     np.testing.assert_allclose(_rates(est, monkeypatch, n_iter=10),
