@@ -26,11 +26,13 @@ once), they keep the edge-list path, slower at scale. The numbers agree to round
 ``loss_every`` says how often a long MAP fit evaluates and records its loss. The gradient of every
 step is exact either way; what a step between two records skips is the value of the edge sums
 (one pass of logarithms over the edge list, about 50 ms of a t-SNE step at a million points).
-``None`` (default, or the environment variable ``PROBDR_LOSS_EVERY``): every step for embeddings
-of fewer than ``LOSS_EVERY_MIN_POINTS`` points, every ``LOSS_EVERY_LARGE``-th above (and the first
-and last step of every phase; openTSNE and scikit-learn's t-SNE also evaluate the KL divergence
-every 50 iterations only). Phases with a stopping rule, L-BFGS and callbacks see the loss at
-every step they need. ``1`` records every step at any size.
+``None`` (default, or the environment variable ``PROBDR_LOSS_EVERY``): every
+``LOSS_EVERY_LARGE``-th step (and the first and last step of every phase; openTSNE and
+scikit-learn's t-SNE also evaluate the KL divergence every 50 iterations only), at any size. On
+small data a record is a large share of a step: on the 569 points of breast cancer, t-SNE's fit
+took 0.84 s recording every step and 0.58 s recording every 50th (the same embedding). Phases
+with a stopping rule, L-BFGS and callbacks see the loss at every step they need. ``1`` records
+every step.
 
 ``sync_free`` keeps the host out of the optimisation loop's way on accelerators: a step then makes
 no host synchronisation (no ``.item()``, no data-dependent shapes, no Python branch on a tensor's
@@ -60,8 +62,7 @@ from numbers import Integral
 _budget: float | None = float(os.environ.get("PROBDR_MEMORY_BUDGET_GB", "4"))
 _heap_reuse: bool = os.environ.get("PROBDR_HEAP_REUSE", "1").strip().lower() not in ("0", "false", "no")
 _compile: bool = os.environ.get("PROBDR_COMPILE", "1").strip().lower() not in ("0", "false", "no", "off")
-#: ``loss_every=None``: every step below this many points, every ``LOSS_EVERY_LARGE``-th above
-LOSS_EVERY_MIN_POINTS = 100_000
+#: ``loss_every=None``: every ``LOSS_EVERY_LARGE``-th step, at any size
 LOSS_EVERY_LARGE = 50
 
 
@@ -141,8 +142,8 @@ def get_loss_every() -> int | None:
 
 
 def set_loss_every(k: int | None) -> None:
-    """Record the loss of MAP fits every ``k``-th step (``1``: every step), or ``None``: every step
-    below ``LOSS_EVERY_MIN_POINTS`` points and every ``LOSS_EVERY_LARGE``-th above."""
+    """Record the loss of MAP fits every ``k``-th step (``1``: every step), or ``None``: every
+    ``LOSS_EVERY_LARGE``-th step."""
     global _loss_every
     if k is not None and (isinstance(k, bool) or not isinstance(k, Integral) or k < 1):
         raise ValueError(f"loss_every must be a positive integer or None, got {k!r}.")
@@ -151,9 +152,7 @@ def set_loss_every(k: int | None) -> None:
 
 def loss_every_for(n_points: int) -> int:
     """The recording interval the setting gives a fit of ``n_points`` points."""
-    if _loss_every is not None:
-        return _loss_every
-    return 1 if n_points < LOSS_EVERY_MIN_POINTS else LOSS_EVERY_LARGE
+    return LOSS_EVERY_LARGE if _loss_every is None else _loss_every
 
 
 def get_sync_free() -> bool | None:

@@ -28,6 +28,17 @@ def _single_thread():
     torch.set_num_threads(n)
 
 
+@pytest.fixture
+def loss_every_step():
+    """MAP fits record their loss at every step (the default records every 50th), for tests
+    that compare whole loss histories."""
+    from probdr import config
+
+    config.set_loss_every(1)
+    yield
+    config.set_loss_every(None)
+
+
 @pytest.fixture(autouse=True)
 def _seed():
     torch.manual_seed(0)

@@ -161,7 +161,8 @@ class GraphCoupling(PosteriorInference, DREstimator):
     learned_kernel_params_
     loss_history_ : ndarray
         The optimised objective (exaggerated; stochastic under sampled repulsion) at the steps
-        ``loss_steps_``: every step below 100,000 points, every 50th above (probdr.config).
+        ``loss_steps_``: every 50th step, and the first and last of each phase
+        (``probdr.config.set_loss_every``).
     loss_steps_ : ndarray of int
         The steps (from 1) of ``loss_history_``.
     n_iter_

@@ -124,8 +124,7 @@ class MAPFit:
         only (exact: only the edge sums' values are skipped,
         :func:`probdr._compute.edges.values_deferred`).
         Phases with a stopping rule and L-BFGS record every step. Default: the setting of
-        :func:`probdr.config.set_loss_every` (every step below 100,000 points of the site
-        ``"Z"``, every 50th above).
+        :func:`probdr.config.set_loss_every` (every 50th step).
     site_lr : dict, optional
         ``{site: learning rate}``: these sites (e.g. a kernel's ``dof``, :class:`probdr.kernels.Learn`)
         are stepped by Adam at their own rate, in unconstrained space (log of a positive

@@ -195,7 +195,7 @@ def test_set_compile_validates():
 
 
 @needs_compiler
-def test_tsne_through_the_layout_matches_the_edge_list_path(monkeypatch):
+def test_tsne_through_the_layout_matches_the_edge_list_path(monkeypatch, loss_every_step):
     """A t-SNE fit whose attraction runs through the compiled pass gives the fit of the edge-list path up to rounding: the losses agree to 1e-7
     over the first steps, after which rounding grows as t-SNE's steps do (the gains), to under
     1% of the loss, and the quality is the same."""

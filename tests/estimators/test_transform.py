@@ -224,7 +224,7 @@ def test_umap_new_points_from_the_field_agree_with_the_all_pairs_sums(digits, mo
 
 
 @pytest.mark.parametrize("optimizer", ["gains", "sgd", "adam"])
-def test_fit_then_optimize_equals_one_longer_fit(digits, optimizer):
+def test_fit_then_optimize_equals_one_longer_fit(digits, optimizer, loss_every_step):
     X = digits[0][:300]
     kw = dict(random_state=0, early_exaggeration=1.0, early_exaggeration_iter=0,
               optimizer=optimizer, learning_rate=0.1 if optimizer == "adam" else 5.0,
@@ -236,7 +236,7 @@ def test_fit_then_optimize_equals_one_longer_fit(digits, optimizer):
     assert a.n_iter_ == 100
 
 
-def test_callbacks_see_the_fit_and_can_stop_it(digits):
+def test_callbacks_see_the_fit_and_can_stop_it(digits, loss_every_step):
     X = digits[0][:300]
     seen = []
 

@@ -285,7 +285,8 @@ def test_gradient_steps_equal_pyro_svi(name, pyro_optim, lr):
         svi = SVI(model, guide, pyro_optim({"lr": lr}), Trace_ELBO())
         losses = [svi.step() for _ in range(60)]
         Z_svi = guide.median()["Z"].detach()
-    res = run_map(model, {}, Z0, [Phase(60, lr)], optimizer=name, warn_collapse=False)
+    res = run_map(model, {}, Z0, [Phase(60, lr)], optimizer=name, warn_collapse=False,
+                  loss_every=1)
     assert torch.equal(res.Z, Z_svi) and np.array_equal(res.loss_history, losses)
 
 
@@ -367,7 +368,11 @@ def test_loss_every_skips_edge_values_only(digits150, cls, monkeypatch):
     X = digits150
     kw = dict(random_state=0, n_iter=60, early_exaggeration_iter=20) if cls is probdr.TSNE \
         else dict(random_state=0, n_epochs=40)
-    full = cls(**kw).fit(X)
+    config.set_loss_every(1)
+    try:
+        full = cls(**kw).fit(X)
+    finally:
+        config.set_loss_every(None)
     from probdr.models import coupling_fused
 
     calls = []
@@ -396,12 +401,12 @@ def test_loss_every_skips_edge_values_only(digits150, cls, monkeypatch):
         assert len(calls) == len(steps)
 
 
-def test_loss_every_setting_and_its_default_by_size():
+def test_loss_every_setting_and_its_default():
     from probdr import config
 
     assert config.get_loss_every() is None
-    assert config.loss_every_for(99_999) == 1
-    assert config.loss_every_for(config.LOSS_EVERY_MIN_POINTS) == config.LOSS_EVERY_LARGE == 50
+    assert config.loss_every_for(99) == config.loss_every_for(10**6) == config.LOSS_EVERY_LARGE
+    assert config.LOSS_EVERY_LARGE == 50
     with pytest.raises(ValueError, match="positive integer"):
         config.set_loss_every(0)
     with pytest.raises(ValueError, match="positive integer"):

@@ -140,7 +140,7 @@ def test_run_map_relative_loss_tolerance_stops_early():
         pyro.sample("Z", dist.Normal(0.0, 1.0).expand([6, 2]).to_event(2))
 
     Z0 = 3.0 + 0.1 * torch.arange(12, dtype=torch.float64).reshape(6, 2)
-    full = run_map(model, {}, Z0, [Phase(400, 0.05)], optimizer="adam")
+    full = run_map(model, {}, Z0, [Phase(400, 0.05)], optimizer="adam", loss_every=1)
     assert full.n_iter == 400 and len(full.loss_history) == 400
     res = run_map(model, {}, Z0, [Phase(400, 0.05, tol=1e-3, tol_offset=5.0)], optimizer="adam")
     h = res.loss_history
