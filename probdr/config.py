@@ -150,8 +150,8 @@ def set_loss_every(k: int | None) -> None:
     _loss_every = None if k is None else int(k)
 
 
-def loss_every_for(n_points: int) -> int:
-    """The recording interval the setting gives a fit of ``n_points`` points."""
+def loss_every() -> int:
+    """The recording interval the setting gives a MAP fit."""
     return LOSS_EVERY_LARGE if _loss_every is None else _loss_every
 
 

@@ -233,7 +233,7 @@ class MAPFit:
             raise ValueError(f"loss_every must be a positive integer, got {loss_every!r}.")
         first = next(iter(self.init_values.values()))
         self.loss_every = (int(loss_every) if loss_every is not None
-                           else config.loss_every_for(first.shape[0] if first.ndim else 1))
+                           else config.loss_every())
         #: steps queue on the device without host synchronisation (probdr.config.sync_free)
         self.sync_free = config.sync_free_for(first.device)
         self._z_param: torch.Tensor | None = None

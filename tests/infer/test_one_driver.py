@@ -405,7 +405,7 @@ def test_loss_every_setting_and_its_default():
     from probdr import config
 
     assert config.get_loss_every() is None
-    assert config.loss_every_for(99) == config.loss_every_for(10**6) == config.LOSS_EVERY_LARGE
+    assert config.loss_every() == config.LOSS_EVERY_LARGE
     assert config.LOSS_EVERY_LARGE == 50
     with pytest.raises(ValueError, match="positive integer"):
         config.set_loss_every(0)
@@ -413,7 +413,7 @@ def test_loss_every_setting_and_its_default():
         MAPFit(lambda: None, {"Z": torch.zeros(3, 2)}, loss_every=0)
     config.set_loss_every(3)
     try:
-        assert config.loss_every_for(10) == 3
+        assert config.loss_every() == 3
     finally:
         config.set_loss_every(None)
 
