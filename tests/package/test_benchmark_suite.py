@@ -137,3 +137,25 @@ def test_epoch_steps_table_keeps_the_latest_result_of_each_fit(tmp_path):
         "| 70,000 | probdr, 200 epochs × 4 steps | 1 | 10.0 | 0.9000 | 0.9500 |",
         "| 70,000 | umap-learn | 1 | 8.0 | 0.8500 | 0.9000 |"]
     assert report.epoch_steps_section(tmp_path / "none.jsonl") == []
+
+
+def test_small_schedule_table_is_by_data_set_from_its_latest_run(tmp_path):
+    import json
+
+    base = dict(n=569, trust15=0.9, knn5=0.95, load_before=0.8)
+    rows = [dict(base, data="breast_cancer", variant="e500s1", seed=0, wall_s=9.0,
+                 date="2026-01-01"),  # an earlier run's only: left out
+            dict(base, data="breast_cancer", variant="default", seed=0, wall_s=0.3,
+                 date="2026-01-02"),
+            dict(base, data="breast_cancer", variant="default", seed=1, wall_s=0.5,
+                 date="2026-01-02", load_before=1.2),
+            dict(base, data="breast_cancer", variant="umap-learn", seed=0, wall_s=0.6,
+                 date="2026-01-02")]
+    path = tmp_path / "small.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    lines = report.small_schedule_section(path)
+    assert [ln for ln in lines if ln.startswith("| breast_cancer")] == [
+        "| breast_cancer | probdr, default | 2 | 0.40 | 0.9000 | 0.9500 |",
+        "| breast_cancer | umap-learn | 1 | 0.60 | 0.9000 | 0.9500 |"]
+    assert any("0.80 to 1.20" in ln for ln in lines)
+    assert report.small_schedule_section(tmp_path / "none.jsonl") == []
